@@ -1,0 +1,706 @@
+"""Aggregations as monoids over partials: ``lift``, ``combine``, ``lower``, ``identity``.
+
+``combine`` is always called as ``older (+) newer``; it must be associative, not
+necessarily commutative or invertible. Capabilities (invertible, commutative,
+selective) are declared by the aggregation and checked by the algorithms that
+need them.
+
+Each built-in has two forms that must agree:
+
+* the **scalar form** (``lift``/``combine``/``lower`` on Python floats or tuples),
+  used by the per-tuple main loop and the reference ``recal``;
+* a **kernel** (:class:`Kernel`): the same monoid over numpy arrays of partials
+  (``(..., n)`` for scalar partials, ``(..., n, k)`` for vector partials), used to
+  build slice aggregations (``reduceat``), csa and lcs (``accumulate``) and to
+  merge window parts in bulk. Kernel loops run in C and release the GIL, which
+  is what lets a worker thread build lcs beside the main loop.
+
+Examples
+--------
+>>> agg = get_aggregation("mean")
+>>> p = agg.combine(agg.lift(1.0), agg.lift(3.0))
+>>> agg.lower(p)
+2.0
+>>> import numpy as np
+>>> k = get_aggregation("max").kernel
+>>> k.accumulate(np.array([1.0, 3.0, 2.0]), axis=0, reverse=True).tolist()
+[3.0, 3.0, 2.0]
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+__all__ = [
+    "Aggregation",
+    "Kernel",
+    "UfuncKernel",
+    "BUILTIN_AGGREGATIONS",
+    "get_aggregation",
+    "moment_sketch",
+    "as_float_array",
+]
+
+_INF = math.inf
+_NAN = math.nan
+
+
+# --------------------------------------------------------------------------- helpers
+def as_float_array(values: Any, *, name: str = "values", agg_name: str = "") -> np.ndarray:
+    """Validate numeric input and return it as a 1-D float64 array (no copy when possible)."""
+    arr = np.asarray(values)
+    if arr.ndim != 1:
+        raise ValueError(f"{name} must be one-dimensional, got shape {arr.shape}")
+    if arr.dtype.kind not in "biuf":
+        what = f"aggregation {agg_name!r}" if agg_name else "this aggregation"
+        raise TypeError(f"{name} must be real numbers (bool, int or float) for {what}, got dtype {arr.dtype}")
+    return np.ascontiguousarray(arr, dtype=np.float64)
+
+
+def _real(v: Any, agg_name: str) -> float:
+    """Lift one value to a Python float, refusing strings, None and other non-numbers."""
+    try:
+        x = v + 0.0
+    except TypeError:
+        raise TypeError(
+            f"value must be a real number for aggregation {agg_name!r}, got {type(v).__name__} {v!r}"
+        ) from None
+    if type(x) is not float:
+        if isinstance(x, complex):
+            raise TypeError(f"value must be a real number for aggregation {agg_name!r}, got complex {v!r}")
+        x = float(x)
+    return x
+
+
+def _log(x: float) -> float:
+    """Natural log with numpy's conventions: log(0) = -inf, log(<0) = nan."""
+    if x > 0.0:
+        return math.log(x)
+    if x == 0.0:
+        return -_INF
+    return _NAN
+
+
+def _from_first(parts: np.ndarray, starts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Drop what lies before the first segment (``ufunc.reduceat`` ignores it too)."""
+    starts = np.asarray(starts)
+    if len(starts) and starts[0]:
+        return parts[starts[0]:], starts - starts[0]
+    return parts, starts
+
+
+def _flip(a: np.ndarray, axis: int) -> np.ndarray:
+    return np.flip(a, axis=axis)
+
+
+# --------------------------------------------------------------------------- kernels
+class Kernel:
+    """Vectorised form of an aggregation over arrays of partials.
+
+    Partials of shape ``shape`` (``()`` for a scalar partial, ``(k,)`` for a vector
+    one) are laid out along the last axes: an array of ``n`` partials has shape
+    ``(n,) + shape``. ``axis`` arguments index the leading (slice) axes.
+    """
+
+    shape: tuple = ()
+    identity: np.ndarray
+
+    def lift(self, values: np.ndarray, positions: np.ndarray | None) -> np.ndarray:
+        raise NotImplementedError
+
+    def reduce_segments(self, parts: np.ndarray, starts: np.ndarray) -> np.ndarray:
+        """Aggregate ``parts[starts[i]:starts[i+1]]`` (the last segment runs to the end); segments are non-empty."""
+        raise NotImplementedError
+
+    def combine(self, older: np.ndarray, newer: np.ndarray) -> np.ndarray:
+        raise NotImplementedError
+
+    def accumulate(self, parts: np.ndarray, axis: int, reverse: bool = False, out: np.ndarray | None = None) -> np.ndarray:
+        """Prefix aggregation along ``axis`` (``reverse``: suffix, i.e. the lcs of PBA)."""
+        raise NotImplementedError
+
+    def lower(self, parts: np.ndarray) -> np.ndarray:
+        raise NotImplementedError
+
+    # conversions between the scalar form (Python floats / tuples) and array rows
+    def to_array(self, partials: Sequence[Any]) -> np.ndarray:
+        if not len(partials):
+            return np.empty((0,) + self.shape)
+        return np.asarray(partials, dtype=np.float64).reshape((len(partials),) + self.shape)
+
+    def to_partials(self, arr: np.ndarray) -> list:
+        if self.shape == ():
+            return arr.tolist()
+        return [tuple(row) for row in arr.tolist()]
+
+    def identity_array(self, n: int) -> np.ndarray:
+        return np.broadcast_to(self.identity, (n,) + self.shape).copy()
+
+
+class UfuncKernel(Kernel):
+    """Kernel whose partial fields each combine with a binary ufunc (max, sum, moments...).
+
+    ``groups`` lists ``(ufunc, n_columns)`` over the columns of a vector partial,
+    or is a single ufunc for a scalar partial.
+    """
+
+    def __init__(self, groups, identity, lift: Callable, lower: Callable):
+        if isinstance(groups, np.ufunc):
+            self.shape = ()
+            self._groups = None
+            self._ufunc = groups
+        else:
+            width = sum(n for _, n in groups)
+            self.shape = (width,)
+            self._groups = []
+            col = 0
+            for uf, n in groups:
+                self._groups.append((uf, slice(col, col + n)))
+                col += n
+        self.identity = np.asarray(identity, dtype=np.float64).reshape(self.shape)
+        self._lift = lift
+        self._lower = lower
+
+    def lift(self, values, positions):
+        return self._lift(values)
+
+    def lower(self, parts):
+        return self._lower(parts)
+
+    def reduce_segments(self, parts, starts):
+        if self._groups is None:
+            return self._ufunc.reduceat(parts, starts, axis=0)
+        out = np.empty((len(starts),) + self.shape)
+        for uf, cols in self._groups:
+            out[:, cols] = uf.reduceat(parts[:, cols], starts, axis=0)
+        return out
+
+    def combine(self, older, newer, out=None):
+        if self._groups is None:
+            return self._ufunc(older, newer, out=out)
+        if out is None:
+            out = np.empty(np.broadcast_shapes(np.shape(older), np.shape(newer)))
+        for uf, cols in self._groups:
+            uf(older[..., cols], newer[..., cols], out=out[..., cols])
+        return out
+
+    def accumulate(self, parts, axis, reverse=False, out=None):
+        if out is None:
+            out = np.empty_like(parts)
+        src = _flip(parts, axis) if reverse else parts
+        dst = _flip(out, axis) if reverse else out
+        if self._groups is None:
+            self._ufunc.accumulate(src, axis=axis, out=dst)
+        else:
+            for uf, cols in self._groups:
+                uf.accumulate(src[..., cols], axis=axis, out=dst[..., cols])
+        return out
+
+
+class StdKernel(Kernel):
+    """Partials ``(n, mean, M2)`` merged with Chan et al.'s pairwise update (numerically stable).
+
+    Prefix sums are taken over power sums shifted by each row's own mean, so they
+    stay accurate without a per-element Python loop.
+    """
+
+    shape = (3,)
+    identity = np.zeros(3)
+
+    def lift(self, values, positions):
+        out = np.zeros((len(values), 3))
+        out[:, 0] = 1.0
+        out[:, 1] = values
+        return out
+
+    def reduce_segments(self, parts, starts):
+        parts, starts = _from_first(parts, starts)
+        n_el = len(parts)
+        lengths = np.diff(np.append(starts, n_el))
+        cnt, mean, m2 = parts[:, 0], parts[:, 1], parts[:, 2]
+        n = np.add.reduceat(cnt, starts)
+        s = np.add.reduceat(cnt * mean, starts)
+        seg_mean = np.divide(s, n, out=np.zeros_like(s), where=n > 0)
+        dev = mean - np.repeat(seg_mean, lengths)
+        ss = np.add.reduceat(m2, starts) + np.add.reduceat(cnt * dev * dev, starts)
+        return np.stack([n, seg_mean, ss], axis=-1)
+
+    def combine(self, older, newer, out=None):
+        na, ma, Ma = older[..., 0], older[..., 1], older[..., 2]
+        nb, mb, Mb = newer[..., 0], newer[..., 1], newer[..., 2]
+        n = na + nb
+        with np.errstate(invalid="ignore", divide="ignore"):
+            f = np.divide(nb, n, out=np.zeros_like(n), where=n > 0)
+            d = mb - ma
+            if out is None:
+                out = np.empty(n.shape + (3,))
+            out[..., 1] = ma + d * f
+            out[..., 2] = (Ma + Mb) + d * d * na * f
+        out[..., 0] = n
+        return out
+
+    def accumulate(self, parts, axis, reverse=False, out=None):
+        if out is None:
+            out = np.empty_like(parts)
+        cnt, mean, m2 = parts[..., 0], parts[..., 1], parts[..., 2]
+        total = cnt.sum(axis=axis, keepdims=True)
+        ref = np.divide((cnt * mean).sum(axis=axis, keepdims=True), total, out=np.zeros_like(total), where=total > 0)
+        dev = mean - ref
+        s = cnt * dev
+        q = m2 + s * dev
+        if reverse:
+            cnt, s, q = _flip(cnt, axis), _flip(s, axis), _flip(q, axis)
+        N = np.cumsum(cnt, axis=axis)
+        S = np.cumsum(s, axis=axis)
+        Q = np.cumsum(q, axis=axis)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            ok = N > 0
+            mu = np.divide(S, N, out=np.zeros_like(S), where=ok)
+            M2 = np.maximum(Q - S * mu, 0.0)
+            M2[~ok] = 0.0
+            mu = np.where(ok, ref + mu, 0.0)
+        if reverse:
+            N, mu, M2 = _flip(N, axis), _flip(mu, axis), _flip(M2, axis)
+        out[..., 0] = N
+        out[..., 1] = mu
+        out[..., 2] = M2
+        return out
+
+    def lower(self, parts):
+        n, M2 = parts[..., 0], parts[..., 2]
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.where(n > 1, np.sqrt(M2 / (n - 1)), np.nan)
+
+
+class ArgmaxKernel(Kernel):
+    """Partials ``(value, position)``; the identity has position NaN.
+
+    The largest value wins, NaN counts as largest (as ``np.argmax``) and ties go
+    to the oldest element. Positions grow along the stream, so "oldest" is
+    "leftmost" along the slice axis.
+    """
+
+    shape = (2,)
+    identity = np.array([-np.inf, np.nan])
+
+    def lift(self, values, positions):
+        return np.stack([values, positions.astype(np.float64)], axis=-1)
+
+    def combine(self, older, newer, out=None):
+        av, ap = older[..., 0], older[..., 1]
+        bv, bp = newer[..., 0], newer[..., 1]
+        take_b = np.isnan(ap) | (~np.isnan(bp) & ((bv > av) | (np.isnan(bv) & ~np.isnan(av))))
+        res = np.where(take_b[..., None], newer, older)
+        if out is not None:
+            out[...] = res
+            return out
+        return res
+
+    def reduce_segments(self, parts, starts):
+        parts, starts = _from_first(parts, starts)
+        n_el = len(parts)
+        v, p = parts[:, 0], parts[:, 1]
+        valid = ~np.isnan(p)
+        key = np.where(valid, v, -np.inf)
+        seg_max = np.maximum.reduceat(key, starts)
+        lengths = np.diff(np.append(starts, n_el))
+        rep = np.repeat(seg_max, lengths)
+        hit = valid & ((key == rep) | (np.isnan(key) & np.isnan(rep)))
+        first = np.minimum.reduceat(np.where(hit, np.arange(n_el), n_el), starts)
+        out = self.identity_array(len(starts))
+        found = first < n_el
+        out[found] = parts[first[found]]
+        return out
+
+    def accumulate(self, parts, axis, reverse=False, out=None):
+        v, p = parts[..., 0], parts[..., 1]
+        if reverse:
+            v, p = _flip(v, axis), _flip(p, axis)
+        valid = ~np.isnan(p)
+        key = np.where(valid, v, -np.inf)
+        run = np.maximum.accumulate(key, axis=axis)  # NaN-propagating running max
+        prev = np.roll(run, 1, axis=axis)
+        seen = np.cumsum(valid, axis=axis)
+        prev_seen = seen - valid
+        prev_nan = np.isnan(prev)
+        if reverse:
+            # scanning from the newest end: ties move the choice to the older (new) element
+            beats = np.isnan(key) | (~prev_nan & (key >= prev))
+        else:
+            beats = (np.isnan(key) & ~prev_nan) | (~prev_nan & (key > prev))
+        record = valid & ((prev_seen == 0) | beats)
+        idx_shape = [1] * v.ndim
+        idx_shape[axis] = v.shape[axis]
+        idx = np.arange(v.shape[axis]).reshape(idx_shape)
+        chosen = np.maximum.accumulate(np.where(record, idx, -1), axis=axis)
+        has = chosen >= 0
+        safe = np.where(has, chosen, 0)
+        cv = np.take_along_axis(v, safe, axis=axis)
+        cp = np.take_along_axis(p, safe, axis=axis)
+        cv = np.where(has, cv, -np.inf)
+        cp = np.where(has, cp, np.nan)
+        if reverse:
+            cv, cp = _flip(cv, axis), _flip(cp, axis)
+        if out is None:
+            out = np.empty_like(parts)
+        out[..., 0] = cv
+        out[..., 1] = cp
+        return out
+
+    def lower(self, parts):
+        return parts[..., 1].astype(np.int64)
+
+
+# --------------------------------------------------------------------------- the Aggregation type
+@dataclass(frozen=True, eq=False)
+class Aggregation:
+    """A sliding-window aggregation as a monoid ``(lift, combine, lower, identity)``.
+
+    Parameters
+    ----------
+    lift : callable
+        ``lift(value) -> partial`` (``lift(value, position)`` when ``positional``).
+    combine : callable
+        ``combine(older, newer) -> partial``; associative.
+    lower : callable
+        ``lower(partial) -> result``.
+    identity : object
+        Neutral partial: ``combine(identity, p) == combine(p, identity) == p``.
+    name : str
+        Shown in errors and metrics.
+    inverse : callable, optional
+        ``inverse(total, older) -> rest`` with ``combine(older, rest) == total``;
+        declares the aggregation invertible (needed by subtract-on-evict).
+    commutative, selective : bool
+        Declared capabilities (selective: ``combine`` returns one of its operands).
+    positional : bool
+        ``lift`` also receives the value's position (count windows) or timestamp.
+    kernel : Kernel, optional
+        Vectorised form over numpy arrays; enables numpy-built csa/lcs and the batch path.
+    ufunc : numpy.ufunc, optional
+        Shortcut to declare a kernel for a scalar partial combined by a binary ufunc
+        (for example ``np.maximum``); ``lift`` must then return a float.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> rng = Aggregation(lift=lambda v: (v, v), combine=lambda a, b: (min(a[0], b[0]), max(a[1], b[1])),
+    ...                   lower=lambda p: p[1] - p[0], identity=(float("inf"), float("-inf")), name="range")
+    >>> rng.lower(rng.combine(rng.lift(2.0), rng.lift(5.0)))
+    3.0
+    >>> top = Aggregation(lift=float, combine=max, lower=float, identity=float("-inf"), ufunc=np.maximum)
+    >>> top.kernel is not None
+    True
+    """
+
+    lift: Callable
+    combine: Callable
+    lower: Callable
+    identity: Any
+    name: str = "custom"
+    inverse: Callable | None = None
+    commutative: bool = False
+    selective: bool = False
+    positional: bool = False
+    kernel: Kernel | None = None
+    ufunc: np.ufunc | None = field(default=None, repr=False)
+    result: str = "object"  # "float", "int", "vector", "list" or "object": how batch results are packed
+
+    def __post_init__(self) -> None:
+        for fname in ("lift", "combine", "lower"):
+            if not callable(getattr(self, fname)):
+                raise TypeError(f"Aggregation {fname} must be callable, got {type(getattr(self, fname)).__name__}")
+        if self.inverse is not None and not callable(self.inverse):
+            raise TypeError(f"Aggregation inverse must be callable or None, got {type(self.inverse).__name__}")
+        if not isinstance(self.name, str) or not self.name:
+            raise TypeError(f"Aggregation name must be a non-empty string, got {self.name!r}")
+        if self.ufunc is not None:
+            if not isinstance(self.ufunc, np.ufunc) or self.ufunc.nin != 2:
+                raise TypeError(f"Aggregation ufunc must be a binary numpy ufunc, got {self.ufunc!r}")
+            if self.kernel is None:
+                lift, lower = self.lift, self.lower
+                kern = UfuncKernel(
+                    self.ufunc,
+                    self.identity,
+                    lift=lambda v: np.asarray(v, dtype=np.float64),
+                    lower=lambda a: np.asarray([lower(x) for x in a.tolist()]),
+                )
+                object.__setattr__(self, "kernel", kern)
+        if self.kernel is not None and not isinstance(self.kernel, Kernel):
+            raise TypeError(f"Aggregation kernel must be a pba_runtime.Kernel, got {type(self.kernel).__name__}")
+
+    @property
+    def invertible(self) -> bool:
+        return self.inverse is not None
+
+    @property
+    def vectorised(self) -> bool:
+        return self.kernel is not None
+
+    def pack(self, results: list) -> Any:
+        """Pack a list of lowered results the way ``insert_many`` returns them."""
+        if self.result == "float":
+            return np.asarray(results, dtype=np.float64)
+        if self.result == "int":
+            return np.asarray(results, dtype=np.int64)
+        if self.result == "vector":
+            width = self.kernel.shape[0] if self.kernel is not None else 0
+            return np.asarray(results, dtype=np.float64).reshape(len(results), -1 if results else width)
+        if self.result == "list":
+            return list(results)
+        try:
+            return np.asarray(results)
+        except (ValueError, TypeError):
+            return list(results)
+
+    def __repr__(self) -> str:
+        caps = [c for c in ("invertible", "commutative", "selective", "vectorised") if getattr(self, c)]
+        return f"Aggregation({self.name!r}{', ' if caps else ''}{', '.join(caps)})"
+
+
+# --------------------------------------------------------------------------- built-ins
+def _max2(a, b):
+    return a if (a >= b or a != a) else b
+
+
+def _min2(a, b):
+    return a if (a <= b or a != a) else b
+
+
+def _pair_add(a, b):
+    return (a[0] + b[0], a[1] + b[1])
+
+
+def _pair_sub(t, a):
+    return (t[0] - a[0], t[1] - a[1])
+
+
+def _chan(a, b):
+    na, ma, Ma = a
+    nb, mb, Mb = b
+    n = na + nb
+    if n == 0.0:
+        return (0.0, 0.0, 0.0)
+    f = nb / n
+    d = mb - ma
+    return (n, ma + d * f, (Ma + Mb) + d * d * na * f)
+
+
+def _chan_inverse(t, a):
+    nt, mt, Mt = t
+    na, ma, Ma = a
+    n = nt - na
+    if n <= 0.0:
+        return (0.0, 0.0, 0.0)
+    mr = (nt * mt - na * ma) / n
+    d = mr - ma
+    return (n, mr, max(Mt - Ma - d * d * na * n / nt, 0.0))
+
+
+def _std_lower(p):
+    n = p[0]
+    if n > 1.0:
+        return math.sqrt(p[2] / (n - 1.0))
+    return _NAN
+
+
+def _argmax2(a, b):
+    if b[1] != b[1]:
+        return a
+    if a[1] != a[1]:
+        return b
+    av = a[0]
+    bv = b[0]
+    if bv > av or (bv != bv and av == av):
+        return b
+    return a
+
+
+def _collect_lift(v):
+    return (v,)
+
+
+def _make_builtins() -> dict[str, Aggregation]:
+    def fl(v):
+        return np.asarray(v, dtype=np.float64)
+
+    def nolower(a):
+        return a
+
+    aggs: dict[str, Aggregation] = {}
+
+    def scalar(name, combine, identity, ufunc, *, inverse=None, selective=False):
+        lift = lambda v, _n=name: _real(v, _n)  # noqa: E731
+        aggs[name] = Aggregation(
+            name=name, lift=lift, combine=combine, lower=float, identity=identity, inverse=inverse,
+            commutative=True, selective=selective, result="float",
+            kernel=UfuncKernel(ufunc, identity, lift=fl, lower=nolower),
+        )
+
+    scalar("max", _max2, -_INF, np.maximum, selective=True)
+    scalar("min", _min2, _INF, np.minimum, selective=True)
+    scalar("sum", operator.add, 0.0, np.add, inverse=operator.sub)
+
+    def count_lift(v):
+        _real(v, "count")
+        return 1.0
+
+    aggs["count"] = Aggregation(
+        name="count", lift=count_lift, combine=operator.add, lower=int, identity=0.0, inverse=operator.sub,
+        commutative=True, result="int",
+        kernel=UfuncKernel(np.add, 0.0, lift=lambda v: np.ones(len(v)), lower=lambda a: a.astype(np.int64)),
+    )
+
+    def mean_lift(v):
+        return (_real(v, "mean"), 1.0)
+
+    def mean_kl(v):
+        return np.stack([v, np.ones(len(v))], axis=-1)
+
+    def mean_lower(p):
+        return p[0] / p[1]
+
+    aggs["mean"] = Aggregation(
+        name="mean", lift=mean_lift, combine=_pair_add, lower=mean_lower, identity=(0.0, 0.0), inverse=_pair_sub,
+        commutative=True, result="float",
+        kernel=UfuncKernel([(np.add, 2)], (0.0, 0.0), lift=mean_kl, lower=lambda a: a[..., 0] / a[..., 1]),
+    )
+
+    def std_lift(v):
+        return (1.0, _real(v, "std"), 0.0)
+
+    aggs["std"] = Aggregation(
+        name="std", lift=std_lift, combine=_chan, lower=_std_lower, identity=(0.0, 0.0, 0.0),
+        inverse=_chan_inverse, commutative=True, result="float", kernel=StdKernel(),
+    )
+
+    def geo_lift(v):
+        x = _real(v, "geomean")
+        if x < 0.0:
+            raise ValueError(f"value must be >= 0 for aggregation 'geomean' (a geometric mean of positive values), got {v!r}")
+        return (_log(x), 1.0)
+
+    def geo_kl(v):
+        if np.any(v < 0):
+            bad = v[v < 0][0]
+            raise ValueError(f"values must be >= 0 for aggregation 'geomean' (a geometric mean of positive values), got {bad!r}")
+        with np.errstate(divide="ignore"):
+            return np.stack([np.log(v), np.ones(len(v))], axis=-1)
+
+    def geo_lower(p):
+        return math.exp(p[0] / p[1])
+
+    aggs["geomean"] = Aggregation(
+        name="geomean", lift=geo_lift, combine=_pair_add, lower=geo_lower, identity=(0.0, 0.0), inverse=_pair_sub,
+        commutative=True, result="float",
+        kernel=UfuncKernel([(np.add, 2)], (0.0, 0.0), lift=geo_kl, lower=lambda a: np.exp(a[..., 0] / a[..., 1])),
+    )
+
+    def argmax_lift(v, pos):
+        return (_real(v, "argmax"), float(pos))
+
+    aggs["argmax"] = Aggregation(
+        name="argmax", lift=argmax_lift, combine=_argmax2, lower=lambda p: int(p[1]), identity=(-_INF, _NAN),
+        selective=True, positional=True, result="int", kernel=ArgmaxKernel(),
+    )
+
+    aggs["moment_sketch"] = moment_sketch(10)
+
+    aggs["collect"] = Aggregation(
+        name="collect", lift=_collect_lift, combine=operator.add, lower=list, identity=(), result="list",
+    )
+    return aggs
+
+
+def moment_sketch(k: int = 10) -> Aggregation:
+    """The moment sketch of Gan et al.: ``(min, max, count, sum x^1..x^k, sum ln(x)^1..ln(x)^k)``.
+
+    Non-positive values give ``ln`` terms of ``-inf`` (zero) or ``nan`` (negative), as numpy does.
+
+    Examples
+    --------
+    >>> ms = moment_sketch(2)
+    >>> ms.lower(ms.combine(ms.lift(1.0), ms.lift(2.0))).tolist()[:5]
+    [1.0, 2.0, 2.0, 3.0, 5.0]
+    """
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        raise ValueError(f"k must be a positive integer, got {k!r}")
+    width = 3 + 2 * k
+    name = "moment_sketch" if k == 10 else f"moment_sketch[{k}]"
+
+    def lift(v):
+        x = _real(v, name)
+        out = [x, x, 1.0]
+        p = 1.0
+        for _ in range(k):
+            p *= x
+            out.append(p)
+        lx = _log(x)
+        p = 1.0
+        for _ in range(k):
+            p *= lx
+            out.append(p)
+        return tuple(out)
+
+    def combine(a, b):
+        lo = a[0] if (a[0] <= b[0] or a[0] != a[0]) else b[0]
+        hi = a[1] if (a[1] >= b[1] or a[1] != a[1]) else b[1]
+        return (lo, hi, *[x + y for x, y in zip(a[2:], b[2:])])
+
+    def klift(v):
+        out = np.empty((len(v), width))
+        out[:, 0] = v
+        out[:, 1] = v
+        out[:, 2] = 1.0
+        p = np.ones(len(v))
+        for j in range(k):
+            p = p * v
+            out[:, 3 + j] = p
+        with np.errstate(divide="ignore", invalid="ignore"):
+            lx = np.log(v)
+        p = np.ones(len(v))
+        for j in range(k):
+            p = p * lx
+            out[:, 3 + k + j] = p
+        return out
+
+    identity = (_INF, -_INF) + (0.0,) * (width - 2)
+    return Aggregation(
+        name=name, lift=lift, combine=combine, lower=lambda p: np.asarray(p, dtype=np.float64),
+        identity=identity, commutative=True, result="vector",
+        kernel=UfuncKernel([(np.minimum, 1), (np.maximum, 1), (np.add, width - 2)], identity, lift=klift,
+                           lower=lambda a: np.array(a, dtype=np.float64)),
+    )
+
+
+BUILTIN_AGGREGATIONS: dict[str, Aggregation] = _make_builtins()
+
+
+def get_aggregation(agg: str | Aggregation) -> Aggregation:
+    """Return the built-in aggregation named ``agg``, or ``agg`` itself if it is an :class:`Aggregation`.
+
+    Examples
+    --------
+    >>> get_aggregation("max").name
+    'max'
+    >>> get_aggregation("median")
+    Traceback (most recent call last):
+    ...
+    ValueError: unknown aggregation 'median'; accepted: argmax, collect, count, geomean, max, mean, min, moment_sketch, std, sum, or a pba_runtime.Aggregation
+    """
+    if isinstance(agg, Aggregation):
+        return agg
+    if isinstance(agg, str):
+        try:
+            return BUILTIN_AGGREGATIONS[agg]
+        except KeyError:
+            raise ValueError(
+                f"unknown aggregation {agg!r}; accepted: {', '.join(sorted(BUILTIN_AGGREGATIONS))}, "
+                "or a pba_runtime.Aggregation"
+            ) from None
+    raise TypeError(f"agg must be an aggregation name (str) or a pba_runtime.Aggregation, got {type(agg).__name__}")

@@ -1,0 +1,67 @@
+"""Algorithm registry: every sliding-window algorithm behind one interface.
+
+Each module holds one algorithm, a subclass of
+:class:`~pba_runtime.algorithms.base.WindowOperator`. ``create(name, ...)``
+builds one; ``ALGORITHMS`` lists the registered names.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..aggregations import Aggregation
+from ..windows import CountWindow, TimeWindow, validate_window
+from .base import SlicedAggregator, WindowOperator
+from .pba import PBA, SBA
+from .recal import Recal
+
+__all__ = ["ALGORITHMS", "REGISTRY", "register", "create", "resolve_auto", "AUTO_PBA_MIN_SLICES"]
+
+REGISTRY: dict[str, type[WindowOperator]] = {}
+
+
+def register(cls: type[WindowOperator]) -> type[WindowOperator]:
+    """Class decorator: make ``cls`` reachable as ``create(cls.name, ...)``."""
+    if not cls.name:
+        raise ValueError(f"{cls.__name__} has no name")
+    REGISTRY[cls.name] = cls
+    ALGORITHMS[:] = sorted(REGISTRY)
+    return cls
+
+
+ALGORITHMS: list[str] = []
+for _cls in (Recal, SBA, PBA):
+    register(_cls)
+
+# "auto" picks PBA from this many slices per window up (q = range // slide), SBA below.
+# Measured on the 2-core project machine (bench/bench_core.py --auto): below ~1024
+# slices a pool hand-off per chunk costs more than the worker saves.
+AUTO_PBA_MIN_SLICES = 1024
+
+
+def resolve_auto(window: CountWindow | TimeWindow, agg: Aggregation | None = None) -> str:
+    """The algorithm ``"auto"`` stands for: SBA for small windows, PBA for large ones."""
+    window = validate_window(window)
+    return "pba" if window.range // window.slide >= AUTO_PBA_MIN_SLICES else "sba"
+
+
+def create(algorithm: str, window: CountWindow | TimeWindow, agg: str | Aggregation, **options: Any) -> WindowOperator:
+    """Build the operator ``algorithm`` (a name in ``ALGORITHMS`` or ``"auto"``) for ``window`` and ``agg``.
+
+    Examples
+    --------
+    >>> import pba_runtime as pr
+    >>> op = pr.create("pba", pr.CountWindow(range=3, slide=1), "sum")
+    >>> op.insert_many([1, 2, 3, 4])[1].tolist()
+    [6.0, 9.0]
+    >>> op.close()
+    """
+    if not isinstance(algorithm, str):
+        raise TypeError(f"algorithm must be a name (str), got {type(algorithm).__name__}")
+    if algorithm == "auto":
+        algorithm = resolve_auto(window)
+    try:
+        cls = REGISTRY[algorithm]
+    except KeyError:
+        raise ValueError(f"unknown algorithm {algorithm!r}; accepted: {', '.join(ALGORITHMS)}, or 'auto'") from None
+    return cls(window, agg, **options)

@@ -1,0 +1,469 @@
+"""PBA (Parallel Boundary Aggregator) and SBA, its one-thread version.
+
+Zhang, Akbarinia, Toumani, *Efficient Incremental Computation of Aggregations
+over Sliding Windows*, KDD'21.
+
+Slices are grouped into chunks of ``b`` slices. Within the open chunk the main
+loop keeps ``csa``, the cumulative aggregation from the chunk's first slice;
+when a chunk closes, its slice aggregations (``saa``) go to a worker that builds
+``lcs``, the cumulative aggregation from the right. A window holding slices
+``[f, g)`` is then ``lcs[f] (+) ca... (+) csa[g-1]``: at most three parts when
+``b > q/2`` (``q`` slices per window), and two for most windows when ``b`` is
+close to ``q`` (see :mod:`pba_runtime.chunking`). The main loop waits only when a
+window needs an lcs that is not ready; those *stalls* are counted.
+
+SBA builds each lcs on the main thread at the chunk boundary: same chunks, same
+arithmetic, so PBA's results equal SBA's bit for bit.
+
+Both also have a vectorised batch path (``insert_many``): slice aggregations by
+``reduceat``, then csa and lcs of chunk-shaped 2-D arrays by ``accumulate``
+(the lcs in the pool, in parallel with the csa on the main thread) and every
+window by one vectorised merge. Batches use chunks of exactly ``q`` slices
+(two parts per window, the fewest merges); the state they leave behind is the
+same slice history the per-tuple path uses, so batches and single inserts can
+be mixed freely.
+
+Examples
+--------
+>>> from pba_runtime import CountWindow
+>>> with SBA(CountWindow(range=4, slide=1), "max") as op:
+...     ends, res = op.insert_many([3, 1, 4, 1, 5, 9, 2, 6])
+>>> ends.tolist(), res.tolist()
+([4, 5, 6, 7, 8], [4.0, 4.0, 5.0, 9.0, 9.0])
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from array import array
+from concurrent.futures import Future
+from typing import Any
+
+import numpy as np
+
+from ..aggregations import Aggregation, Kernel, as_float_array
+from ..chunking import plan_chunk_size
+from ..pool import WorkerPool, default_pool
+from .base import SlicedAggregator, sizeof, validate_timestamps
+
+__all__ = ["PBA", "SBA", "build_lcs", "window_merge"]
+
+log = logging.getLogger("pba_runtime")
+
+# Below this many slice partials, a batch builds its lcs on the main thread:
+# a pool hand-off costs more than it saves.
+PARALLEL_BATCH_MIN = 1 << 15
+
+
+def build_lcs(agg: Aggregation, saa: Any) -> Any:
+    """The lcs of one chunk: ``lcs[j] = saa[j] (+) ... (+) saa[b-1]``, in the chunk's storage type."""
+    kernel = agg.kernel
+    if kernel is None:
+        combine = agg.combine
+        out = list(saa)
+        acc = out[-1]
+        for j in range(len(out) - 2, -1, -1):
+            acc = combine(out[j], acc)
+            out[j] = acc
+        return out
+    if kernel.shape == ():
+        out = array("d", bytes(8 * len(saa)))
+        kernel.accumulate(np.frombuffer(saa, dtype=np.float64), axis=0, reverse=True,
+                          out=np.frombuffer(out, dtype=np.float64))
+        return out
+    return kernel.to_partials(kernel.accumulate(kernel.to_array(saa), axis=0, reverse=True))
+
+
+def window_merge(kernel: Kernel, X: np.ndarray, q: int, nwin: int, pool: WorkerPool | None = None) -> np.ndarray:
+    """Aggregate of ``X[a:a+q]`` for ``a = 0 .. nwin-1``, vectorised PBA with chunks of ``q`` slices.
+
+    ``X`` holds slice partials (``len(X) >= nwin + q - 1``). Window ``a`` with
+    ``a % q == j != 0`` is ``lcs[a] (+) csa[a+q-1]``: the suffix of its first chunk
+    and the prefix of the next; ``j == 0`` is one whole chunk. The lcs of the
+    chunks are built in ``pool`` (when given) while the csa are built here.
+    """
+    if nwin <= 0:
+        return X[:0].copy()
+    if q == 1:
+        return X[:nwin].copy()
+    L = nwin + q - 1
+    rows = L // q
+    body = X[: rows * q].reshape((rows, q) + X.shape[1:])
+    n_lcs_rows = min(rows, (nwin - 1) // q + 1)
+    lcs_src = body[:n_lcs_rows]
+    future = None
+    if pool is not None and not pool.closed and lcs_src.size >= PARALLEL_BATCH_MIN:
+        try:
+            future = pool.submit(kernel.accumulate, lcs_src, 1, True)
+        except RuntimeError:
+            future = None
+    csa = kernel.accumulate(body, axis=1)
+    lcs = future.result() if future is not None else kernel.accumulate(lcs_src, axis=1, reverse=True)
+    csa_flat = csa.reshape((rows * q,) + X.shape[1:])
+    lcs_flat = lcs.reshape((n_lcs_rows * q,) + X.shape[1:])
+    a1 = min(nwin, rows * q - q + 1)  # windows whose last slice lies in a full row
+    out = np.empty((nwin,) + X.shape[1:])
+    kernel.combine(lcs_flat[:a1], csa_flat[q - 1 : q - 1 + a1], out=out[:a1])
+    out[:a1:q] = csa_flat[q - 1 : q - 1 + a1 : q]  # windows that are exactly one chunk
+    if a1 < nwin:  # windows ending in the partial last row
+        tail = kernel.accumulate(X[rows * q : L], axis=0)
+        kernel.combine(lcs_flat[a1:nwin], tail[a1 + q - 1 - rows * q : nwin + q - 1 - rows * q], out=out[a1:nwin])
+    return out
+
+
+class PBA(SlicedAggregator):
+    """Parallel Boundary Aggregator.
+
+    Parameters
+    ----------
+    window : CountWindow or TimeWindow
+    agg : str or Aggregation
+    pool : WorkerPool, optional
+        Builds the lcs; ``None`` uses the process-wide default thread pool.
+    chunk_size : int, optional
+        Slices per chunk, ``1 <= chunk_size <= range // slide``; default from
+        :func:`pba_runtime.chunking.plan_chunk_size`.
+    """
+
+    name = "pba"
+    parallel = True
+
+    def __init__(self, window, agg, *, pool: WorkerPool | None = None, chunk_size: int | None = None):
+        super().__init__(window, agg)
+        q = self._q
+        if chunk_size is None:
+            chunk_size = plan_chunk_size(self.window)
+        elif isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or not 1 <= chunk_size <= q:
+            raise ValueError(f"chunk_size must be an integer in [1, range // slide = {q}], got {chunk_size!r}")
+        if pool is not None and not isinstance(pool, WorkerPool):
+            raise TypeError(f"pool must be a pba_runtime.WorkerPool or None, got {type(pool).__name__}")
+        self.chunk_size = self._b = chunk_size
+        self._pool = (pool if pool is not None else default_pool()) if self.parallel else None
+        kernel = self.agg.kernel
+        self._scalar_store = kernel is not None and kernel.shape == ()
+        self._chunks_closed = 0
+        self._lcs_tasks = 0
+        self._stalls = 0
+        self._stall_time = 0.0
+        self._fallbacks = 0
+        self._reset_merger()
+
+    # ------------------------------------------------------------------ merger
+    def _reset_merger(self) -> None:
+        self._g = 0  # slices pushed since the last reset
+        self._f = 0  # slices popped since the last reset
+        self._chunks: dict[int, list] = {}  # chunk id -> [saa, lcs (list/array/Future/None), ca]
+        self._open: list | None = None  # record of the chunk being filled
+        self._csa = self.agg.identity
+
+    def _new_saa(self) -> Any:
+        return array("d") if self._scalar_store else []
+
+    def _push(self, p: Any) -> None:
+        g = self._g
+        b = self._b
+        i = g % b
+        if i == 0:
+            rec = self._open = [self._new_saa(), None, None]
+            self._chunks[g // b] = rec
+            self._csa = p
+        else:
+            rec = self._open
+            self._csa = self.agg.combine(self._csa, p)
+        rec[0].append(p)
+        self._g = g + 1
+        if i == b - 1:
+            rec[2] = self._csa
+            self._close_chunk(rec)
+
+    def _close_chunk(self, rec: list) -> None:
+        self._chunks_closed += 1
+        if self.parallel:
+            try:
+                rec[1] = self._pool.submit(build_lcs, self.agg, rec[0])
+                self._lcs_tasks += 1
+                return
+            except RuntimeError:  # pool closed: fall back to SBA for this chunk
+                self._fallbacks += 1
+        rec[1] = build_lcs(self.agg, rec[0])
+
+    def _lcs(self, c: int) -> Any:
+        rec = self._chunks[c]
+        lcs = rec[1]
+        if lcs is None:
+            lcs = rec[1] = build_lcs(self.agg, rec[0])
+        elif isinstance(lcs, Future):
+            if not lcs.done():
+                self._stalls += 1
+                t0 = time.perf_counter()
+                try:
+                    lcs = lcs.result()
+                finally:
+                    self._stall_time += time.perf_counter() - t0
+            else:
+                lcs = self._future_result(lcs, rec)
+            if isinstance(lcs, Future):
+                lcs = self._future_result(lcs, rec)
+            rec[1] = lcs
+        return lcs
+
+    def _future_result(self, fut: Future, rec: list) -> Any:
+        try:
+            return fut.result()
+        except Exception as exc:  # a worker fault never loses a result: build it here
+            self._fallbacks += 1
+            log.warning("lcs task failed (%s: %s); building it on the main thread", type(exc).__name__, exc)
+            return build_lcs(self.agg, rec[0])
+
+    def _pop(self) -> None:
+        f = self._f = self._f + 1
+        if f % self._b == 0:
+            self._chunks.pop(f // self._b - 1, None)
+
+    def _query(self) -> Any:
+        f, g, b = self._f, self._g, self._b
+        if f >= g:
+            return self.agg.identity
+        cf = f // b
+        cl = (g - 1) // b
+        last = self._csa if g % b else self._chunks[cl][2]
+        combine = self.agg.combine
+        if cf == cl:
+            if f % b == 0:
+                return last
+            saa = self._chunks[cf][0]
+            acc = saa[f % b]
+            for j in range(f % b + 1, (g - 1) % b + 1):
+                acc = combine(acc, saa[j])
+            return acc
+        j = f % b
+        first = self._chunks[cf][2] if j == 0 else self._lcs(cf)[j]
+        for c in range(cf + 1, cl):
+            first = combine(first, self._chunks[c][2])
+        return combine(first, last)
+
+    # ------------------------------------------------------------------ slice history <-> arrays
+    def _history(self) -> np.ndarray:
+        """Slice partials ``[f, g)`` held by the merger, as a kernel array."""
+        kernel = self.agg.kernel
+        f, g, b = self._f, self._g, self._b
+        parts = []
+        for c in range(f // b, (g - 1) // b + 1) if g > f else ():
+            saa = self._chunks[c][0]
+            lo = f - c * b if c == f // b else 0
+            hi = min(b, g - c * b)
+            if self._scalar_store:
+                parts.append(np.frombuffer(saa, dtype=np.float64)[lo:hi])
+            else:
+                parts.append(kernel.to_array(saa[lo:hi]))
+        if not parts:
+            return np.empty((0,) + kernel.shape)
+        return np.concatenate(parts) if len(parts) > 1 else parts[0].copy()
+
+    def _load_history(self, X: np.ndarray, f: int, g: int) -> None:
+        """Rebuild chunks from slice partials ``X`` = slices ``[f, g)`` (relative indices)."""
+        kernel = self.agg.kernel
+        b = self._b
+        self._chunks = {}
+        self._open = None
+        self._g, self._f = g, f
+        self._csa = self.agg.identity
+        if g <= f:
+            # nothing held: the next push opens chunk g // b at its slice g % b
+            if g % b:
+                self._start_open_chunk(np.empty((0,) + kernel.shape), g)
+            return
+        for c in range(f // b, (g - 1) // b + 1):
+            lo = max(f, c * b)
+            hi = min(g, (c + 1) * b)
+            rows = X[lo - f : hi - f]
+            if lo > c * b:  # evicted slices of the first chunk: identity, never read
+                rows = np.concatenate([kernel.identity_array(lo - c * b), rows])
+            if hi == (c + 1) * b:  # complete chunk
+                saa = self._store(rows)
+                ca = kernel.to_partials(kernel.accumulate(rows, axis=0)[-1:])[0]
+                rec = [saa, None, ca]
+                self._chunks[c] = rec
+                if self.parallel:
+                    self._close_chunk(rec)
+                    self._chunks_closed -= 1
+            else:
+                self._start_open_chunk(rows, g, c)
+
+    def _start_open_chunk(self, rows: np.ndarray, g: int, c: int | None = None) -> None:
+        kernel = self.agg.kernel
+        b = self._b
+        if c is None:
+            c = g // b
+            rows = kernel.identity_array(g - c * b)
+        rec = [self._store(rows), None, None]
+        self._chunks[c] = rec
+        self._open = rec
+        self._csa = kernel.to_partials(kernel.accumulate(rows, axis=0)[-1:])[0] if len(rows) else self.agg.identity
+
+    def _store(self, rows: np.ndarray) -> Any:
+        if self._scalar_store:
+            return array("d", np.ascontiguousarray(rows, dtype=np.float64).tobytes())
+        return self.agg.kernel.to_partials(rows)
+
+    # ------------------------------------------------------------------ batch path
+    def insert_many(self, values, timestamps=None):
+        kernel = self.agg.kernel
+        if kernel is None or self._is_time:
+            return super().insert_many(values, timestamps)
+        self._check_open()
+        if timestamps is not None:
+            validate_timestamps(timestamps, len(values), None)
+        vals = as_float_array(values, agg_name=self.agg.name)
+        N = len(vals)
+        if N == 0:
+            return self._pack([], [])
+        n0 = self._n
+        s, r, q, m = self._s, self._r, self._q, self._m
+        P = kernel.lift(vals, np.arange(n0, n0 + N) if self.agg.positional else None)
+        # 1. close slices: finish the open one, cut the rest every s tuples
+        fill0 = self._fill
+        need = (s - fill0) % s
+        cur_row = kernel.to_array([self._cur])
+        pieces = []
+        if s == 1:
+            new_slices = P
+            fill, cur = 0, self.agg.identity
+        else:
+            if fill0 and N >= need:
+                pieces.append(kernel.combine(cur_row, kernel.reduce_segments(P[:need], np.array([0]))))
+                start = need
+            else:
+                start = 0 if fill0 == 0 else N
+            nfull = (N - start) // s
+            if nfull:
+                pieces.append(kernel.reduce_segments(P[start : start + nfull * s], np.arange(0, nfull * s, s)))
+            rest = P[start + nfull * s :]
+            if fill0 and N < need:
+                cur = kernel.to_partials(kernel.combine(cur_row, kernel.reduce_segments(P, np.array([0]))))[0]
+                fill = fill0 + N
+            elif len(rest):
+                cur = kernel.to_partials(kernel.reduce_segments(rest, np.array([0])))[0]
+                fill = len(rest)
+            else:
+                cur, fill = self.agg.identity, 0
+            new_slices = np.concatenate(pieces) if len(pieces) > 1 else (pieces[0] if pieces else P[:0])
+        # 2. windows ending in this batch: end n = k*s + r, n0 < n <= n0 + N
+        k_lo = max(0, -((n0 + 1 - r) // -s))
+        k_hi = (n0 + N - r) // s
+        g0 = self._back
+        g1 = g0 + len(new_slices)
+        if k_hi < k_lo:
+            X = np.concatenate([self._history(), new_slices]) if self._g > self._f else new_slices
+            self._finish_batch(X, self._front, g1, N, fill, cur)
+            return self._pack([], [])
+        nwin = k_hi - k_lo + 1
+        # slices [k_lo, g1) as one array: history, then the new slices
+        if self._front < k_lo:
+            self._pop_to(k_lo)
+        hist = self._history() if g0 > self._front else None
+        X = new_slices if hist is None or not len(hist) else np.concatenate([hist, new_slices])
+        full = window_merge(kernel, X, q, nwin, self._pool)
+        if m:
+            # head of slice k+q: its first m tuples, at batch offsets (k+q)*s - n0 ...
+            h0 = (np.arange(k_lo, k_hi + 1) + q) * s - n0
+            heads = np.empty_like(full)
+            inside = h0 >= 0
+            if not inside.all():  # the open slice began before this batch
+                heads[~inside] = kernel.combine(cur_row, kernel.reduce_segments(P[: m - fill0], np.array([0])))
+            hs = h0[inside]
+            if len(hs):
+                # segments [h, h+m) interleaved with the gaps [h+m, next h): heads are the even ones
+                bounds = np.empty(2 * len(hs) - 1, dtype=np.intp)
+                bounds[0::2] = hs
+                bounds[1::2] = hs[:-1] + m
+                heads[inside] = kernel.reduce_segments(P[: hs[-1] + m], bounds)[0::2]
+            full = kernel.combine(full, heads)
+        results = kernel.lower(full)
+        ends = (np.arange(k_lo, k_hi + 1, dtype=np.int64) * s + r)
+        self._emitted += nwin
+        self._next_k = k_hi + 1
+        self._finish_batch(X, k_lo, g1, N, fill, cur, front=k_hi + 1)
+        if self.agg.result == "int":
+            results = np.asarray(results, dtype=np.int64)
+        return ends, results
+
+    def _pop_to(self, k: int) -> None:
+        while self._front < k:
+            self._pop()
+            self._front += 1
+
+    def _finish_batch(self, X, x0, g1, N, fill, cur, front=None) -> None:
+        """Keep slices ``[front, g1)`` of ``X`` (which starts at slice ``x0``) as the new history."""
+        front = self._front if front is None else front
+        front = min(front, g1)
+        keep = X[front - x0 :]
+        self._load_history(keep, front, g1)
+        self._front = front
+        self._back = g1
+        self._n += N
+        self._fill = fill
+        self._cur = cur
+
+    # ------------------------------------------------------------------ bookkeeping
+    _STATE_FIELDS = SlicedAggregator._STATE_FIELDS + ("_g", "_f", "_csa", "_chunks_closed", "_lcs_tasks",
+                                                      "_stalls", "_stall_time", "_fallbacks")
+
+    def _get_state(self) -> dict[str, Any]:
+        st = super()._get_state()
+        chunks = {}
+        for c in list(self._chunks):
+            rec = self._chunks[c]
+            lcs = self._lcs(c) if rec[1] is not None else None
+            chunks[c] = [rec[0], lcs, rec[2]]
+        st["chunks"] = chunks
+        st["open"] = next((c for c, rec in self._chunks.items() if rec is self._open), None)
+        st["chunk_size"] = self._b
+        return st
+
+    def _set_state(self, st: dict[str, Any]) -> None:
+        if st["chunk_size"] != self._b:
+            raise ValueError(f"state was taken with chunk_size {st['chunk_size']}, this operator has {self._b}")
+        super()._set_state(st)
+        self._chunks = {c: list(rec) for c, rec in st["chunks"].items()}
+        self._open = self._chunks.get(st["open"]) if st["open"] is not None else None
+
+    def stats(self) -> dict[str, Any]:
+        st = super().stats()
+        st.update(
+            chunk_size=self._b,
+            chunks=self._chunks_closed,
+            lcs_tasks=self._lcs_tasks,
+            stalls=self._stalls,
+            stall_time=self._stall_time,
+            fallbacks=self._fallbacks,
+            pool=None if self._pool is None else self._pool.kind,
+        )
+        return st
+
+    def state_bytes(self) -> int:
+        total = 0
+        for rec in self._chunks.values():
+            for part in rec[:2]:
+                if isinstance(part, array):
+                    total += part.itemsize * len(part)
+                elif isinstance(part, list):
+                    total += sizeof(part)
+        return total
+
+    def close(self) -> None:
+        if not self._closed:
+            for rec in self._chunks.values():
+                if isinstance(rec[1], Future):
+                    rec[1].cancel()
+            self._chunks = {}
+            self._open = None
+        super().close()
+
+
+class SBA(PBA):
+    """Sequential Boundary Aggregator: PBA with every lcs built on the main thread."""
+
+    name = "sba"
+    parallel = False

@@ -1,0 +1,172 @@
+r"""The chunk manager: how many slices make one PBA chunk.
+
+Paper (Zhang, Akbarinia, Toumani, KDD'21), with ``q = r // s`` and ``m = r % s``:
+
+* **Theorem 1** (count windows): ``b* = q`` if ``q <= s + m + 1``, otherwise
+  ``b* = (s*(q + 1) + m + 1) // (s + 1)``; then ``k = q // b* == 1``.
+* **Theorem 2** (time windows, ``T_u`` = cost of one combine in time units):
+  ``b* = q`` if ``q <= (s + 2*T_u + C) / T_u``, otherwise
+  ``b* = (q*(s + T_u) + s + 2*T_u + C) // (s + 2*T_u)``, with ``C = 0`` if
+  ``m == 0`` else ``C = s*m + T_u``.
+
+Generalisation to unequal costs (what this runtime needs)
+--------------------------------------------------------
+Theorem 1 assumes that the main loop and the worker pay the same ``T_u`` per
+combine. Here the main loop is Python (``T_m``: the cost of one tuple through
+``insert``) and the worker is numpy (``T_w``: the cost of one lcs element), with
+a fixed latency ``L`` to hand a chunk to the worker and get it back.
+
+When chunk ``c`` closes, the worker starts its lcs from the right: ``lcs[j]`` is
+ready ``L + (b - 1 - j) * T_w`` after the boundary. The first window that needs
+it starts at slice ``j = 1`` of chunk ``c`` (``j = 0`` uses the chunk aggregation
+``ca`` that the main loop already has) and ends ``r - (b - 1)*s`` tuples after the
+boundary, i.e. after ``r - (b - 1)*s - 1`` more main-loop combines. Later ``j``
+are easier (the worker needs less, the main loop gives more), so there is no
+stall iff::
+
+    L + (b - 2) * T_w  <=  (r - (b - 1)*s - 1) * T_m
+    <=>  b  <=  ((r + s - 1) * T_m + 2*T_w - L) / (T_w + s*T_m)
+
+With ``T_w = T_m`` and ``L = 0`` the bound is ``(r + s + 1) / (s + 1)``, exactly
+Theorem 1 (``min(q, floor(.))`` is its two cases). We take the largest ``b``
+that avoids stalls, clamped to ``[q // 2 + 1, q]``: above ``q`` a window would
+need a range inside one chunk, below ``q // 2 + 1`` it would span more than three
+chunks (``k > 1``), i.e. more merges. Fewer, larger chunks also mean fewer
+3-part windows: a window spans three chunks for about ``q - b`` of every ``b``
+window starts.
+
+Measured here (``bench/bench_chunking.py``): ``T_w/T_m`` is about 1/50 to 1/200
+(numpy accumulate vs the Python main loop) and ``L`` about 100-300 main-loop
+tuples (a thread hand-off), so for ``W[8192, 1]`` the generalised bound gives
+``b = 7900``-``8000`` instead of Theorem 1's ``4097``: half as many chunks and
+about 3% instead of 50% of windows merging three parts, with no extra stalls.
+The costs are fixed constants below, not calibrated at run time, so that a
+given window always gets the same chunks (and so bit-identical floating-point
+results across runs, machines, SBA and PBA).
+
+Examples
+--------
+>>> from pba_runtime.windows import CountWindow
+>>> theorem1(32, 1), theorem1(1000, 1), theorem1(10, 2)
+(17, 501, 5)
+>>> optimal_chunk_size(CountWindow(range=32, slide=1))
+17
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from functools import lru_cache
+
+from .windows import CountWindow, TimeWindow, validate_window
+
+__all__ = [
+    "theorem1",
+    "theorem2",
+    "generalized_chunk_size",
+    "optimal_chunk_size",
+    "plan_chunk_size",
+    "calibrate_combine_cost",
+    "CostModel",
+    "DEFAULT_COSTS",
+]
+
+
+def theorem1(r: int, s: int) -> int:
+    """Optimal chunk size ``b*`` for a count-based ``W[r, s]`` (Theorem 1, verbatim)."""
+    q, m = divmod(r, s)
+    if q <= s + m + 1:
+        return q
+    return (s * (q + 1) + m + 1) // (s + 1)
+
+
+def theorem2(r: int, s: int, t_u: float) -> int:
+    """Optimal chunk size ``b*`` for a time-based ``W[r, s]`` (Theorem 2, verbatim).
+
+    ``t_u`` is the cost of one combine, in the window's time units.
+    """
+    if not t_u > 0:
+        raise ValueError(f"combine_cost must be > 0 (time units per combine), got {t_u!r}")
+    q, m = divmod(r, s)
+    c = 0.0 if m == 0 else s * m + t_u
+    if q <= (s + 2 * t_u + c) / t_u:
+        return q
+    return max(1, min(q, int(math.floor((q * (s + t_u) + s + 2 * t_u + c) / (s + 2 * t_u)))))
+
+
+@dataclass(frozen=True)
+class CostModel:
+    """Costs in units of one main-loop tuple (``T_m = 1``).
+
+    worker: ``T_w / T_m``, the worker's cost per lcs element.
+    launch: ``L / T_m``, the hand-off latency of one lcs task.
+    """
+
+    worker: float = 1.0
+    launch: float = 0.0
+
+
+# Measured on the 2-core project machine (bench/bench_chunking.py), rounded
+# conservatively: numpy builds an lcs element ~1/50 of a Python insert or faster,
+# and a thread pool hand-off costs ~200 inserts.
+DEFAULT_COSTS = CostModel(worker=0.05, launch=200.0)
+
+
+def generalized_chunk_size(r: int, s: int, costs: CostModel = CostModel()) -> int:
+    """Largest stall-free chunk size for unequal main-loop/worker costs (see module doc).
+
+    With equal costs and no launch latency it equals :func:`theorem1`.
+
+    >>> all(generalized_chunk_size(r, s) == theorem1(r, s) for r in range(1, 200) for s in range(1, r + 1))
+    True
+    """
+    q = r // s
+    if q <= 2:
+        return max(1, q)
+    bound = ((r + s - 1) + 2 * costs.worker - costs.launch) / (costs.worker + s)
+    b = int(math.floor(bound + 1e-9))
+    return max(q // 2 + 1, min(q, b))
+
+
+def optimal_chunk_size(window: CountWindow | TimeWindow, combine_cost: float | None = None) -> int:
+    """The paper's ``b*`` for ``window``: Theorem 1 (count) or Theorem 2 (time).
+
+    ``combine_cost`` is ``T_u`` in the window's time units; for time windows it
+    is calibrated on this machine when not given, assuming millisecond timestamps.
+    """
+    window = validate_window(window)
+    if isinstance(window, CountWindow):
+        return theorem1(window.range, window.slide)
+    if combine_cost is None:
+        combine_cost = calibrate_combine_cost() * 1e3  # seconds -> milliseconds
+    return theorem2(window.range, window.slide, combine_cost)
+
+
+def plan_chunk_size(window: CountWindow | TimeWindow, costs: CostModel = DEFAULT_COSTS) -> int:
+    """The chunk size SBA and PBA use by default: deterministic for a given window.
+
+    Count windows use :func:`generalized_chunk_size` with the measured cost model;
+    time windows use Theorem 2 with a microsecond-scale combine against
+    millisecond slides, which always gives ``b* = q`` in practice.
+    """
+    if isinstance(window, CountWindow):
+        return generalized_chunk_size(window.range, window.slide, costs)
+    return theorem2(window.range, window.slide, 1e-3)
+
+
+@lru_cache(maxsize=None)
+def calibrate_combine_cost(repeat: int = 5, n: int = 20_000) -> float:
+    """Seconds per Python ``combine`` of two floats (the paper's ``T_u``), best of ``repeat``."""
+    from .aggregations import _max2
+
+    xs = [float(i % 97) for i in range(n)]
+    best = math.inf
+    for _ in range(repeat):
+        acc = -math.inf
+        t0 = time.perf_counter()
+        for x in xs:
+            acc = _max2(acc, x)
+        best = min(best, time.perf_counter() - t0)
+    return best / n

@@ -1,0 +1,135 @@
+"""Window definitions: frozen, validated configuration objects.
+
+A sliding window ``W[r, s]`` has a range ``r`` and a slide ``s`` (positive
+integers, ``r >= s``). Window ``k`` covers ``[k*s + offset, k*s + offset + r)``
+and is reported with its exclusive end ``k*s + offset + r``
+(see ``shared/spec/semantics.md``).
+
+Every window is cut into slices of one slide each (Cutty slicing): window ``k``
+covers the ``q = r // s`` whole slices ``k .. k+q-1`` and, when ``m = r % s`` is
+not zero, the first ``m`` units of slice ``k+q`` (its *head*). The algorithms
+only ever merge slice aggregations; this module owns that arithmetic.
+
+Examples
+--------
+>>> w = CountWindow(range=10, slide=3)
+>>> w.slices_per_window, w.head_units
+(3, 1)
+>>> TimeWindow(range=3_600_000, slide=1_000).is_tumbling
+False
+>>> CountWindow(range=0, slide=1)
+Traceback (most recent call last):
+...
+ValueError: range must be a positive integer, got 0
+"""
+
+from __future__ import annotations
+
+import numbers
+from dataclasses import dataclass
+
+__all__ = ["CountWindow", "TimeWindow", "Window", "validate_window"]
+
+
+def _positive_int(name: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name} must be a positive integer, got {type(value).__name__} {value!r}")
+    value = int(value)
+    if value <= 0:
+        raise ValueError(f"{name} must be a positive integer, got {value}")
+    return value
+
+
+@dataclass(frozen=True)
+class _SlidingWindow:
+    range: int
+    slide: int
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "range", _positive_int("range", self.range))
+        object.__setattr__(self, "slide", _positive_int("slide", self.slide))
+        if self.slide > self.range:
+            raise ValueError(
+                f"slide must be <= range (a window W[r, s] needs r >= s), got range={self.range}, slide={self.slide}"
+            )
+
+    @property
+    def slices_per_window(self) -> int:
+        """``q = range // slide``: whole slices in one window."""
+        return self.range // self.slide
+
+    @property
+    def head_units(self) -> int:
+        """``m = range % slide``: units of one more slice that a window covers."""
+        return self.range % self.slide
+
+    @property
+    def is_tumbling(self) -> bool:
+        return self.range == self.slide
+
+
+@dataclass(frozen=True)
+class CountWindow(_SlidingWindow):
+    """Count-based sliding window: units are 0-based stream positions, per key.
+
+    Window ``k`` covers positions ``[k*slide, k*slide + range)``, is emitted when
+    position ``k*slide + range - 1`` arrives, and is reported with end
+    ``k*slide + range`` (the number of values seen).
+
+    Examples
+    --------
+    >>> CountWindow(range=1024, slide=1)
+    CountWindow(range=1024, slide=1)
+    >>> CountWindow(range=4, slide=2).windows_for(9)
+    4
+    """
+
+    def windows_for(self, n_values: int) -> int:
+        """Number of windows a stream of ``n_values`` values yields."""
+        return max(0, (n_values - self.range) // self.slide + 1)
+
+
+@dataclass(frozen=True)
+class TimeWindow(_SlidingWindow):
+    """Time-based sliding window over integer timestamps (for example milliseconds).
+
+    Window ``k`` (any integer) covers ``[k*slide + offset, k*slide + offset + range)``;
+    it is emitted once a tuple at or past its end arrives (or at ``flush``), and
+    only if it holds at least one tuple.
+
+    Examples
+    --------
+    >>> w = TimeWindow(range=60_000, slide=1_000)
+    >>> w.slice_of(61_500), w.window_end(0)
+    (61, 60000)
+    """
+
+    offset: int = 0
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if isinstance(self.offset, bool) or not isinstance(self.offset, numbers.Integral):
+            raise TypeError(f"offset must be an integer, got {type(self.offset).__name__} {self.offset!r}")
+        # Offsets are equivalent modulo the slide; keep the canonical one.
+        object.__setattr__(self, "offset", int(self.offset) % self.slide)
+
+    def slice_of(self, timestamp: int) -> int:
+        """Index of the slice that holds ``timestamp``."""
+        return (timestamp - self.offset) // self.slide
+
+    def window_end(self, k: int) -> int:
+        """Exclusive end of window ``k``."""
+        return k * self.slide + self.offset + self.range
+
+
+Window = CountWindow | TimeWindow
+
+
+def validate_window(window: object) -> Window:
+    """Return ``window`` if it is a :class:`CountWindow` or :class:`TimeWindow`, else raise ``TypeError``."""
+    if not isinstance(window, (CountWindow, TimeWindow)):
+        raise TypeError(
+            f"window must be a CountWindow or TimeWindow, got {type(window).__name__}; "
+            "e.g. pr.CountWindow(range=1024, slide=1)"
+        )
+    return window
