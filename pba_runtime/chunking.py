@@ -48,7 +48,7 @@ Examples
 --------
 >>> from pba_runtime.windows import CountWindow
 >>> theorem1(32, 1), theorem1(1000, 1), theorem1(10, 2)
-(17, 501, 5)
+(17, 501, 4)
 >>> optimal_chunk_size(CountWindow(range=32, slide=1))
 17
 """

@@ -81,7 +81,7 @@ class CountWindow(_SlidingWindow):
     >>> CountWindow(range=1024, slide=1)
     CountWindow(range=1024, slide=1)
     >>> CountWindow(range=4, slide=2).windows_for(9)
-    4
+    3
     """
 
     def windows_for(self, n_values: int) -> int:
