@@ -29,7 +29,7 @@ Examples
 >>> with SBA(CountWindow(range=4, slide=1), "max") as op:
 ...     ends, res = op.insert_many([3, 1, 4, 1, 5, 9, 2, 6])
 >>> ends.tolist(), res.tolist()
-([4, 5, 6, 7, 8], [4.0, 4.0, 5.0, 9.0, 9.0])
+([4, 5, 6, 7, 8], [4.0, 5.0, 9.0, 9.0, 9.0])
 """
 
 from __future__ import annotations
