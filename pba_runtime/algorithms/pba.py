@@ -53,7 +53,7 @@ log = logging.getLogger("pba_runtime")
 
 # Below this many slice partials, a batch builds its lcs on the main thread:
 # a pool hand-off costs more than it saves.
-PARALLEL_BATCH_MIN = 1 << 15
+PARALLEL_BATCH_MIN = 1 << 16
 
 
 def build_lcs(agg: Aggregation, saa: Any) -> Any:
@@ -76,40 +76,76 @@ def build_lcs(agg: Aggregation, saa: Any) -> Any:
 
 
 def window_merge(kernel: Kernel, X: np.ndarray, q: int, nwin: int, pool: WorkerPool | None = None) -> np.ndarray:
-    """Aggregate of ``X[a:a+q]`` for ``a = 0 .. nwin-1``, vectorised PBA with chunks of ``q`` slices.
+    """Aggregate of ``X[a:a+q]`` for ``a = 0 .. nwin-1``: vectorised PBA with chunks of ``q`` slices.
 
-    ``X`` holds slice partials (``len(X) >= nwin + q - 1``). Window ``a`` with
-    ``a % q == j != 0`` is ``lcs[a] (+) csa[a+q-1]``: the suffix of its first chunk
-    and the prefix of the next; ``j == 0`` is one whole chunk. The lcs of the
-    chunks are built in ``pool`` (when given) while the csa are built here.
+    ``X`` holds slice partials (``len(X) >= nwin + q - 1``), cut into rows of
+    ``q``. The window starting at column ``j`` of row ``c`` is ``lcs[c, j] (+)
+    csa[c+1, j-1]`` (the suffix of its first chunk and the prefix of the next),
+    or the whole chunk ``lcs[c, 0]`` when ``j == 0``: two parts, one combine.
+
+    Rows are processed in cache-sized blocks with reused scratch buffers. With
+    a ``pool``, its worker takes the first half of the rows and the main thread
+    the second half, each building the lcs and csa of its own rows: every
+    window gets the same arithmetic whatever the split, so the result is the
+    one-thread (SBA) result bit for bit.
     """
+    shape = X.shape[1:]
+    out = np.empty((max(nwin, 0),) + shape)
     if nwin <= 0:
-        return X[:0].copy()
+        return out
     if q == 1:
-        return X[:nwin].copy()
+        out[:] = X[:nwin]
+        return out
     L = nwin + q - 1
     rows = L // q
-    body = X[: rows * q].reshape((rows, q) + X.shape[1:])
-    n_lcs_rows = min(rows, (nwin - 1) // q + 1)
-    lcs_src = body[:n_lcs_rows]
-    future = None
-    if pool is not None and not pool.closed and lcs_src.size >= PARALLEL_BATCH_MIN:
-        try:
-            future = pool.submit(kernel.accumulate, lcs_src, 1, True)
-        except RuntimeError:
-            future = None
-    csa = kernel.accumulate(body, axis=1)
-    lcs = future.result() if future is not None else kernel.accumulate(lcs_src, axis=1, reverse=True)
-    csa_flat = csa.reshape((rows * q,) + X.shape[1:])
-    lcs_flat = lcs.reshape((n_lcs_rows * q,) + X.shape[1:])
-    a1 = min(nwin, rows * q - q + 1)  # windows whose last slice lies in a full row
-    out = np.empty((nwin,) + X.shape[1:])
-    kernel.combine(lcs_flat[:a1], csa_flat[q - 1 : q - 1 + a1], out=out[:a1])
-    out[:a1:q] = csa_flat[q - 1 : q - 1 + a1 : q]  # windows that are exactly one chunk
-    if a1 < nwin:  # windows ending in the partial last row
-        tail = kernel.accumulate(X[rows * q : L], axis=0)
-        kernel.combine(lcs_flat[a1:nwin], tail[a1 + q - 1 - rows * q : nwin + q - 1 - rows * q], out=out[a1:nwin])
+    body = X[: rows * q].reshape((rows, q) + shape)
+    R = rows - 1  # rows whose q windows all end inside a full row
+    if R > 0:
+        outv = out[: R * q].reshape((R, q) + shape)
+        if pool is not None and not pool.closed and R >= 2 and R * q >= PARALLEL_BATCH_MIN:
+            half = R // 2
+            try:
+                fut = pool.submit(_merge_rows, kernel, body, outv, 0, half)
+            except RuntimeError:
+                fut = None
+            if fut is not None:
+                _merge_rows(kernel, body, outv, half, R)
+                fut.result()
+            else:
+                _merge_rows(kernel, body, outv, 0, R)
+        else:
+            _merge_rows(kernel, body, outv, 0, R)
+    # the last full row: its windows end in the partial row that follows it
+    last = kernel.accumulate(body[R], axis=0, reverse=True)
+    tail = kernel.accumulate(X[rows * q : L], axis=0)
+    n_tail = nwin - R * q  # == len(tail) + 1
+    out[R * q] = last[0]
+    if n_tail > 1:
+        kernel.combine(last[1:n_tail], tail, out=out[R * q + 1 : nwin])
     return out
+
+
+# Elements per block of rows in window_merge: scratch buffers stay in L2.
+MERGE_BLOCK = 1 << 16
+
+
+def _merge_rows(kernel: Kernel, body: np.ndarray, outv: np.ndarray, c0: int, c1: int) -> None:
+    """Windows starting in rows ``[c0, c1)`` of ``body`` into ``outv``: lcs of those rows, csa of the next ones."""
+    if c1 <= c0:
+        return
+    q = body.shape[1]
+    step = max(1, MERGE_BLOCK // q)
+    n = min(step, c1 - c0)
+    lcs = np.empty((n,) + body.shape[1:])
+    csa = np.empty((n,) + body.shape[1:])
+    for b0 in range(c0, c1, step):
+        b1 = min(c1, b0 + step)
+        k = b1 - b0
+        kernel.accumulate(body[b0:b1], axis=1, reverse=True, out=lcs[:k])
+        kernel.accumulate(body[b0 + 1 : b1 + 1], axis=1, out=csa[:k])
+        o = outv[b0:b1]
+        o[:, 0] = lcs[:k, 0]
+        kernel.combine(lcs[:k, 1:], csa[:k, :-1], out=o[:, 1:])
 
 
 class PBA(SlicedAggregator):
@@ -310,11 +346,13 @@ class PBA(SlicedAggregator):
     # ------------------------------------------------------------------ batch path
     def insert_many(self, values, timestamps=None):
         kernel = self.agg.kernel
-        if kernel is None or self._is_time:
+        if kernel is None:
             return super().insert_many(values, timestamps)
         self._check_open()
-        if timestamps is not None:
-            validate_timestamps(timestamps, len(values), None)
+        if self._is_time:
+            vals = as_float_array(values, agg_name=self.agg.name)
+            ts = validate_timestamps(timestamps, len(vals), self._t_last)
+            return self._insert_many_time(vals, ts)
         vals = as_float_array(values, agg_name=self.agg.name)
         N = len(vals)
         if N == 0:
@@ -381,12 +419,124 @@ class PBA(SlicedAggregator):
                 heads[inside] = kernel.reduce_segments(P[: hs[-1] + m], bounds)[0::2]
             full = kernel.combine(full, heads)
         results = kernel.lower(full)
-        ends = (np.arange(k_lo, k_hi + 1, dtype=np.int64) * s + r)
+        ends = np.arange(k_lo * s + r, k_hi * s + r + 1, s, dtype=np.int64)
         self._emitted += nwin
         self._next_k = k_hi + 1
         self._finish_batch(X, k_lo, g1, N, fill, cur, front=k_hi + 1)
         if self.agg.result == "int":
             results = np.asarray(results, dtype=np.int64)
+        return ends, results
+
+    def _insert_many_time(self, vals: np.ndarray, ts: np.ndarray) -> tuple[np.ndarray, Any]:
+        """Vectorised batch for time windows.
+
+        The batch is cut into *episodes* where the slicing layer would reset: a
+        tuple whose first window starts after the previous tuple's slice, so
+        every window holding an older tuple is complete. Within an episode every
+        pending window holds a tuple, slices are laid out densely (empty ones are
+        the identity) and merged like count windows.
+        """
+        kernel = self.agg.kernel
+        N = len(vals)
+        if N == 0:
+            return self._pack([], [])
+        s, r, q, m, off = self._s, self._r, self._q, self._m, self._off
+        P = kernel.lift(vals, ts if self.agg.positional else None)
+        G = (ts - off) // s
+        first_k = (ts - off - r) // s + 1  # first window holding each tuple
+        prev_slice = np.empty(N, dtype=np.int64)
+        prev_slice[1:] = G[:-1]
+        fresh = np.empty(N, dtype=bool)
+        fresh[1:] = first_k[1:] > prev_slice[1:]
+        fresh[0] = self._slice is None or first_k[0] > self._slice
+        bounds = np.append(np.flatnonzero(fresh), N)
+        if bounds[0] != 0:
+            bounds = np.insert(bounds, 0, 0)
+        all_ends, all_res = [], []
+        for i0, i1 in zip(bounds[:-1], bounds[1:]):
+            i0, i1 = int(i0), int(i1)
+            if fresh[i0]:
+                if self._slice is not None:  # windows holding older tuples were all completed by ts[i0]
+                    e, res = self._drain_before(int(ts[i0]))
+                    all_ends.append(e)
+                    all_res.append(res)
+                self._start(int(ts[i0]), int(G[i0]))
+            e, res = self._episode(P[i0:i1], ts[i0:i1], G[i0:i1], last=i1 == N)
+            all_ends.append(e)
+            all_res.append(res)
+        self._n += N
+        self._t_last = int(ts[-1])
+        ends = np.concatenate(all_ends)
+        if self.agg.result == "list":
+            return ends, [x for part in all_res for x in part]
+        results = np.concatenate(all_res) if len(all_res) > 1 else all_res[0]
+        return ends, results
+
+    def _drain_before(self, t: int) -> tuple[np.ndarray, Any]:
+        """Emit the windows a tuple at ``t`` completes when it starts a new episode."""
+        out: list = []
+        self._advance(None, None, out)  # emits every window holding an old tuple, then resets
+        return self._pack([e for e, _ in out], [res for _, res in out])
+
+    def _episode(self, P: np.ndarray, ts: np.ndarray, G: np.ndarray, last: bool) -> tuple[np.ndarray, Any]:
+        kernel = self.agg.kernel
+        s, r, q, m, off = self._s, self._r, self._q, self._m, self._off
+        S0 = self._slice
+        g_last = int(G[-1])
+        next_k = self._next_k
+        K = (int(ts[-1]) - off - r) // s if last else g_last  # last window this episode completes
+        S_end = max(g_last + 1, K + q + 1)
+        width = S_end - S0
+        head = kernel.identity_array(width)
+        tail = kernel.identity_array(width)
+        if m:
+            in_head = (ts - off - G * s) < m
+            groups = ((head, in_head), (tail, ~in_head))
+        else:
+            groups = ((tail, slice(None)),)
+        for dense, sel in groups:
+            Ps, Gs = P[sel], G[sel]
+            if len(Gs):
+                starts = np.flatnonzero(np.diff(Gs)) + 1
+                starts = np.insert(starts, 0, 0)
+                dense[Gs[starts] - S0] = kernel.reduce_segments(Ps, starts)
+        # the open slice carried in from before the batch is older than the batch's tuples
+        head[:1] = kernel.combine(kernel.to_array([self._head]), head[:1])
+        tail[:1] = kernel.combine(kernel.to_array([self._cur]), tail[:1])
+        full = kernel.combine(head, tail) if m else tail
+        base = self._back - self._g  # absolute index of the merger's slice 0
+        front = self._front
+        x0 = min(next_k, front)
+        pieces = []
+        if front > x0:
+            pieces.append(kernel.identity_array(front - x0))
+        if self._g > self._f:
+            pieces.append(self._history())
+        pieces.append(full)
+        X = np.concatenate(pieces) if len(pieces) > 1 else full
+        nwin = K - next_k + 1
+        if nwin > 0:
+            agg_full = window_merge(kernel, X[next_k - x0 :], q, nwin, self._pool)
+            if m:
+                agg_full = kernel.combine(agg_full, head[next_k + q - S0 : K + q + 1 - S0])
+            results = kernel.lower(agg_full)
+            if self.agg.result == "int":
+                results = np.asarray(results, dtype=np.int64)
+            ends = np.arange(next_k * s + off + r, K * s + off + r + 1, s, dtype=np.int64)
+            self._emitted += nwin
+            self._next_k = K + 1
+        else:
+            ends, results = self._pack([], [])
+        if last:
+            new_front = max(front, self._next_k)
+            keep = X[new_front - x0 : g_last - x0]
+            self._load_history(keep, new_front - base, g_last - base)
+            self._front, self._back, self._slice = new_front, g_last, g_last
+            self._head = kernel.to_partials(head[g_last - S0 : g_last - S0 + 1])[0] if m else self.agg.identity
+            self._cur = kernel.to_partials(tail[g_last - S0 : g_last - S0 + 1])[0]
+        else:
+            self._reset_merger()
+            self._slice = None
         return ends, results
 
     def _pop_to(self, k: int) -> None:
