@@ -37,7 +37,7 @@ from __future__ import annotations
 import logging
 import time
 from array import array
-from concurrent.futures import Future
+from concurrent.futures import Future, wait
 from typing import Any
 
 import numpy as np
@@ -73,6 +73,9 @@ def build_lcs(agg: Aggregation, saa: Any) -> Any:
                           out=np.frombuffer(out, dtype=np.float64))
         return out
     return kernel.to_partials(kernel.accumulate(kernel.to_array(saa), axis=0, reverse=True))
+
+
+_build_lcs_here = build_lcs  # the main thread's own builder, used when a worker fails
 
 
 def window_merge(kernel: Kernel, X: np.ndarray, q: int, nwin: int, pool: WorkerPool | None = None) -> np.ndarray:
@@ -233,24 +236,18 @@ class PBA(SlicedAggregator):
             if not lcs.done():
                 self._stalls += 1
                 t0 = time.perf_counter()
-                try:
-                    lcs = lcs.result()
-                finally:
-                    self._stall_time += time.perf_counter() - t0
-            else:
-                lcs = self._future_result(lcs, rec)
-            if isinstance(lcs, Future):
-                lcs = self._future_result(lcs, rec)
-            rec[1] = lcs
+                wait([lcs])
+                self._stall_time += time.perf_counter() - t0
+            lcs = rec[1] = self._future_result(lcs, rec)
         return lcs
 
     def _future_result(self, fut: Future, rec: list) -> Any:
         try:
             return fut.result()
-        except Exception as exc:  # a worker fault never loses a result: build it here
+        except Exception as exc:  # a worker fault never loses a result: build it here (SBA fallback)
             self._fallbacks += 1
             log.warning("lcs task failed (%s: %s); building it on the main thread", type(exc).__name__, exc)
-            return build_lcs(self.agg, rec[0])
+            return _build_lcs_here(self.agg, rec[0])
 
     def _pop(self) -> None:
         f = self._f = self._f + 1

@@ -1,0 +1,258 @@
+"""Core behaviour: chunk manager theorems, PBA == SBA bit for bit, state bounds, stats and bad input."""
+
+from __future__ import annotations
+
+import math
+import pickle
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import pba_runtime as pr
+from pba_runtime.chunking import CostModel, generalized_chunk_size
+
+
+# ----------------------------------------------------------------------------- chunk manager
+def test_theorem1_known_values():
+    assert pr.theorem1(32, 1) == 17
+    assert pr.optimal_chunk_size(pr.CountWindow(range=32, slide=1)) == 17
+    for n in range(1, 3000):
+        assert pr.theorem1(n, 1) == (n + 2) // 2 or n <= 2
+
+
+@given(r=st.integers(1, 5000), s=st.integers(1, 200))
+def test_theorem1_gives_one_chunk_per_window(r, s):
+    if s > r:
+        return
+    b = pr.theorem1(r, s)
+    assert 1 <= b <= r // s
+    assert (r // s) // b == 1  # k == 1: at most 3 parts per window
+
+
+@given(r=st.integers(1, 2000), s=st.integers(1, 100))
+def test_generalized_reduces_to_theorem1_with_equal_costs(r, s):
+    if s > r:
+        return
+    assert generalized_chunk_size(r, s, CostModel(worker=1.0, launch=0.0)) == pr.theorem1(r, s)
+
+
+def test_generalized_prefers_larger_chunks_when_worker_is_cheap():
+    b_eq = generalized_chunk_size(8192, 1, CostModel(1.0, 0.0))
+    b_fast = generalized_chunk_size(8192, 1, CostModel(0.02, 200.0))
+    assert b_eq == 4097
+    assert b_eq < b_fast <= 8192
+    # and never fewer than q//2 + 1 (k == 1) when the worker is slow
+    assert generalized_chunk_size(8192, 1, CostModel(50.0, 10_000.0)) == 4097
+
+
+def test_theorem2():
+    # slides much longer than a combine: one chunk per window
+    assert pr.theorem2(3_600_000, 1_000, 1e-4) == 3600
+    # a combine as long as the slide: Theorem 2's second case, still k == 1
+    b = pr.theorem2(100, 1, 1.0)
+    assert 1 <= b <= 100 and 100 // b == 1
+    assert pr.optimal_chunk_size(pr.TimeWindow(range=60_000, slide=1_000), combine_cost=1e-4) == 60
+    with pytest.raises(ValueError, match="combine_cost"):
+        pr.theorem2(10, 1, 0)
+
+
+# ----------------------------------------------------------------------------- PBA == SBA
+@pytest.mark.parametrize("agg", ["sum", "std", "mean", "max", "argmax", "moment_sketch", "collect"])
+@given(data=st.data())
+def test_pba_equals_sba_bit_for_bit(agg, data):
+    r = data.draw(st.integers(2, 60))
+    s = data.draw(st.integers(1, max(1, r // 3)))
+    n = data.draw(st.integers(0, 400))
+    seed = data.draw(st.integers(0, 2**32 - 1))
+    q = r // s
+    chunk = data.draw(st.integers(max(1, q // 2 + 1), q))
+    workers = data.draw(st.integers(1, 3))
+    values = np.random.default_rng(seed).uniform(0.5, 100.0, n)
+    win = pr.CountWindow(range=r, slide=s)
+    with pr.WorkerPool(kind="thread", workers=workers) as pool:
+        with pr.create("pba", win, agg, pool=pool, chunk_size=chunk) as pba, \
+                pr.create("sba", win, agg, chunk_size=chunk) as sba:
+            got = [res for v in values for _, res in pba.insert(v)]
+            want = [res for v in values for _, res in sba.insert(v)]
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        if isinstance(g, float) and math.isnan(g):
+            assert math.isnan(w)
+        else:
+            assert np.array_equal(np.asarray(g), np.asarray(w)), (g, w)
+
+
+@pytest.mark.parametrize("agg", ["sum", "std", "max", "argmax"])
+def test_batch_pba_equals_sba_bit_for_bit(agg):
+    """The parallel batch path splits chunk rows between threads; each window's arithmetic is unchanged."""
+    x = np.random.default_rng(7).uniform(0.5, 100.0, 300_000)
+    for r, s in [(1000, 1), (4096, 3), (65536, 1)]:
+        win = pr.CountWindow(range=r, slide=s)
+        with pr.WorkerPool(kind="thread", workers=2) as pool:
+            e1, r1 = pr.sliding_aggregate(x, window=win, agg=agg, algorithm="pba", pool=pool)
+        e2, r2 = pr.sliding_aggregate(x, window=win, agg=agg, algorithm="sba")
+        assert np.array_equal(e1, e2)
+        assert np.array_equal(r1, r2, equal_nan=True)
+
+
+def test_pba_builds_lcs_in_the_pool_and_counts_stalls():
+    win = pr.CountWindow(range=64, slide=1)
+    with pr.WorkerPool(kind="thread", workers=1) as pool, pr.create("pba", win, "max", pool=pool) as op:
+        for v in range(2000):
+            op.insert(float(v % 37))
+        st_ = op.stats()
+    assert st_["algorithm"] == "pba" and st_["pool"] == "thread"
+    assert st_["chunks"] >= 2000 // 64 and st_["lcs_tasks"] == st_["chunks"]
+    assert 0 <= st_["stalls"] <= st_["lcs_tasks"] and st_["stall_time"] >= 0.0
+    assert st_["tuples"] == 2000 and st_["windows"] == 2000 - 63
+
+
+def test_closed_pool_falls_back_to_building_lcs_inline():
+    pool = pr.WorkerPool(kind="thread", workers=1)
+    win = pr.CountWindow(range=16, slide=1)
+    op = pr.create("pba", win, "sum", pool=pool)
+    out = [res for v in range(20) for _, res in op.insert(float(v))]
+    pool.close()
+    out += [res for v in range(20, 100) for _, res in op.insert(float(v))]
+    assert op.stats()["fallbacks"] > 0
+    assert out == [float(sum(range(k, k + 16))) for k in range(100 - 15)]
+    op.close()
+
+
+def test_worker_exception_never_loses_a_result(monkeypatch):
+    import pba_runtime.algorithms.pba as pba_mod
+
+    calls = {"n": 0}
+    real = pba_mod.build_lcs
+
+    def flaky(agg, saa):
+        calls["n"] += 1
+        if calls["n"] % 3 == 0:
+            raise RuntimeError("worker crashed")
+        return real(agg, saa)
+
+    monkeypatch.setattr(pba_mod, "build_lcs", flaky)
+    win = pr.CountWindow(range=10, slide=1)
+    with pr.create("pba", win, "max") as op:
+        got = [res for v in range(200) for _, res in op.insert(float((v * 7) % 23))]
+    want = [max((v * 7) % 23 for v in range(k, k + 10)) for k in range(191)]
+    assert got == [float(w) for w in want]
+
+
+# ----------------------------------------------------------------------------- state
+def test_state_is_linear_in_the_window():
+    """At most three chunks of partials (the paper's 3b* + 2)."""
+    for r in (256, 4096):
+        win = pr.CountWindow(range=r, slide=1)
+        with pr.create("sba", win, "max") as op:
+            for v in range(5 * r):
+                op.insert(float(v))
+            b = op.chunk_size
+            # saa + lcs of at most 3 chunks, 8 bytes each
+            assert op.state_bytes() <= 2 * 8 * (3 * b + 2)
+            assert len(op._chunks) <= 3
+
+
+def test_snapshot_is_picklable_and_checked():
+    win = pr.CountWindow(range=8, slide=2)
+    with pr.create("pba", win, "sum") as op:
+        op.insert_many(np.arange(13.0))
+        state = op.snapshot()
+    pickle.dumps(state)
+    with pr.create("sba", win, "sum") as other, pytest.raises(ValueError, match="algorithm"):
+        other.restore(state)
+    with pr.create("pba", pr.CountWindow(range=8, slide=1), "sum") as other, pytest.raises(ValueError, match="window"):
+        other.restore(state)
+    with pr.create("pba", win, "sum") as op2:
+        op2.restore(state)
+        assert op2.insert(13.0) == [(14, float(sum(range(6, 14))))]
+
+
+def test_auto_picks_sba_for_small_and_pba_for_large_windows():
+    assert pr.resolve_auto(pr.CountWindow(range=16, slide=1)) == "sba"
+    assert pr.resolve_auto(pr.CountWindow(range=1 << 14, slide=1)) == "pba"
+    with pr.create("auto", pr.CountWindow(range=1 << 14, slide=1), "max") as op:
+        assert op.name == "pba"
+
+
+def test_insert_returns_python_results():
+    with pr.create("pba", pr.CountWindow(range=2, slide=1), "count") as op:
+        assert op.insert(1.0) == []
+        (end, res), = op.insert(2.0)
+        assert (end, res) == (2, 2) and type(res) is int
+    with pr.create("pba", pr.CountWindow(range=2, slide=1), "moment_sketch") as op:
+        op.insert(1.0)
+        _, res = op.insert(2.0)[0]
+        assert isinstance(res, np.ndarray) and res.shape == (23,)
+    ends, res = pr.sliding_aggregate([1.0, 2.0, 3.0], window=pr.CountWindow(range=2, slide=1), agg="moment_sketch")
+    assert res.shape == (2, 23)
+
+
+# ----------------------------------------------------------------------------- bad input
+@pytest.mark.parametrize(
+    "make, exc, match",
+    [
+        (lambda: pr.CountWindow(range=0, slide=1), ValueError, "range"),
+        (lambda: pr.CountWindow(range=-4, slide=1), ValueError, "range"),
+        (lambda: pr.CountWindow(range=4, slide=0), ValueError, "slide"),
+        (lambda: pr.CountWindow(range=4.5, slide=1), TypeError, "range"),
+        (lambda: pr.CountWindow(range="4", slide=1), TypeError, "range"),
+        (lambda: pr.CountWindow(range=True, slide=1), TypeError, "range"),
+        (lambda: pr.CountWindow(range=4, slide=5), ValueError, "slide must be <= range"),
+        (lambda: pr.TimeWindow(range=10, slide=5, offset=1.5), TypeError, "offset"),
+        (lambda: pr.get_aggregation("median"), ValueError, "accepted: argmax"),
+        (lambda: pr.get_aggregation(3), TypeError, "agg"),
+        (lambda: pr.create("fastest", pr.CountWindow(range=4, slide=1), "max"), ValueError, "accepted: "),
+        (lambda: pr.create("pba", "W[4,1]", "max"), TypeError, "window"),
+        (lambda: pr.create("pba", pr.CountWindow(range=4, slide=1), "max", chunk_size=5), ValueError, "chunk_size"),
+        (lambda: pr.create("pba", pr.CountWindow(range=4, slide=1), "max", pool="threads"), TypeError, "pool"),
+        (lambda: pr.WorkerPool(kind="gpu"), ValueError, "kind"),
+        (lambda: pr.WorkerPool(workers=0), ValueError, "workers"),
+        (lambda: pr.Aggregation(lift=1, combine=max, lower=float, identity=0.0), TypeError, "lift"),
+    ],
+)
+def test_bad_configuration_is_refused_clearly(make, exc, match):
+    with pytest.raises(exc, match=match):
+        make()
+
+
+@pytest.mark.parametrize("alg", ["recal", "sba", "pba"])
+def test_bad_values_and_timestamps(alg):
+    cw = pr.CountWindow(range=3, slide=1)
+    tw = pr.TimeWindow(range=10, slide=5)
+    with pr.create(alg, cw, "max") as op:
+        with pytest.raises(TypeError, match="value must be a real number"):
+            op.insert("7")
+        with pytest.raises(TypeError, match="real numbers"):
+            op.insert_many(["1", "2"])
+        with pytest.raises(TypeError, match="value must be a real number"):
+            op.insert(None)
+        # nothing was changed by the refused input
+        assert [op.insert(v) for v in (1.0, 2.0, 3.0)][-1] == [(3, 3.0)]
+    with pr.create(alg, cw, "geomean") as op, pytest.raises(ValueError, match="geomean"):
+        op.insert(-1.0)
+    with pr.create(alg, tw, "sum") as op:
+        with pytest.raises(ValueError, match="timestamp is required"):
+            op.insert(1.0)
+        with pytest.raises(TypeError, match="timestamp must be an integer"):
+            op.insert(1.0, 1.5)
+        op.insert(1.0, 100)
+        with pytest.raises(ValueError, match="non-decreasing"):
+            op.insert(1.0, 99)
+        with pytest.raises(ValueError, match="non-decreasing"):
+            op.insert_many([1.0, 2.0], [120, 110])
+        with pytest.raises(ValueError, match="non-decreasing"):
+            op.insert_many([1.0], [50])
+        with pytest.raises(ValueError, match="one timestamp per value"):
+            op.insert_many([1.0, 2.0], [120])
+        with pytest.raises(TypeError, match="integers"):
+            op.insert_many([1.0], [120.5])
+        # still consistent after the refusals
+        ends, res = op.insert_many([2.0, 3.0], [104, 111])
+        assert ends.tolist() == [105, 110] and res.tolist() == [3.0, 3.0]
+        fe, fr = op.flush()
+        assert fe.tolist() == [115, 120] and fr.tolist() == [3.0, 3.0]
+        with pytest.raises(ValueError, match="flushed"):
+            op.insert(1.0, 200)
