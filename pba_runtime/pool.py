@@ -16,6 +16,7 @@ Examples
 from __future__ import annotations
 
 import atexit
+import sys
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Callable
@@ -23,6 +24,11 @@ from typing import Any, Callable
 __all__ = ["WorkerPool", "default_pool"]
 
 POOL_KINDS = ("thread", "process")
+
+#: GIL switch interval a thread pool sets (seconds). CPython's default, 5 ms, lets a
+#: busy main loop keep the GIL for 5 ms before a woken worker may run, longer than
+#: the slack PBA leaves between a chunk boundary and the first window needing its lcs.
+THREAD_SWITCH_INTERVAL = 1e-4
 
 
 class WorkerPool:
@@ -46,6 +52,9 @@ class WorkerPool:
             raise NotImplementedError("the process worker pool is not available yet; use kind='thread'")
         self.kind = kind
         self.workers = workers
+        # process-wide: documented in the README ("Threads and the GIL")
+        if sys.getswitchinterval() > THREAD_SWITCH_INTERVAL:
+            sys.setswitchinterval(THREAD_SWITCH_INTERVAL)
         self._executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="pba-lcs")
         self._closed = False
         self._lock = threading.Lock()

@@ -256,3 +256,11 @@ def test_bad_values_and_timestamps(alg):
         assert fe.tolist() == [115, 120] and fr.tolist() == [3.0, 3.0]
         with pytest.raises(ValueError, match="flushed"):
             op.insert(1.0, 200)
+
+
+def test_user_aggregation_with_float_lower_is_lifted():
+    """The per-tuple fast path must not skip a user lift (here: absolute value)."""
+    agg = pr.Aggregation(lift=lambda v: abs(float(v)), combine=max, lower=float, identity=0.0, name="absmax")
+    for alg in ("sba", "pba"):
+        with pr.create(alg, pr.CountWindow(range=2, slide=1), agg) as op:
+            assert [res for v in (-5.0, 1.0, -2.0) for _, res in op.insert(v)] == [5.0, 2.0]

@@ -45,8 +45,15 @@ def resolve_auto(window: CountWindow | TimeWindow, agg: Aggregation | None = Non
     return "pba" if window.range // window.slide >= AUTO_PBA_MIN_SLICES else "sba"
 
 
-def create(algorithm: str, window: CountWindow | TimeWindow, agg: str | Aggregation, **options: Any) -> WindowOperator:
+def create(algorithm: str, window: CountWindow | TimeWindow, agg: str | Aggregation, *,
+           allowed_lateness: int | None = None, **options: Any) -> WindowOperator:
     """Build the operator ``algorithm`` (a name in ``ALGORITHMS`` or ``"auto"``) for ``window`` and ``agg``.
+
+    ``allowed_lateness=L`` (time windows only, integer ``L >= 0``) accepts tuples up
+    to ``L`` time units behind the largest timestamp seen: ``fiba`` places them
+    itself, every other algorithm gets a bounded reorder buffer in front
+    (:class:`pba_runtime.reorder.ReorderBuffer`). Later tuples are counted in
+    ``stats()["late"]`` and returned by ``take_late()``.
 
     Examples
     --------
@@ -55,6 +62,13 @@ def create(algorithm: str, window: CountWindow | TimeWindow, agg: str | Aggregat
     >>> op.insert_many([1, 2, 3, 4])[1].tolist()
     [6.0, 9.0]
     >>> op.close()
+    >>> late = pr.create("sba", pr.TimeWindow(range=10, slide=5), "max", allowed_lateness=3)
+    >>> late.insert(1.0, 4), late.insert(2.0, 9), late.insert(5.0, 7), late.insert(0.0, 20)
+    ([], [], [], [(5, 1.0)])
+    >>> late.insert(3.0, 6), late.take_late()  # 6 < watermark 20 - 3
+    ([], [(3.0, 6)])
+    >>> late.flush()[1].tolist()
+    [5.0, 5.0, 0.0, 0.0]
     """
     if not isinstance(algorithm, str):
         raise TypeError(f"algorithm must be a name (str), got {type(algorithm).__name__}")
@@ -64,4 +78,11 @@ def create(algorithm: str, window: CountWindow | TimeWindow, agg: str | Aggregat
         cls = REGISTRY[algorithm]
     except KeyError:
         raise ValueError(f"unknown algorithm {algorithm!r}; accepted: {', '.join(ALGORITHMS)}, or 'auto'") from None
+    if allowed_lateness is not None:
+        from ..reorder import ReorderBuffer, check_allowed_lateness
+
+        lateness = check_allowed_lateness(allowed_lateness, window)
+        if getattr(cls, "native_lateness", False):
+            return cls(window, agg, allowed_lateness=lateness, **options)
+        return ReorderBuffer(cls(window, agg, **options), lateness)
     return cls(window, agg, **options)
