@@ -1,0 +1,551 @@
+"""A keyed streaming job: source -> key by -> per-key windowed aggregation -> sink.
+
+The coordinator (the process that calls :meth:`Job.run`) reads the source in
+batches, hash-partitions each batch by key (:mod:`~pba_runtime.runtime.partitioning`)
+and puts each slot's share, as numpy arrays, on that slot's bounded input
+queue. ``parallelism`` task slots (:mod:`~pba_runtime.runtime.slot`, one process
+each, started with ``forkserver`` or ``spawn``, never ``fork``) aggregate their
+keys and put formatted results on one bounded output queue. A sink thread in
+the coordinator writes them, aligns checkpoint barriers
+(:mod:`~pba_runtime.runtime.checkpoint`) and keeps the metrics
+(:mod:`~pba_runtime.runtime.metrics`).
+
+Bounded queues give backpressure: a slow sink blocks the slots, slow slots
+block the source; memory stays at about ``queue_size`` batches per queue.
+Per-key order is kept: a key always goes to the same slot, batches reach a
+slot in order, and a slot feeds each key its tuples in arrival order.
+
+Examples
+--------
+>>> import pba_runtime as pr
+>>> from pba_runtime.runtime import Job, Debs14Source
+>>> job = Job(Debs14Source(plugs=4, tuples=2_000), pr.CountWindow(range=64, slide=1), "max",
+...           algorithm="sba", parallelism=1)
+>>> job.run()["windows"]
+1748
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import multiprocessing
+import os
+import pickle
+import queue
+import signal
+import sys
+import threading
+import time
+from typing import Any, TextIO
+
+import numpy as np
+
+import pba_runtime as pr
+
+from .checkpoint import BarrierAligner, CheckpointPolicy, fingerprint, load_checkpoint, write_checkpoint
+from .errors import JobError, UserError
+from .metrics import JobMetrics
+from .partitioning import slot_of, split_by_slot
+from .sinks import LATE_COLUMNS, RESULT_COLUMNS, FileSink, late_path_for, parse_sink_spec
+from .slot import POLL, SlotSpec, make_operator, slot_main
+from .sources import DEFAULT_BATCH_SIZE, Source
+
+__all__ = ["Job"]
+
+log = logging.getLogger("pba_runtime")
+
+#: Batches each input queue holds (the output queue holds this many per slot).
+DEFAULT_QUEUE_SIZE = 4
+
+
+def _context(start_method: str | None) -> Any:
+    method = start_method or ("forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn")
+    if method == "fork":
+        raise UserError("start_method 'fork' is not supported (worker threads and fork do not mix); "
+                        "use 'forkserver' or 'spawn'")
+    ctx = multiprocessing.get_context(method)
+    if method == "forkserver":
+        ctx.set_forkserver_preload(["pba_runtime.runtime.slot"])
+    return ctx
+
+
+class Job:
+    """A keyed sliding-window aggregation job.
+
+    Parameters
+    ----------
+    source : Source
+        Where tuples come from (see :mod:`pba_runtime.runtime.sources`).
+    window : CountWindow or TimeWindow
+        Count windows are per key (stream positions of the key's tuples).
+    agg : str or Aggregation
+        An aggregation name, or a picklable :class:`pba_runtime.Aggregation`.
+    algorithm : str
+        A name in ``pba_runtime.ALGORITHMS`` or ``"auto"``.
+    parallelism : int
+        Task slots (processes).
+    sink : str
+        ``"none"``, ``"csv:PATH"`` or ``"jsonl:PATH"`` (``PATH`` ``-`` is stdout).
+    late_output : str, optional
+        File for late tuples (time windows); default beside the sink file
+        (``out.late.csv``), else ``late.csv``. Created at the first late tuple.
+    allowed_lateness : int, optional
+        Time windows only: a key's watermark is its largest timestamp minus this
+        (ms); tuples behind it go to the late output. Default 0 for time windows.
+    checkpoint_dir : str, optional
+        Where checkpoints go; enables checkpointing.
+    checkpoint_every : int, optional
+        Checkpoint every this many tuples.
+    checkpoint_interval : float, optional
+        Checkpoint every this many seconds (default 10 s when ``checkpoint_dir``
+        is given and ``checkpoint_every`` is not).
+    batch_size : int
+        Tuples per batch read from the source.
+    queue_size : int
+        Batches per input queue.
+    rate : float, optional
+        Throttle the source to this many tuples per second.
+    progress : bool
+        Show a tqdm progress bar on stderr (finite sources).
+    metrics_interval : float, optional
+        Print a metrics line to ``log_stream`` every this many seconds.
+    log_stream : file, optional
+        Where progress lines go (default stderr).
+    profile_dir : str, optional
+        Write cProfile statistics of the coordinator and every slot there.
+    start_method : {"forkserver", "spawn"}, optional
+    """
+
+    def __init__(self, source: Source, window: pr.CountWindow | pr.TimeWindow, agg: Any = "max",
+                 algorithm: str = "pba", *, parallelism: int = 2, sink: str = "none", late_output: str | None = None,
+                 allowed_lateness: int | None = None, checkpoint_dir: str | None = None,
+                 checkpoint_every: int | None = None, checkpoint_interval: float | None = None,
+                 batch_size: int = DEFAULT_BATCH_SIZE, queue_size: int = DEFAULT_QUEUE_SIZE,
+                 rate: float | None = None, progress: bool = False, metrics_interval: float | None = None,
+                 log_stream: TextIO | None = None, profile_dir: str | None = None,
+                 start_method: str | None = None):
+        if not isinstance(source, Source):
+            raise UserError(f"source must be a pba_runtime.runtime Source, got {type(source).__name__}")
+        self.source = source
+        try:
+            self.window = pr.windows.validate_window(window)
+            self.agg = pr.get_aggregation(agg)
+        except (TypeError, ValueError) as exc:
+            raise UserError(str(exc)) from None
+        self.agg_spec = agg if isinstance(agg, str) else self.agg
+        if not isinstance(agg, str):
+            try:
+                pickle.dumps(self.agg)
+            except Exception:
+                raise UserError(f"aggregation {self.agg.name!r} cannot be sent to the task slots (not picklable: "
+                                "define its functions at module level)") from None
+        self.algorithm = algorithm
+        if algorithm != "auto" and algorithm not in pr.ALGORITHMS:
+            raise UserError(f"unknown algorithm {algorithm!r}; accepted: {', '.join(pr.ALGORITHMS)}, or 'auto'")
+        for name, value in (("parallelism", parallelism), ("batch_size", batch_size), ("queue_size", queue_size)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise UserError(f"{name} must be a positive integer, got {value!r}")
+        self.parallelism, self.batch_size, self.queue_size = parallelism, batch_size, queue_size
+        self.is_time = isinstance(self.window, pr.TimeWindow)
+        if allowed_lateness is not None:
+            if not self.is_time:
+                raise UserError("allowed lateness applies to time windows only (count windows have no event time)")
+            if isinstance(allowed_lateness, bool) or not isinstance(allowed_lateness, int) or allowed_lateness < 0:
+                raise UserError(f"allowed lateness must be a non-negative integer (ms), got {allowed_lateness!r}")
+        elif self.is_time:
+            allowed_lateness = 0
+        self.allowed_lateness = allowed_lateness
+        if self.is_time and not source.has_timestamps:
+            raise UserError("time windows need timestamps: give the source a timestamp column")
+        self.sink_format, self.sink_path = parse_sink_spec(sink)
+        self.late_format = self.sink_format or "csv"
+        self.late_path = late_output or late_path_for(self.sink_path, self.sink_format)
+        if self.sink_path not in (None, "-") and os.path.abspath(self.late_path) == os.path.abspath(self.sink_path):
+            raise UserError("the late output must be another file than the sink")
+        self.checkpoint_dir = checkpoint_dir
+        if checkpoint_dir is None and (checkpoint_every is not None or checkpoint_interval is not None):
+            raise UserError("a checkpoint interval needs a checkpoint directory")
+        if checkpoint_dir is not None and checkpoint_every is None and checkpoint_interval is None:
+            checkpoint_interval = 10.0
+        self.checkpoint_every, self.checkpoint_interval = checkpoint_every, checkpoint_interval
+        if checkpoint_dir is not None:
+            CheckpointPolicy(checkpoint_every, checkpoint_interval)  # validates
+        if rate is not None and not (isinstance(rate, (int, float)) and rate > 0):
+            raise UserError(f"rate must be a positive number of tuples per second, got {rate!r}")
+        if metrics_interval is not None and not (isinstance(metrics_interval, (int, float)) and metrics_interval > 0):
+            raise UserError(f"metrics interval must be a positive number of seconds, got {metrics_interval!r}")
+        self.rate, self.progress, self.metrics_interval = rate, progress, metrics_interval
+        self.log_stream = log_stream
+        self.profile_dir = profile_dir
+        self._ctx = _context(start_method)
+        self._check_operator()
+        self.metrics = JobMetrics(parallelism)
+
+    # ------------------------------------------------------------------ description
+    def _check_operator(self) -> None:
+        """Build one operator here so that a bad window/aggregation/algorithm fails before any process starts."""
+        spec = self._slot_spec(0)
+        pool = pr.WorkerPool(kind="thread", workers=1)
+        try:
+            make_operator(spec, pool).close()
+        except (TypeError, ValueError) as exc:
+            raise UserError(str(exc)) from None
+        finally:
+            pool.close()
+
+    def describe(self) -> dict[str, Any]:
+        """What defines this job's output; a checkpoint is only resumed by a job with the same description."""
+        return {
+            "source": self.source.describe(),
+            "window": repr(self.window),
+            "aggregation": self.agg.name,
+            "algorithm": self.algorithm,
+            "allowed_lateness": self.allowed_lateness,
+            "sink": [self.sink_format, None if self.sink_path in (None, "-") else os.path.abspath(self.sink_path)],
+            "late_output": [self.late_format, os.path.abspath(self.late_path)],
+        }
+
+    def _slot_spec(self, index: int) -> SlotSpec:
+        profile = os.path.join(self.profile_dir, f"slot{index}.prof") if self.profile_dir else None
+        return SlotSpec(index=index, window=self.window, agg=self.agg_spec, algorithm=self.algorithm,
+                        allowed_lateness=self.allowed_lateness, sink_format=self.sink_format,
+                        late_format=self.late_format, profile_path=profile)
+
+    # ------------------------------------------------------------------ run
+    def run(self, resume: bool = False) -> dict[str, Any]:
+        """Run to the end of the source (or until interrupted); returns the metrics summary.
+
+        Parameters
+        ----------
+        resume : bool
+            Continue from the checkpoint in ``checkpoint_dir``: restore every
+            key's state, truncate the sink and late output to what the
+            checkpoint had written, and read the source from its position.
+        """
+        return _Run(self).execute(resume)
+
+
+class _Run:
+    """One execution of a job (its processes, queues, threads and files)."""
+
+    def __init__(self, job: Job):
+        self.job = job
+        self.metrics = job.metrics = JobMetrics(job.parallelism)
+        self.failure: BaseException | None = None
+        self.procs: list[Any] = []
+        self.in_qs: list[Any] = []
+        self.out_q: Any = None
+        self.sink: FileSink | None = None
+        self.late_sink: FileSink | None = None
+        self.positions: dict[int, tuple[Any, int]] = {}
+        self.checkpoint_id = 0
+        self.done: set[int] = set()
+        self.report_now = threading.Event()
+        self.bar: Any = None
+        self.stream = job.log_stream or sys.stderr
+
+    # ------------------------------------------------------------------ output of progress lines
+    def say(self, text: str) -> None:
+        if self.bar is not None:
+            self.bar.write(text, file=self.stream)
+        else:
+            print(text, file=self.stream, flush=True)
+
+    # ------------------------------------------------------------------ setup
+    def _load(self, resume: bool) -> dict[str, Any] | None:
+        job = self.job
+        if not resume:
+            return None
+        if job.checkpoint_dir is None:
+            raise UserError("--resume needs a checkpoint directory")
+        if not job.source.resumable:
+            raise UserError(f"the {job.source.kind} source on stdin cannot be resumed (it cannot be replayed)")
+        ckpt = load_checkpoint(job.checkpoint_dir)
+        if ckpt is None:
+            raise UserError(f"no checkpoint in {job.checkpoint_dir} to resume from")
+        if ckpt["fingerprint"] != fingerprint(job.describe()):
+            mine, theirs = job.describe(), ckpt.get("description", {})
+            diff = [k for k in mine if mine[k] != theirs.get(k)]
+            raise UserError(f"the checkpoint in {job.checkpoint_dir} belongs to another job "
+                            f"(different {', '.join(diff) or 'settings'}); resume with the same settings")
+        if job.sink_path == "-":
+            log.warning("stdout cannot be rewound: results after the last checkpoint are repeated (at-least-once)")
+        return ckpt
+
+    def _open_sinks(self, ckpt: dict[str, Any] | None) -> None:
+        job = self.job
+        if job.sink_format is not None:
+            self.sink = FileSink(job.sink_path, job.sink_format, RESULT_COLUMNS)
+            self.sink.open(None if ckpt is None else ckpt["sink_offset"])
+        self.late_sink = FileSink(job.late_path, job.late_format, LATE_COLUMNS, lazy=True)
+        self.late_sink.open(None if ckpt is None else ckpt["late_offset"])
+
+    def _start_slots(self, ckpt: dict[str, Any] | None) -> None:
+        job = self.job
+        P = job.parallelism
+        states: list[dict[Any, Any]] = [{} for _ in range(P)]
+        if ckpt is not None and ckpt["states"]:
+            keys = list(ckpt["states"])
+            owners = slot_of(np.array(keys), P).tolist()  # re-partition: the parallelism may have changed
+            for k, s in zip(keys, owners):
+                states[s][k] = ckpt["states"][k]
+        ctx = job._ctx
+        self.out_q = ctx.Queue(maxsize=job.queue_size * P)
+        for i in range(P):
+            q = ctx.Queue(maxsize=job.queue_size)
+            p = ctx.Process(target=slot_main, args=(job._slot_spec(i), q, self.out_q, states[i]),
+                            name=f"pba-slot-{i}", daemon=True)
+            p.start()
+            self.in_qs.append(q)
+            self.procs.append(p)
+
+    # ------------------------------------------------------------------ sink thread
+    def _sink_loop(self) -> None:
+        aligner = BarrierAligner(self.job.parallelism, self._deliver, self._complete_checkpoint)
+        P = self.job.parallelism
+        next_line = time.monotonic() + (self.job.metrics_interval or math.inf)
+        try:
+            while len(self.done) < P:
+                try:
+                    msg = self.out_q.get(timeout=POLL)
+                except queue.Empty:
+                    self._check_slots()
+                    msg = None
+                if msg is not None:
+                    kind = msg[0]
+                    if kind == "error":
+                        _, slot, text, user = msg
+                        raise (UserError if user else JobError)(f"task slot {slot}: {text}")
+                    if kind == "stats":
+                        self.metrics.slot_report(msg[1], msg[2])
+                    else:
+                        aligner.offer(msg[1], msg)
+                now = time.monotonic()
+                if self.report_now.is_set() or now >= next_line:
+                    self.report_now.clear()
+                    if now >= next_line:
+                        next_line = now + self.job.metrics_interval
+                    self.say(self.metrics.line())
+                if self.failure is not None:
+                    return
+        except BaseException as exc:
+            if self.failure is None:
+                self.failure = exc
+
+    def _check_slots(self) -> None:
+        for i, p in enumerate(self.procs):
+            if i not in self.done and p.exitcode is not None:
+                raise JobError(f"task slot {i} died (exit code {p.exitcode}) before the end of the stream")
+
+    def _deliver(self, slot: int, msg: tuple) -> None:
+        kind = msg[0]
+        if kind == "out":
+            _, _, data, n_win, arrival, late, n_late = msg
+            t0 = time.perf_counter()
+            if data:
+                self.sink.write(data)
+            if late:
+                self.late_sink.write(late)
+            self.metrics.sink.add("write", time.perf_counter() - t0)
+            self.metrics.windows += n_win
+            self.metrics.late += n_late
+            if n_win:
+                self.metrics.latency.record(time.monotonic() - arrival, n_win)
+        elif kind == "done":
+            self.metrics.slot_report(slot, msg[2])
+            self.done.add(slot)
+
+    def _complete_checkpoint(self, cid: int, parts: dict[int, Any], finished: bool = False) -> None:
+        t0 = time.perf_counter()
+        position, tuples = self.positions.pop(cid)
+        states: dict[Any, Any] = {}
+        for payload in parts.values():
+            states.update(payload["states"])
+        m = self.metrics
+        data = {
+            "id": cid,
+            "finished": finished,
+            "fingerprint": fingerprint(self.job.describe()),
+            "description": self.job.describe(),
+            "position": position,
+            "states": states,
+            "sink_offset": self.sink.sync() if self.sink is not None else 0,
+            "late_offset": self.late_sink.sync(),
+            "counters": {"tuples": m.restored["tuples"] + tuples, "windows": m.restored["windows"] + m.windows,
+                         "late": m.restored["late"] + m.late},
+            "parallelism": self.job.parallelism,
+            "written_at": time.time(),
+        }
+        write_checkpoint(self.job.checkpoint_dir, data)
+        m.checkpoints += 1
+        m.last_checkpoint = cid
+        dt = time.perf_counter() - t0
+        m.checkpoint_seconds += dt
+        m.sink.add("checkpoint", dt)
+        log.info("checkpoint %d: position %s, %d keys, %.1f ms", cid, position, len(states), dt * 1000)
+
+    # ------------------------------------------------------------------ coordinator
+    def _put(self, i: int, msg: tuple) -> None:
+        q = self.in_qs[i]
+        while True:
+            if self.failure is not None:
+                raise self.failure
+            try:
+                q.put(msg, timeout=POLL)
+                return
+            except queue.Full:
+                continue
+
+    def _source_loop(self, start: Any) -> None:
+        job, m = self.job, self.metrics
+        P = job.parallelism
+        policy = None
+        if job.checkpoint_dir is not None:
+            policy = CheckpointPolicy(job.checkpoint_every, job.checkpoint_interval, start=time.monotonic())
+        src = job.source
+        last_progress = src.progress(start)
+        t_start = time.monotonic()
+        self.end_position = start
+        t0 = time.perf_counter()
+        for batch in src.batches(start, job.batch_size):
+            t1 = time.perf_counter()
+            m.coordinator.add("source", t1 - t0)
+            n = len(batch)
+            if n:
+                slots = slot_of(batch.keys, P)
+                parts = split_by_slot(slots, P)
+                t2 = time.perf_counter()
+                m.coordinator.add("partition", t2 - t1)
+                ts = batch.timestamps if job.is_time else None
+                for i, idx in enumerate(parts):
+                    if idx is None:
+                        continue
+                    if P == 1:
+                        msg = ("data", batch.keys, batch.values, ts, batch.arrival)
+                    else:
+                        msg = ("data", batch.keys[idx], batch.values[idx], None if ts is None else ts[idx],
+                               batch.arrival)
+                    self._put(i, msg)
+                m.coordinator.add("queue_put", time.perf_counter() - t2)
+            m.tuples += n
+            self.end_position = batch.position
+            if self.bar is not None:
+                p = src.progress(batch.position)
+                self.bar.update(p - last_progress)
+                last_progress = p
+            if policy is not None and self.checkpoint_id not in self.positions:
+                now = time.monotonic()
+                if policy.due(m.tuples, now):
+                    self.checkpoint_id += 1
+                    self.positions[self.checkpoint_id] = (batch.position, m.tuples)
+                    for i in range(P):
+                        self._put(i, ("barrier", self.checkpoint_id))
+                    policy.taken(m.tuples, now)
+            if job.rate is not None:
+                wait = t_start + m.tuples / job.rate - time.monotonic()
+                if wait > 0:
+                    time.sleep(wait)
+            if self.failure is not None:
+                raise self.failure
+            t0 = time.perf_counter()
+
+    def execute(self, resume: bool) -> dict[str, Any]:
+        job = self.job
+        ckpt = self._load(resume)
+        if ckpt is not None and ckpt.get("finished"):
+            self.say(f"the job in {job.checkpoint_dir} already finished; nothing to resume")
+            self.metrics.restored.update(ckpt["counters"])
+            self.metrics.finish()
+            return self.metrics.summary()
+        if ckpt is not None:
+            self.metrics.restored.update(ckpt["counters"])
+            self.checkpoint_id = ckpt["id"]
+        start = None if ckpt is None else ckpt["position"]
+        self._open_sinks(ckpt)
+        profiler = None
+        if job.profile_dir:
+            import cProfile
+
+            os.makedirs(job.profile_dir, exist_ok=True)
+            profiler = cProfile.Profile()
+        old_usr1 = _install_sigusr1(self.report_now)
+        sink_thread = None
+        try:
+            if job.progress and job.source.total is not None:
+                from tqdm import tqdm
+
+                self.bar = tqdm(total=job.source.total, initial=job.source.progress(start),
+                                unit=job.source.progress_unit, unit_scale=True, file=sys.stderr,
+                                desc=f"pba-run {job.source.kind}", smoothing=0.1, dynamic_ncols=True)
+            self._start_slots(ckpt)
+            self.metrics.started = time.monotonic()
+            sink_thread = threading.Thread(target=self._sink_loop, name="pba-sink", daemon=True)
+            sink_thread.start()
+            if profiler is not None:
+                profiler.enable()
+            self._source_loop(start)
+            for i in range(job.parallelism):
+                self._put(i, ("end", time.monotonic()))
+            while sink_thread.is_alive():
+                sink_thread.join(timeout=POLL)
+            if profiler is not None:
+                profiler.disable()
+            if self.failure is not None:
+                raise self.failure
+            for p in self.procs:
+                p.join(timeout=10)
+            self.metrics.finish()
+            if job.checkpoint_dir is not None:
+                self.positions[self.checkpoint_id + 1] = (self.end_position, self.metrics.tuples)
+                self._complete_checkpoint(self.checkpoint_id + 1, {}, finished=True)
+        except BaseException as exc:
+            if self.failure is None:
+                self.failure = exc
+            self._abort()
+            raise
+        finally:
+            if profiler is not None:
+                profiler.dump_stats(os.path.join(job.profile_dir, "coordinator.prof"))
+            _restore_sigusr1(old_usr1)
+            if self.bar is not None:
+                self.bar.close()
+            for s in (self.sink, self.late_sink):
+                if s is not None:
+                    s.close()
+            job.source.close()
+            self._close_queues()
+        return self.metrics.summary()
+
+    def _abort(self) -> None:
+        """Stop every slot now (after an error or an interrupt)."""
+        for p in self.procs:
+            if p.exitcode is None:
+                p.terminate()
+        for p in self.procs:
+            p.join(timeout=2)
+            if p.exitcode is None:
+                p.kill()
+                p.join(timeout=2)
+        for q in self.in_qs:
+            q.cancel_join_thread()
+
+    def _close_queues(self) -> None:
+        for q in [*self.in_qs, self.out_q]:
+            if q is not None:
+                q.close()
+        for p in self.procs:
+            if p.exitcode is None:
+                p.join(timeout=1)
+            p.close() if p.exitcode is not None else None
+
+
+def _install_sigusr1(event: threading.Event) -> Any:
+    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "SIGUSR1"):
+        return None
+    return signal.signal(signal.SIGUSR1, lambda signum, frame: event.set())
+
+
+def _restore_sigusr1(old: Any) -> None:
+    if old is not None:
+        signal.signal(signal.SIGUSR1, old)

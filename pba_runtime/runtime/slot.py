@@ -1,0 +1,328 @@
+"""A task slot: one process that owns a share of the keys and their windowed aggregations.
+
+A slot reads messages from its bounded input queue, in order:
+
+* ``("data", keys, values, timestamps, arrival)``: a batch of its tuples. It
+  groups them by key with a stable sort (each key keeps arrival order) and
+  feeds each key's tuples to that key's operator with one
+  ``op.insert_many(values, timestamps)``; late tuples (time windows with a
+  lateness bound) come back from ``op.take_late()``. The results of the whole
+  batch are formatted here, in parallel with the other slots, and sent to the
+  sink as one ``("out", slot, result_bytes, windows, arrival, late_bytes, late)``.
+* ``("barrier", checkpoint_id)``: snapshot every key's operator and send
+  ``("barrier", slot, checkpoint_id, {"states": {key: snapshot}, ...})``.
+* ``("end", arrival)``: end of stream: ``flush()`` every operator, send the
+  last results, the final statistics and ``("done", slot, stats)``.
+
+Each slot owns one :class:`pba_runtime.WorkerPool` that builds the lcs of all
+its keys (the paper's Flink integration runs one pool per task slot). Slots
+watch their parent: if the coordinator dies (``kill -9``), they exit within a
+second instead of lingering.
+
+Examples
+--------
+A slot can run in-process, which is how the unit below is checked:
+
+>>> import numpy as np, pba_runtime as pr
+>>> slot = TaskSlot(SlotSpec(index=0, window=pr.CountWindow(range=2, slide=1), agg="sum",
+...                          algorithm="sba", sink_format="csv"))
+>>> msg = slot.on_data(np.array([1, 1, 2]), np.array([1.0, 2.0, 5.0]), None, 0.0)
+>>> msg[0], msg[2].decode(), msg[3]
+('out', '1,0,2,3.0\\n', 1)
+>>> slot.close()
+"""
+
+from __future__ import annotations
+
+import cProfile
+import inspect
+import logging
+import multiprocessing
+import os
+import queue
+import signal
+import time
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+import pba_runtime as pr
+
+from .partitioning import group_by_key
+from .sinks import format_late, format_results
+
+__all__ = ["SlotSpec", "TaskSlot", "slot_main", "make_operator"]
+
+log = logging.getLogger("pba_runtime")
+
+#: Seconds between statistics reports of a slot.
+STATS_INTERVAL = 1.0
+#: Seconds a blocked queue operation waits before checking that the coordinator is alive.
+POLL = 0.5
+
+
+@dataclass
+class SlotSpec:
+    """What a slot needs to know (picklable; sent to the slot process).
+
+    Parameters
+    ----------
+    index : int
+        This slot's number, ``0 .. parallelism-1``.
+    window : CountWindow or TimeWindow
+    agg : str or Aggregation
+        A name, or a picklable :class:`pba_runtime.Aggregation`.
+    algorithm : str
+        A name in ``pba_runtime.ALGORITHMS`` or ``"auto"``.
+    allowed_lateness : int or None
+        Time windows: how far (ms) behind a key's largest timestamp a tuple may
+        arrive and still be reordered into its windows.
+    sink_format : {"csv", "jsonl", None}
+        Format of result bytes (``None``: only count them).
+    late_format : {"csv", "jsonl"}
+        Format of late-tuple bytes.
+    pool_workers : int
+        Threads of the slot's lcs worker pool.
+    profile_path : str, optional
+        Write a cProfile of the slot's loop there.
+    """
+
+    index: int
+    window: Any
+    agg: Any
+    algorithm: str
+    allowed_lateness: int | None = None
+    sink_format: str | None = None
+    late_format: str = "csv"
+    pool_workers: int = 1
+    profile_path: str | None = None
+
+
+def _accepts(cls: type, name: str) -> bool:
+    try:
+        params = inspect.signature(cls.__init__).parameters
+    except (TypeError, ValueError):
+        return True
+    return name in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
+
+
+def make_operator(spec: SlotSpec, pool: pr.WorkerPool | None) -> pr.WindowOperator:
+    """The operator of one key: ``pr.create(algorithm, window, agg, ...)`` with the slot's pool and lateness."""
+    name = spec.algorithm
+    if name == "auto":
+        name = pr.resolve_auto(spec.window)
+    options: dict[str, Any] = {}
+    cls = pr.algorithms.REGISTRY.get(name)
+    if pool is not None and cls is not None and _accepts(cls, "pool"):
+        options["pool"] = pool
+    if spec.allowed_lateness is not None:
+        options["allowed_lateness"] = spec.allowed_lateness
+    return pr.create(name, spec.window, spec.agg, **options)
+
+
+class TaskSlot:
+    """The keyed state and batch processing of one slot (the process loop is :func:`slot_main`)."""
+
+    def __init__(self, spec: SlotSpec, states: dict[Any, Any] | None = None):
+        self.spec = spec
+        self.pool = pr.WorkerPool(kind="thread", workers=spec.pool_workers)
+        self.ops: dict[Any, pr.WindowOperator] = {}
+        self.phases: dict[str, float] = {}
+        self.tuples = 0
+        self.windows = 0
+        self.late = 0
+        self._is_time = isinstance(spec.window, pr.TimeWindow)
+        self._range = spec.window.range
+        for key, state in (states or {}).items():
+            self.ops[key] = make_operator(spec, self.pool).restore(state)
+
+    def _op(self, key: Any) -> pr.WindowOperator:
+        op = self.ops.get(key)
+        if op is None:
+            op = self.ops[key] = make_operator(self.spec, self.pool)
+        return op
+
+    def _time(self, phase: str, t0: float) -> float:
+        t1 = time.perf_counter()
+        self.phases[phase] = self.phases.get(phase, 0.0) + (t1 - t0)
+        return t1
+
+    def _format(self, parts: list, late_parts: list, arrival: float) -> tuple:
+        fmt = self.spec.sink_format
+        n_win = sum(len(e) for _, e, _ in parts)
+        n_late = sum(len(t) for _, t, _ in late_parts)
+        out = None
+        if fmt is not None and n_win:
+            out = "".join(format_results(fmt, k, e, r, self._range) for k, e, r in parts if len(e)).encode()
+        late = None
+        if n_late:
+            late = "".join(format_late(self.spec.late_format, k, t, v) for k, t, v in late_parts).encode()
+        self.windows += n_win
+        self.late += n_late
+        return ("out", self.spec.index, out, n_win, arrival, late, n_late)
+
+    def _take_late(self, key: Any, op: Any, late_parts: list) -> None:
+        take = getattr(op, "take_late", None)
+        if take is None:
+            return
+        late = take()
+        if late:
+            vals, ts = zip(*late)
+            late_parts.append((key, np.asarray(ts, dtype=np.int64), np.asarray(vals, dtype=np.float64)))
+
+    def on_data(self, keys: np.ndarray, values: np.ndarray, timestamps: np.ndarray | None, arrival: float) -> tuple:
+        """Process one batch; returns the ``("out", ...)`` message."""
+        t0 = time.perf_counter()
+        groups = list(group_by_key(keys))
+        t0 = self._time("group", t0)
+        parts = []
+        late_parts: list = []
+        is_time = self._is_time
+        for key, idx in groups:
+            op = self._op(key)
+            if is_time:
+                ends, res = op.insert_many(values[idx], timestamps[idx])
+                self._take_late(key, op, late_parts)
+            else:
+                ends, res = op.insert_many(values[idx])
+            if len(ends):
+                parts.append((key, ends, res))
+        self.tuples += len(values)
+        t0 = self._time("aggregate", t0)
+        msg = self._format(parts, late_parts, arrival)
+        self._time("format", t0)
+        return msg
+
+    def on_barrier(self, checkpoint_id: int) -> tuple:
+        """Snapshot every key: the ``("barrier", ...)`` message."""
+        t0 = time.perf_counter()
+        states = {k: op.snapshot() for k, op in self.ops.items()}
+        payload = {"states": states, "tuples": self.tuples, "windows": self.windows, "late": self.late}
+        self._time("snapshot", t0)
+        return ("barrier", self.spec.index, checkpoint_id, payload)
+
+    def on_end(self, arrival: float) -> tuple:
+        """Flush every key (end of stream); returns the last ``("out", ...)`` message."""
+        t0 = time.perf_counter()
+        parts = []
+        late_parts: list = []
+        for key, op in self.ops.items():
+            ends, res = op.flush()
+            self._take_late(key, op, late_parts)
+            if len(ends):
+                parts.append((key, ends, res))
+        t0 = self._time("aggregate", t0)
+        msg = self._format(parts, late_parts, arrival)
+        self._time("format", t0)
+        return msg
+
+    def stats(self) -> dict[str, Any]:
+        """Counters of this slot: tuples, windows, late, lcs tasks/stalls, algorithms, time per phase."""
+        algs: Counter[str] = Counter()
+        stalls = lcs = 0
+        stall_time = 0.0
+        late_ops = 0
+        for op in self.ops.values():
+            st = op.stats()
+            algs[str(st.get("algorithm", getattr(op, "name", "?")))] += 1
+            stalls += int(st.get("stalls", 0))
+            lcs += int(st.get("lcs_tasks", 0))
+            stall_time += float(st.get("stall_time", 0.0))
+            late_ops += int(st.get("late", 0))
+        return {"slot": self.spec.index, "pid": os.getpid(), "keys": len(self.ops), "tuples": self.tuples,
+                "windows": self.windows, "late": self.late, "lcs_tasks": lcs, "stalls": stalls,
+                "stall_time": stall_time, "algorithms": dict(algs), "phases": dict(self.phases)}
+
+    def close(self) -> None:
+        for op in self.ops.values():
+            op.close()
+        self.ops = {}
+        self.pool.close(wait=False)
+
+
+class _ParentGone(Exception):
+    pass
+
+
+def _parent_alive() -> bool:
+    parent = multiprocessing.parent_process()
+    return parent is None or parent.is_alive()
+
+
+def _get(q: Any, slot: TaskSlot) -> Any:
+    t0 = time.perf_counter()
+    while True:
+        try:
+            msg = q.get(timeout=POLL)
+            break
+        except queue.Empty:
+            if not _parent_alive():
+                raise _ParentGone from None
+    slot._time("wait", t0)
+    return msg
+
+
+def _put(q: Any, msg: Any, slot: TaskSlot) -> None:
+    t0 = time.perf_counter()
+    while True:
+        try:
+            q.put(msg, timeout=POLL)
+            break
+        except queue.Full:
+            if not _parent_alive():
+                raise _ParentGone from None
+    slot._time("emit", t0)
+
+
+def slot_main(spec: SlotSpec, in_q: Any, out_q: Any, states: dict[Any, Any]) -> None:
+    """Body of a slot process (see the module doc)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the coordinator's to handle
+    profiler = cProfile.Profile() if spec.profile_path else None
+    slot = None
+    try:
+        if profiler is not None:
+            profiler.enable()
+        slot = TaskSlot(spec, states)
+        last_stats = time.monotonic()
+        while True:
+            msg = _get(in_q, slot)
+            kind = msg[0]
+            if kind == "data":
+                out = slot.on_data(msg[1], msg[2], msg[3], msg[4])
+                if out[3] or out[6]:
+                    _put(out_q, out, slot)
+            elif kind == "barrier":
+                _put(out_q, slot.on_barrier(msg[1]), slot)
+            elif kind == "end":
+                out = slot.on_end(msg[1])
+                if out[3] or out[6]:
+                    _put(out_q, out, slot)
+                break
+            now = time.monotonic()
+            if now - last_stats >= STATS_INTERVAL:
+                last_stats = now
+                _put(out_q, ("stats", spec.index, slot.stats()), slot)
+        if profiler is not None:
+            profiler.disable()
+            profiler.dump_stats(spec.profile_path)
+        _put(out_q, ("done", spec.index, slot.stats()), slot)
+    except _ParentGone:
+        out_q.cancel_join_thread()
+        in_q.cancel_join_thread()
+        os._exit(3)
+    except BaseException as exc:  # report any failure to the coordinator, then exit
+        from .errors import UserError
+
+        user = isinstance(exc, (ValueError, TypeError, UserError))
+        text = f"{type(exc).__name__}: {exc}" if not user else str(exc)
+        log.debug("task slot %d failed", spec.index, exc_info=True)
+        try:
+            out_q.put(("error", spec.index, text, user), timeout=5)
+        except Exception:
+            out_q.cancel_join_thread()
+        raise SystemExit(1) from None
+    finally:
+        if slot is not None:
+            slot.close()
