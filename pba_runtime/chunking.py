@@ -35,14 +35,14 @@ chunks (``k > 1``), i.e. more merges. Fewer, larger chunks also mean fewer
 3-part windows: a window spans three chunks for about ``q - b`` of every ``b``
 window starts.
 
-Measured here (``bench/bench_chunking.py``): ``T_w/T_m`` is about 1/50 to 1/200
-(numpy accumulate vs the Python main loop) and ``L`` about 100-300 main-loop
-tuples (a thread hand-off), so for ``W[8192, 1]`` the generalised bound gives
-``b = 7900``-``8000`` instead of Theorem 1's ``4097``: half as many chunks and
-about 3% instead of 50% of windows merging three parts, with no extra stalls.
-The costs are fixed constants below, not calibrated at run time, so that a
-given window always gets the same chunks (and so bit-identical floating-point
-results across runs, machines, SBA and PBA).
+Measured here (``bench/bench_chunking.py``, 2 cores): ``T_w/T_m`` is 0.006 (max,
+sum) to 0.03 (the 23-wide moment sketch), and a thread hand-off while the main
+loop is busy takes ~190 us each way (``L`` of 40-350 tuples per way). With the
+constants below (``T_w/T_m = 0.03``, ``L = 600`` tuples) ``W[8192, 1]`` gets
+``b = 7370`` instead of Theorem 1's 4097: 89% instead of 50% of windows merge two
+parts rather than three, with no more stalls. The costs are fixed constants, not
+calibrated at run time, so that a given window always gets the same chunks (and
+so bit-identical floating-point results across runs, machines, SBA and PBA).
 
 Examples
 --------
@@ -108,10 +108,10 @@ class CostModel:
     launch: float = 0.0
 
 
-# Measured on the 2-core project machine (bench/bench_chunking.py), rounded
-# conservatively: numpy builds an lcs element ~1/50 of a Python insert or faster,
-# and a thread pool hand-off costs ~200 inserts.
-DEFAULT_COSTS = CostModel(worker=0.05, launch=200.0)
+# Measured on the 2-core project machine (bench/bench_chunking.py), rounded up:
+# numpy builds an lcs element in 0.6-3% of a Python insert, and a thread hand-off
+# there and back costs up to ~600 inserts.
+DEFAULT_COSTS = CostModel(worker=0.03, launch=600.0)
 
 
 def generalized_chunk_size(r: int, s: int, costs: CostModel = CostModel()) -> int:

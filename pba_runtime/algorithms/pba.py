@@ -57,7 +57,13 @@ PARALLEL_BATCH_MIN = 1 << 16
 
 
 def build_lcs(agg: Aggregation, saa: Any) -> Any:
-    """The lcs of one chunk: ``lcs[j] = saa[j] (+) ... (+) saa[b-1]``, in the chunk's storage type."""
+    """The lcs of one chunk: ``lcs[j] = saa[j] (+) ... (+) saa[b-1]``.
+
+    Kernel aggregations keep a chunk's partials in a flat ``array('d')`` (one
+    row of ``k`` floats per slice): numpy reads and writes it in place, so the
+    worker holds the GIL only to set up the call. Others keep a list of
+    Python partials and build the lcs in a Python loop.
+    """
     kernel = agg.kernel
     if kernel is None:
         combine = agg.combine
@@ -67,12 +73,11 @@ def build_lcs(agg: Aggregation, saa: Any) -> Any:
             acc = combine(out[j], acc)
             out[j] = acc
         return out
-    if kernel.shape == ():
-        out = array("d", bytes(8 * len(saa)))
-        kernel.accumulate(np.frombuffer(saa, dtype=np.float64), axis=0, reverse=True,
-                          out=np.frombuffer(out, dtype=np.float64))
-        return out
-    return kernel.to_partials(kernel.accumulate(kernel.to_array(saa), axis=0, reverse=True))
+    out = array("d", bytes(8 * len(saa)))
+    shape = (-1,) + kernel.shape
+    kernel.accumulate(np.frombuffer(saa, dtype=np.float64).reshape(shape), axis=0, reverse=True,
+                      out=np.frombuffer(out, dtype=np.float64).reshape(shape))
+    return out
 
 
 _build_lcs_here = build_lcs  # the main thread's own builder, used when a worker fails
@@ -180,7 +185,9 @@ class PBA(SlicedAggregator):
         self.chunk_size = self._b = chunk_size
         self._pool = (pool if pool is not None else default_pool()) if self.parallel else None
         kernel = self.agg.kernel
-        self._scalar_store = kernel is not None and kernel.shape == ()
+        # partial storage: flat array('d') rows of `width` floats (0: a scalar per slice), or a list
+        self._flat = kernel is not None
+        self._width = (kernel.shape[0] if kernel.shape else 0) if kernel is not None else 0
         self._chunks_closed = 0
         self._lcs_tasks = 0
         self._stalls = 0
@@ -213,12 +220,14 @@ class PBA(SlicedAggregator):
         if i:
             csa = self._csa = self.agg.combine(self._csa, p)
             rec = self._open
-            rec[0].append(p)
         else:
             rec = self._open = [self._new_saa(), None, None]
             self._chunks[g // b] = rec
-            rec[0].append(p)
             csa = self._csa = p
+        if self._width:
+            rec[0].extend(p)
+        else:
+            rec[0].append(p)
         if i == b - 1:
             rec[2] = csa
             self._close_chunk(rec)
@@ -245,7 +254,7 @@ class PBA(SlicedAggregator):
                 lcs = chunks[cf][1]
                 if lcs.__class__ is Future or lcs is None:
                     lcs = self._lcs(cf)
-                first = lcs[j]
+                first = lcs[j] if not self._width else self._row(lcs, j)
             else:
                 first = chunks[cf][2]
             combine = self.agg.combine
@@ -255,7 +264,14 @@ class PBA(SlicedAggregator):
         return [(g, res if self._lower_float else self.agg.lower(res))]
 
     def _new_saa(self) -> Any:
-        return array("d") if self._scalar_store else []
+        return array("d") if self._flat else []
+
+    def _row(self, buf: Any, j: int) -> Any:
+        """Partial ``j`` of a chunk buffer (saa or lcs)."""
+        w = self._width
+        if w:
+            return tuple(buf[j * w : (j + 1) * w])
+        return buf[j]
 
     def _push(self, p: Any) -> None:
         g = self._g
@@ -268,7 +284,10 @@ class PBA(SlicedAggregator):
         else:
             rec = self._open
             self._csa = self.agg.combine(self._csa, p)
-        rec[0].append(p)
+        if self._width:
+            rec[0].extend(p)
+        else:
+            rec[0].append(p)
         self._g = g + 1
         if i == b - 1:
             rec[2] = self._csa
@@ -324,12 +343,12 @@ class PBA(SlicedAggregator):
             if f % b == 0:
                 return last
             saa = self._chunks[cf][0]
-            acc = saa[f % b]
+            acc = self._row(saa, f % b)
             for j in range(f % b + 1, (g - 1) % b + 1):
-                acc = combine(acc, saa[j])
+                acc = combine(acc, self._row(saa, j))
             return acc
         j = f % b
-        first = self._chunks[cf][2] if j == 0 else self._lcs(cf)[j]
+        first = self._chunks[cf][2] if j == 0 else self._row(self._lcs(cf), j)
         for c in range(cf + 1, cl):
             first = combine(first, self._chunks[c][2])
         return combine(first, last)
@@ -344,10 +363,7 @@ class PBA(SlicedAggregator):
             saa = self._chunks[c][0]
             lo = f - c * b if c == f // b else 0
             hi = min(b, g - c * b)
-            if self._scalar_store:
-                parts.append(np.frombuffer(saa, dtype=np.float64)[lo:hi])
-            else:
-                parts.append(kernel.to_array(saa[lo:hi]))
+            parts.append(np.frombuffer(saa, dtype=np.float64).reshape((-1,) + kernel.shape)[lo:hi])
         if not parts:
             return np.empty((0,) + kernel.shape)
         return np.concatenate(parts) if len(parts) > 1 else parts[0].copy()
@@ -394,9 +410,7 @@ class PBA(SlicedAggregator):
         self._csa = kernel.to_partials(kernel.accumulate(rows, axis=0)[-1:])[0] if len(rows) else self.agg.identity
 
     def _store(self, rows: np.ndarray) -> Any:
-        if self._scalar_store:
-            return array("d", np.ascontiguousarray(rows, dtype=np.float64).tobytes())
-        return self.agg.kernel.to_partials(rows)
+        return array("d", np.ascontiguousarray(rows, dtype=np.float64).tobytes())
 
     # ------------------------------------------------------------------ batch path
     def insert_many(self, values, timestamps=None):
