@@ -44,17 +44,13 @@ import numpy as np
 
 from ..aggregations import BUILTIN_AGGREGATIONS, Aggregation, Kernel, as_float_array
 from ..chunking import plan_chunk_size
+from ..batch import window_merge
 from ..pool import WorkerPool, default_pool
 from .base import SlicedAggregator, sizeof, validate_timestamps
 
-__all__ = ["PBA", "SBA", "build_lcs", "window_merge"]
+__all__ = ["PBA", "SBA", "build_lcs"]
 
 log = logging.getLogger("pba_runtime")
-
-# Below this many slice partials, a batch builds its lcs on the main thread:
-# a pool hand-off costs more than it saves.
-PARALLEL_BATCH_MIN = 1 << 16
-
 
 def build_lcs(agg: Aggregation, saa: Any) -> Any:
     """The lcs of one chunk: ``lcs[j] = saa[j] (+) ... (+) saa[b-1]``.
@@ -81,79 +77,6 @@ def build_lcs(agg: Aggregation, saa: Any) -> Any:
 
 
 _build_lcs_here = build_lcs  # the main thread's own builder, used when a worker fails
-
-
-def window_merge(kernel: Kernel, X: np.ndarray, q: int, nwin: int, pool: WorkerPool | None = None) -> np.ndarray:
-    """Aggregate of ``X[a:a+q]`` for ``a = 0 .. nwin-1``: vectorised PBA with chunks of ``q`` slices.
-
-    ``X`` holds slice partials (``len(X) >= nwin + q - 1``), cut into rows of
-    ``q``. The window starting at column ``j`` of row ``c`` is ``lcs[c, j] (+)
-    csa[c+1, j-1]`` (the suffix of its first chunk and the prefix of the next),
-    or the whole chunk ``lcs[c, 0]`` when ``j == 0``: two parts, one combine.
-
-    Rows are processed in cache-sized blocks with reused scratch buffers. With
-    a ``pool``, its worker takes the first half of the rows and the main thread
-    the second half, each building the lcs and csa of its own rows: every
-    window gets the same arithmetic whatever the split, so the result is the
-    one-thread (SBA) result bit for bit.
-    """
-    shape = X.shape[1:]
-    out = np.empty((max(nwin, 0),) + shape)
-    if nwin <= 0:
-        return out
-    if q == 1:
-        out[:] = X[:nwin]
-        return out
-    L = nwin + q - 1
-    rows = L // q
-    body = X[: rows * q].reshape((rows, q) + shape)
-    R = rows - 1  # rows whose q windows all end inside a full row
-    if R > 0:
-        outv = out[: R * q].reshape((R, q) + shape)
-        if pool is not None and not pool.closed and R >= 2 and R * q >= PARALLEL_BATCH_MIN:
-            half = R // 2
-            try:
-                fut = pool.submit(_merge_rows, kernel, body, outv, 0, half)
-            except RuntimeError:
-                fut = None
-            if fut is not None:
-                _merge_rows(kernel, body, outv, half, R)
-                fut.result()
-            else:
-                _merge_rows(kernel, body, outv, 0, R)
-        else:
-            _merge_rows(kernel, body, outv, 0, R)
-    # the last full row: its windows end in the partial row that follows it
-    last = kernel.accumulate(body[R], axis=0, reverse=True)
-    tail = kernel.accumulate(X[rows * q : L], axis=0)
-    n_tail = nwin - R * q  # == len(tail) + 1
-    out[R * q] = last[0]
-    if n_tail > 1:
-        kernel.combine(last[1:n_tail], tail, out=out[R * q + 1 : nwin])
-    return out
-
-
-# Elements per block of rows in window_merge: scratch buffers stay in L2.
-MERGE_BLOCK = 1 << 16
-
-
-def _merge_rows(kernel: Kernel, body: np.ndarray, outv: np.ndarray, c0: int, c1: int) -> None:
-    """Windows starting in rows ``[c0, c1)`` of ``body`` into ``outv``: lcs of those rows, csa of the next ones."""
-    if c1 <= c0:
-        return
-    q = body.shape[1]
-    step = max(1, MERGE_BLOCK // q)
-    n = min(step, c1 - c0)
-    lcs = np.empty((n,) + body.shape[1:])
-    csa = np.empty((n,) + body.shape[1:])
-    for b0 in range(c0, c1, step):
-        b1 = min(c1, b0 + step)
-        k = b1 - b0
-        kernel.accumulate(body[b0:b1], axis=1, reverse=True, out=lcs[:k])
-        kernel.accumulate(body[b0 + 1 : b1 + 1], axis=1, out=csa[:k])
-        o = outv[b0:b1]
-        o[:, 0] = lcs[:k, 0]
-        kernel.combine(lcs[:k, 1:], csa[:k, :-1], out=o[:, 1:])
 
 
 class PBA(SlicedAggregator):
