@@ -1,0 +1,369 @@
+"""``pba-run``: run a keyed sliding-window aggregation job from the command line.
+
+With no arguments it runs the default job (the paper's Flink experiment,
+scaled to one machine): a DEBS'14-like smart-plug stream of 6 million tuples
+over 84 plugs, count window W[1024, 1], ``max``, PBA, parallelism 2, and
+prints the summary.
+
+User errors (bad options, unreadable input, a checkpoint of another job) are
+one line on stderr and exit code 2; a failed job exits with 1, an interrupted
+one with 130 (resume it with ``--resume`` if it was checkpointing).
+
+Examples
+--------
+>>> parse_duration("1.5s"), parse_duration("250"), parse_duration("2m")
+(1500, 250, 120000)
+>>> main(["--window", "count", "--range", "0"])  # prints "pba-run: error: range must be ..." on stderr
+2
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import math
+import os
+import re
+import signal
+import sys
+import threading
+from typing import Any, Sequence
+
+import pba_runtime as pr
+
+from .runtime import Job, UserError
+from .runtime.errors import JobError
+from .runtime.sources import DEFAULT_BATCH_SIZE, CsvSource, Debs12Source, Debs14Source, JsonlSource, Source
+
+__all__ = ["main", "build_parser", "parse_duration"]
+
+PROG = "pba-run"
+DEFAULT_TUPLES = 6_000_000
+
+EXAMPLES = f"""\
+examples:
+  {PROG}
+      the default job: DEBS'14-like smart plugs, 84 plugs, {DEFAULT_TUPLES:,} tuples,
+      count window W[1024, 1], max, PBA, parallelism 2; prints the summary
+  {PROG} --source debs12 --window time --range 60s --slide 1s --agg mean --sink csv:power.csv
+      one-minute sliding mean per sensor of a DEBS'12-like stream (100 records/s)
+  {PROG} --source debs12 --disorder 2000 --window time --range 10s --slide 1s \\
+         --allowed-lateness 500ms --sink jsonl:out.jsonl --late-output late.jsonl
+      out-of-order timestamps: tuples more than 500 ms behind their key's
+      newest timestamp go to late.jsonl, and are counted
+  {PROG} --source csv:readings.csv --key-col plug --ts-col ts --value-col load \\
+         --window count --range 100 --slide 10 --agg max --sink csv:-
+      a CSV file (with a header row) to stdout
+  tail -f events.jsonl | {PROG} --source jsonl:- --window time --range 5s --slide 5s --agg count --sink jsonl:-
+      JSON lines from stdin
+  {PROG} --tuples 50000000 --checkpoint-dir ckpt --checkpoint-every 30s --sink csv:out.csv
+  {PROG} --tuples 50000000 --checkpoint-dir ckpt --checkpoint-every 30s --sink csv:out.csv --resume
+      checkpoint every 30 s; after a crash or kill, --resume (same options) continues
+      where the last checkpoint was, and out.csv ends with every window exactly once
+
+While it runs, `kill -USR1 <pid>` prints a metrics line on stderr (or use --metrics-interval).
+"""
+
+_UNITS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+def parse_duration(text: str) -> int:
+    """A time length in milliseconds: ``"250"`` (ms), ``"250ms"``, ``"1.5s"``, ``"2m"``, ``"1h"``, ``"1d"``."""
+    m = re.fullmatch(r"\s*(\d+(?:\.\d*)?)\s*(ms|s|m|h|d)?\s*", str(text))
+    if not m:
+        raise argparse.ArgumentTypeError(f"expected a duration such as 500, 500ms, 10s, 5m or 1h, got {text!r}")
+    ms = float(m.group(1)) * _UNITS[m.group(2) or "ms"]
+    if ms != int(ms):
+        raise argparse.ArgumentTypeError(f"durations are whole milliseconds, got {text!r}")
+    return int(ms)
+
+
+def _positive_int(text: str) -> int:
+    try:
+        v = int(text.replace("_", ""))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return v
+
+
+def _count(text: str) -> int:
+    try:
+        v = int(text.replace("_", ""))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {text!r}") from None
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {text!r}")
+    return v
+
+
+def _positive_float(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}") from None
+    if not v > 0 or not math.isfinite(v):
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
+    return v
+
+
+def _fraction(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        v = -1.0
+    if not 0.0 <= v <= 1.0:
+        raise argparse.ArgumentTypeError(f"expected a number in [0, 1], got {text!r}")
+    return v
+
+
+def _interval(text: str) -> tuple[int | None, float | None]:
+    """``"100000"`` (tuples) or ``"30s"``/``"500ms"``/``"2m"`` (time)."""
+    t = text.strip().replace("_", "")
+    if t.isdigit():
+        if int(t) < 1:
+            raise argparse.ArgumentTypeError(f"expected a positive number of tuples or a duration, got {text!r}")
+        return int(t), None
+    try:
+        ms = parse_duration(t)
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(
+            f"expected a number of tuples (100000) or a duration (30s, 500ms, 2m), got {text!r}") from None
+    if ms <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive interval, got {text!r}")
+    return None, ms / 1000.0
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line, exit 2
+        raise UserError(f"{message} (see {PROG} --help)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``pba-run`` argument parser."""
+    algos = ", ".join([*pr.ALGORITHMS, "auto"])
+    aggs = ", ".join(sorted(pr.BUILTIN_AGGREGATIONS))
+    p = _Parser(
+        prog=PROG,
+        description="Keyed sliding-window aggregation over a stream, in parallel on one machine: "
+                    "source -> key by -> per-key windowed aggregation (PBA or another algorithm) -> sink.",
+        epilog=EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--demo", action="store_true", help="run the default job (the same as no arguments)")
+    g = p.add_argument_group("source")
+    g.add_argument("--source", default="debs14", metavar="SPEC",
+                   help="debs14 (smart plugs, default), debs12 (manufacturing sensors), csv:PATH or jsonl:PATH "
+                        "(PATH '-' reads stdin)")
+    g.add_argument("--tuples", type=_count, default=None, metavar="N",
+                   help=f"length of a generated stream (default {DEFAULT_TUPLES:,}; 0 = endless)")
+    g.add_argument("--keys", type=_positive_int, default=None, metavar="N",
+                   help="generated streams: plugs (debs14, default 84) or sensors (debs12, default 3)")
+    g.add_argument("--seed", type=_count, default=1, help="generated streams: random seed (default 1)")
+    g.add_argument("--disorder", type=parse_duration, default=0, metavar="DURATION",
+                   help="generated streams: delay some timestamps by up to this much (out-of-order event time)")
+    g.add_argument("--disorder-fraction", type=_fraction, default=0.05, metavar="F",
+                   help="generated streams: fraction of tuples delayed by --disorder (default 0.05)")
+    g.add_argument("--rate", type=_positive_float, default=None, metavar="N",
+                   help="read at most N tuples per second (default: as fast as possible)")
+    g.add_argument("--key-col", default="key", metavar="NAME", help="csv/jsonl: key column (default key)")
+    g.add_argument("--ts-col", default="ts", metavar="NAME",
+                   help="csv/jsonl: timestamp column, integer epoch ms (default ts; needed by time windows)")
+    g.add_argument("--value-col", default="value", metavar="NAME", help="csv/jsonl: value column (default value)")
+    g = p.add_argument_group("window and aggregation")
+    g.add_argument("--window", choices=("count", "time"), default="count",
+                   help="count: per-key positions (default); time: event-time timestamps")
+    g.add_argument("--range", default=None, metavar="R",
+                   help="window range: tuples (count, default 1024) or a duration such as 60s (time, default 60s)")
+    g.add_argument("--slide", default=None, metavar="S",
+                   help="window slide, same units as --range (default 1 for count, 1s for time)")
+    g.add_argument("--agg", default="max", metavar="NAME", help=f"aggregation: {aggs} (default max)")
+    g.add_argument("--algorithm", default="pba", metavar="NAME", help=f"algorithm: {algos} (default pba)")
+    g.add_argument("--allowed-lateness", type=parse_duration, default=None, metavar="DURATION",
+                   help="time windows: a key's watermark is its newest timestamp minus this; older tuples "
+                        "are late (default 0)")
+    g = p.add_argument_group("execution")
+    g.add_argument("-p", "--parallelism", type=_positive_int, default=2, metavar="P",
+                   help="task slots, one process each (default 2)")
+    g.add_argument("--batch-size", type=_positive_int, default=DEFAULT_BATCH_SIZE, metavar="N",
+                   help=f"tuples per batch read from the source (default {DEFAULT_BATCH_SIZE})")
+    g.add_argument("--queue-size", type=_positive_int, default=4, metavar="N",
+                   help="batches each bounded queue holds (default 4)")
+    g = p.add_argument_group("output")
+    g.add_argument("--sink", default="none", metavar="SPEC",
+                   help="none (count only, default), csv:PATH or jsonl:PATH (PATH '-' writes stdout)")
+    g.add_argument("--late-output", default=None, metavar="PATH",
+                   help="file for late tuples (default: beside the sink file, e.g. out.late.csv, else late.csv)")
+    g = p.add_argument_group("checkpoints")
+    g.add_argument("--checkpoint-dir", default=None, metavar="DIR", help="take checkpoints into DIR")
+    g.add_argument("--checkpoint-every", type=_interval, default=None, metavar="N|DURATION",
+                   help="checkpoint every N tuples or every DURATION (e.g. 30s; default 10s)")
+    g.add_argument("--resume", action="store_true",
+                   help="continue from the checkpoint in --checkpoint-dir (give the same job options)")
+    g = p.add_argument_group("metrics")
+    g.add_argument("--metrics-interval", type=_positive_float, default=None, metavar="SECONDS",
+                   help="print a metrics line on stderr every SECONDS (also on SIGUSR1)")
+    g.add_argument("--metrics-json", default=None, metavar="PATH", help="write the final metrics as JSON")
+    bar = g.add_mutually_exclusive_group()
+    bar.add_argument("--progress", dest="progress", action="store_true", default=None,
+                     help="progress bar on stderr (default: when stderr is a terminal)")
+    bar.add_argument("--no-progress", dest="progress", action="store_false")
+    g.add_argument("--quiet", "-q", action="store_true", help="no summary")
+    g.add_argument("--profile", default=None, metavar="DIR", help="write cProfile files of every process to DIR")
+    g.add_argument("--log-level", default="warning", choices=("debug", "info", "warning", "error"),
+                   help="log level of the pba_runtime logger (default warning)")
+    return p
+
+
+def _window(args: argparse.Namespace) -> pr.CountWindow | pr.TimeWindow:
+    if args.window == "count":
+        def count(name: str, text: str) -> int:
+            t = text.replace("_", "")
+            if not re.fullmatch(r"-?\d+", t):
+                raise UserError(f"--{name} of a count window is a number of tuples, got {text!r}")
+            return int(t)
+
+        r, s = count("range", args.range or "1024"), count("slide", args.slide or "1")
+        maker = pr.CountWindow
+    else:
+        def dur(name: str, text: str) -> int:
+            try:
+                return parse_duration(text)
+            except argparse.ArgumentTypeError as exc:
+                raise UserError(f"--{name}: {exc}") from None
+
+        r, s = dur("range", args.range or "60s"), dur("slide", args.slide or "1s")
+        maker = pr.TimeWindow
+    try:
+        return maker(range=r, slide=s)
+    except (TypeError, ValueError) as exc:
+        raise UserError(str(exc)) from None
+
+
+def _source(args: argparse.Namespace) -> Source:
+    spec = args.source
+    kind, sep, path = spec.partition(":")
+    generated = kind in ("debs14", "debs12")
+    if generated and sep:
+        raise UserError(f"source {kind} takes no path; got {spec!r}")
+    if not generated:
+        for opt, val, default in (("--tuples", args.tuples, None), ("--keys", args.keys, None),
+                                  ("--disorder", args.disorder, 0)):
+            if val != default:
+                raise UserError(f"{opt} applies to generated sources (debs14, debs12), not {kind}")
+    ts_col = args.ts_col if args.window == "time" else None
+    if kind == "debs14":
+        tuples = DEFAULT_TUPLES if args.tuples is None else (args.tuples or None)
+        return Debs14Source(plugs=args.keys or 84, tuples=tuples, seed=args.seed, disorder=args.disorder,
+                            disorder_fraction=args.disorder_fraction)
+    if kind == "debs12":
+        tuples = DEFAULT_TUPLES if args.tuples is None else (args.tuples or None)
+        return Debs12Source(sensors=args.keys or 3, tuples=tuples, seed=args.seed, disorder=args.disorder,
+                            disorder_fraction=args.disorder_fraction)
+    if kind in ("csv", "jsonl") and sep and path:
+        cls = CsvSource if kind == "csv" else JsonlSource
+        return cls(path, key_col=args.key_col, value_col=args.value_col, ts_col=ts_col)
+    raise UserError(f"source must be debs14, debs12, csv:PATH or jsonl:PATH (PATH '-' for stdin), got {spec!r}")
+
+
+def _describe(job: Job) -> str:
+    src = job.source
+    d = src.describe()
+    if d["kind"] == "debs14":
+        what = f"DEBS'14-like smart plugs ({d['plugs']} plugs, {_n(src.total)} tuples)"
+    elif d["kind"] == "debs12":
+        what = f"DEBS'12-like sensors ({d['sensors']} sensors at 100 records/s, {_n(src.total)} tuples)"
+    else:
+        what = f"{d['kind']} {d['path']}"
+    w = job.window
+    kind = "time" if job.is_time else "count"
+    alg = job.algorithm if job.algorithm != "auto" else f"auto -> {pr.resolve_auto(w)}"
+    late = f", lateness {job.allowed_lateness} ms" if job.is_time else ""
+    sink = "none" if job.sink_format is None else f"{job.sink_format}:{job.sink_path}"
+    return (f"{PROG}: {what} -> key by -> {kind} W[{w.range}, {w.slide}] {job.agg.name} ({alg}{late}) "
+            f"x {job.parallelism} slots -> {sink}")
+
+
+def _n(total: int | None) -> str:
+    return "endless" if total is None else f"{total:,}"
+
+
+class _Terminated(BaseException):
+    pass
+
+
+def _on_sigterm(signum: int, frame: Any) -> None:
+    raise _Terminated
+
+
+def _setup_logging(level: str) -> None:
+    logger = logging.getLogger("pba_runtime")
+    logger.setLevel(level.upper())
+    if not logger.handlers:
+        h = logging.StreamHandler(sys.stderr)
+        h.setFormatter(logging.Formatter(f"{PROG}: %(levelname)s: %(message)s"))
+        logger.addHandler(h)
+        logger.propagate = False
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``pba-run`` with ``argv`` (default ``sys.argv[1:]``); returns the exit code."""
+    old_term = None
+    try:
+        args = build_parser().parse_args(argv)
+        _setup_logging(args.log_level)
+        window = _window(args)
+        source = _source(args)
+        every_tuples, every_seconds = args.checkpoint_every or (None, None)
+        if args.checkpoint_every is not None and args.checkpoint_dir is None:
+            raise UserError("--checkpoint-every needs --checkpoint-dir")
+        if args.resume and args.checkpoint_dir is None:
+            raise UserError("--resume needs --checkpoint-dir (where the checkpoint is)")
+        progress = args.progress if args.progress is not None else sys.stderr.isatty()
+        job = Job(source, window, args.agg, args.algorithm, parallelism=args.parallelism, sink=args.sink,
+                  late_output=args.late_output, allowed_lateness=args.allowed_lateness,
+                  checkpoint_dir=args.checkpoint_dir, checkpoint_every=every_tuples,
+                  checkpoint_interval=every_seconds, batch_size=args.batch_size, queue_size=args.queue_size,
+                  rate=args.rate, progress=progress, metrics_interval=args.metrics_interval,
+                  profile_dir=args.profile)
+        out = sys.stderr if job.sink_path == "-" else sys.stdout
+        if not args.quiet:
+            print(_describe(job), file=out, flush=True)
+        if threading.current_thread() is threading.main_thread():
+            old_term = signal.signal(signal.SIGTERM, _on_sigterm)
+        summary = job.run(resume=args.resume)
+        if not args.quiet:
+            print(job.metrics.text(), file=out, flush=True)
+            late = summary["late"]
+            if late:
+                print(f"late tuples written to {job.late_path}", file=out, flush=True)
+        if args.metrics_json:
+            with open(args.metrics_json, "w") as f:
+                json.dump(summary, f, indent=2, default=str)
+        return 0
+    except UserError as exc:
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return 2
+    except JobError as exc:
+        print(f"{PROG}: failed: {exc}", file=sys.stderr)
+        return 1
+    except (KeyboardInterrupt, _Terminated) as exc:
+        sig = "interrupted" if isinstance(exc, KeyboardInterrupt) else "terminated"
+        hint = " (continue with --resume)" if "args" in locals() and args.checkpoint_dir else ""
+        print(f"{PROG}: {sig}{hint}", file=sys.stderr)
+        return 130 if isinstance(exc, KeyboardInterrupt) else 143
+    except BrokenPipeError:
+        try:
+            sys.stdout = open(os.devnull, "w")  # the reader went away (| head): not an error
+        except OSError:
+            pass
+        return 0
+    finally:
+        if old_term is not None:
+            signal.signal(signal.SIGTERM, old_term)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

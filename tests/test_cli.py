@@ -1,0 +1,110 @@
+"""``pba-run``: help, the default job, user errors as one line with exit code 2."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from pba_runtime.cli import main
+
+CLI = [sys.executable, "-m", "pba_runtime.cli"]
+
+
+@pytest.fixture(autouse=True)
+def no_leftover_children():
+    yield
+    assert multiprocessing.active_children() == []
+
+
+def test_help_shows_examples():
+    proc = subprocess.run(CLI + ["--help"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0
+    assert "examples:" in proc.stdout and "--checkpoint-dir" in proc.stdout and "--resume" in proc.stdout
+
+
+def test_default_job_prints_the_summary(tmp_path):
+    metrics = tmp_path / "m.json"
+    # the default job with fewer tuples (the full one is `pba-run` with no arguments)
+    proc = subprocess.run(CLI + ["--tuples", "200000", "--metrics-json", str(metrics)], capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    assert "84 plugs" in out and "W[1024, 1] max (pba)" in out and "x 2 slots" in out
+    for word in ("tuples/s", "windows", "latency", "p99", "stalls", "late tuples", "pba x84"):
+        assert word in out, word
+    m = json.loads(metrics.read_text())
+    assert m["tuples"] == 200_000 and m["parallelism"] == 2 and m["algorithms"] == {"pba": 84}
+    assert m["windows"] == 200_000 - 84 * 1023
+    assert proc.stderr == ""  # no progress bar when stderr is not a terminal
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--range", "0"], "range must be a positive integer, got 0"),
+    (["--range", "10", "--slide", "20"], "slide must be <= range"),
+    (["--window", "time", "--range", "1x"], "--range: expected a duration"),
+    (["--agg", "median"], "unknown aggregation 'median'"),
+    (["--algorithm", "fast"], "unknown algorithm 'fast'"),
+    (["--parallelism", "0"], "expected a positive integer, got '0'"),
+    (["--window", "count", "--allowed-lateness", "5"], "time windows only"),
+    (["--source", "kafka:x"], "source must be debs14, debs12, csv:PATH or jsonl:PATH"),
+    (["--source", "csv:/nonexistent/x.csv"], "no such file: /nonexistent/x.csv"),
+    (["--source", "csv:-", "--tuples", "5"], "--tuples applies to generated sources"),
+    (["--sink", "xml:out"], "sink must be none, csv:PATH or jsonl:PATH"),
+    (["--sink", "csv:/nonexistent/dir/out.csv"], "output directory does not exist"),
+    (["--resume"], "--resume needs --checkpoint-dir"),
+    (["--checkpoint-every", "10s"], "--checkpoint-every needs --checkpoint-dir"),
+    (["--checkpoint-every", "soon", "--checkpoint-dir", "x"], "expected a number of tuples"),
+    (["--no-such-option"], "unrecognized arguments: --no-such-option"),
+])
+def test_user_errors_are_one_line_and_exit_2(capsys, args, message):
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("pba-run: error: "), err
+    assert message in err
+
+
+def test_user_errors_from_the_input_file(capsys, tmp_path):
+    data = tmp_path / "d.csv"
+    data.write_text("plug,value\n1,2.0\n")
+    assert main(["--source", f"csv:{data}", "--window", "time", "--key-col", "plug"]) == 2
+    err = capsys.readouterr().err
+    assert "no timestamp column 'ts' in the header; columns: plug, value" in err and err.count("\n") == 1
+    assert main(["--source", f"csv:{data}", "--key-col", "plug", "--checkpoint-dir", str(tmp_path / "c"),
+                 "--resume"]) == 2
+    assert "no checkpoint in" in capsys.readouterr().err
+
+
+def test_a_real_process_exits_2_without_a_traceback(tmp_path):
+    proc = subprocess.run(CLI + ["--agg", "median"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("pba-run: error: unknown aggregation 'median'")
+    assert "Traceback" not in proc.stderr and proc.stderr.count("\n") == 1
+
+
+def test_stdout_sink_and_metrics_on_sigusr1(tmp_path):
+    proc = subprocess.Popen(CLI + ["--keys", "3", "--tuples", "0", "--range", "4", "--rate", "20000",
+                                   "--batch-size", "1000", "--sink", "csv:-", "--no-progress"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        header = proc.stdout.readline()
+        first = proc.stdout.readline()
+        assert header == "key,start,end,value\n" and first.count(",") == 3
+        time.sleep(0.3)
+        proc.send_signal(signal.SIGUSR1)
+        time.sleep(0.8)
+        proc.send_signal(signal.SIGINT)
+        proc.stdout.read()
+        err = proc.stderr.read()
+        assert proc.wait(timeout=30) == 130
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert "tuples (" in err and "windows" in err and "lcs stalls" in err  # the SIGUSR1 metrics line
+    assert "pba-run: interrupted" in err
