@@ -264,3 +264,11 @@ def test_user_aggregation_with_float_lower_is_lifted():
     for alg in ("sba", "pba"):
         with pr.create(alg, pr.CountWindow(range=2, slide=1), agg) as op:
             assert [res for v in (-5.0, 1.0, -2.0) for _, res in op.insert(v)] == [5.0, 2.0]
+
+
+@pytest.mark.parametrize("alg", ["recal", "sba", "pba"])
+def test_iterables_and_repeated_flush(alg):
+    with pr.create(alg, pr.CountWindow(range=2, slide=1), "sum") as op:
+        ends, res = op.insert_many(float(v) for v in range(4))
+        assert ends.tolist() == [2, 3, 4] and res.tolist() == [1.0, 3.0, 5.0]
+        assert op.flush()[0].tolist() == [] and op.flush()[0].tolist() == []

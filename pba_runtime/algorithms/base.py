@@ -134,7 +134,12 @@ class WindowOperator:
         return self._pack(ends, results)
 
     def flush(self) -> tuple[np.ndarray, Any]:
-        """End of stream: emit what it completes (time windows still holding tuples)."""
+        """End of stream: emit what it completes (time windows still holding tuples).
+
+        Inserting after ``flush`` raises; a second ``flush`` returns nothing.
+        """
+        if self._flushed and not self._closed:
+            return self._pack([], [])
         self._check_open()
         out = self._flush() if self._is_time else []
         self._flushed = True

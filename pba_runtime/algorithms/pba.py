@@ -341,6 +341,8 @@ class PBA(SlicedAggregator):
         if kernel is None:
             return super().insert_many(values, timestamps)
         self._check_open()
+        if not hasattr(values, "__len__"):
+            values = list(values)
         if self._is_time:
             vals = as_float_array(values, agg_name=self.agg.name)
             ts = validate_timestamps(timestamps, len(vals), self._t_last)
