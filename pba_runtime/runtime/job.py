@@ -479,7 +479,7 @@ class _Run:
                                 unit=job.source.progress_unit, unit_scale=True, file=sys.stderr,
                                 desc=f"pba-run {job.source.kind}", smoothing=0.1, dynamic_ncols=True)
             self._start_slots(ckpt)
-            self.metrics.started = time.monotonic()
+            self.metrics.start()
             sink_thread = threading.Thread(target=self._sink_loop, name="pba-sink", daemon=True)
             sink_thread.start()
             if profiler is not None:

@@ -130,6 +130,8 @@ class JobMetrics:
         self.parallelism = parallelism
         self.started = time.monotonic()
         self.finished: float | None = None
+        self._cpu0 = time.process_time()
+        self.coordinator_cpu: float | None = None
         self.tuples = 0  # read from the source in this run
         self.windows = 0  # results handed to the sink in this run
         self.late = 0  # late tuples written to the side output in this run
@@ -146,8 +148,14 @@ class JobMetrics:
     def slot_report(self, slot: int, stats: dict[str, Any]) -> None:
         self.slots[slot] = stats
 
+    def start(self) -> None:
+        """The stream starts now (after the task slots are up)."""
+        self.started = time.monotonic()
+        self._cpu0 = time.process_time()
+
     def finish(self) -> None:
         self.finished = time.monotonic()
+        self.coordinator_cpu = time.process_time() - self._cpu0
 
     @property
     def elapsed(self) -> float:
@@ -192,6 +200,8 @@ class JobMetrics:
             "checkpoints": self.checkpoints,
             "checkpoint_s": self.checkpoint_seconds,
             "time_s": self.time_shares(),
+            "cpu_s": {"coordinator": self.coordinator_cpu if self.coordinator_cpu is not None
+                      else time.process_time() - self._cpu0, "slots": self._slot_sum("cpu_s")},
             "slots": {str(i): {k: v for k, v in s.items() if k != "phases"} for i, s in sorted(self.slots.items())},
         }
 
@@ -231,6 +241,9 @@ class JobMetrics:
             parts = ", ".join(f"{k} {v / slot_total:.0%}" for k, v in
                               sorted(shares["slots"].items(), key=lambda kv: -kv[1]))
             lines.append(f"slot time    {parts}")
+        cpu = s["cpu_s"]
+        lines.append(f"cpu          coordinator {cpu['coordinator']:.2f} s (source, partitioning, queues, sink), "
+                     f"slots {cpu['slots']:.2f} s (grouping, aggregation, formatting, queues)")
         coord = shares["coordinator"]
         if coord:
             parts = ", ".join(f"{k} {v:.2f} s" for k, v in sorted(coord.items(), key=lambda kv: -kv[1]))

@@ -104,9 +104,15 @@ def split_by_slot(slots: np.ndarray, parallelism: int) -> list[np.ndarray | None
     """
     if parallelism == 1:
         return [np.arange(len(slots))] if len(slots) else [None]
+    if parallelism <= 16:  # a few linear passes beat a sort
+        out: list[np.ndarray | None] = []
+        for i in range(parallelism):
+            idx = np.flatnonzero(slots == i)
+            out.append(idx if len(idx) else None)
+        return out
     order = np.argsort(slots, kind="stable")
     counts = np.bincount(slots, minlength=parallelism)
-    out: list[np.ndarray | None] = []
+    out = []
     lo = 0
     for c in counts.tolist():
         out.append(order[lo : lo + c] if c else None)
@@ -119,6 +125,15 @@ def key_to_python(key: Any) -> Any:
     return key.item() if isinstance(key, np.generic) else key
 
 
+def _stable_order(keys: np.ndarray) -> np.ndarray:
+    """A stable sort order of ``keys``; integer keys within a 2**16 span use numpy's O(n) radix sort."""
+    if keys.dtype.kind in "iu" and len(keys) > 64:
+        lo, hi = int(keys.min()), int(keys.max())
+        if hi - lo < 1 << 16:
+            return np.argsort((keys - lo).astype(np.uint16), kind="stable")
+    return np.argsort(keys, kind="stable")
+
+
 def group_by_key(keys: np.ndarray) -> Iterator[tuple[Any, np.ndarray]]:
     """Yield ``(key, indices)`` per distinct key; indices increase (arrival order kept).
 
@@ -127,7 +142,7 @@ def group_by_key(keys: np.ndarray) -> Iterator[tuple[Any, np.ndarray]]:
     n = len(keys)
     if n == 0:
         return
-    order = np.argsort(keys, kind="stable")
+    order = _stable_order(keys)
     sk = keys[order]
     cuts = np.flatnonzero(sk[1:] != sk[:-1]) + 1
     starts = [0, *cuts.tolist()]

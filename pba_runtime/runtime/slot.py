@@ -133,6 +133,7 @@ class TaskSlot:
         self.tuples = 0
         self.windows = 0
         self.late = 0
+        self._cpu0 = time.process_time()
         self._is_time = isinstance(spec.window, pr.TimeWindow)
         self._range = spec.window.range
         for key, state in (states or {}).items():
@@ -233,7 +234,8 @@ class TaskSlot:
             late_ops += int(st.get("late", 0))
         return {"slot": self.spec.index, "pid": os.getpid(), "keys": len(self.ops), "tuples": self.tuples,
                 "windows": self.windows, "late": self.late, "lcs_tasks": lcs, "stalls": stalls,
-                "stall_time": stall_time, "algorithms": dict(algs), "phases": dict(self.phases)}
+                "stall_time": stall_time, "algorithms": dict(algs), "phases": dict(self.phases),
+                "cpu_s": time.process_time() - self._cpu0}
 
     def close(self) -> None:
         for op in self.ops.values():

@@ -34,7 +34,7 @@ Examples
 --------
 >>> src = Debs14Source(plugs=4, tuples=10, seed=1)
 >>> [b.keys.tolist() for b in src.batches(batch_size=6)]
-[[1, 3, 0, 3, 1, 1], [3, 1, 2, 0]]
+[[3, 1, 2, 1, 2, 2], [2, 3, 0, 0]]
 >>> b = next(Debs12Source(sensors=2, tuples=4).batches())
 >>> b.keys.tolist(), (b.timestamps - b.timestamps[0]).tolist(), b.position
 (['mf01', 'mf02', 'mf01', 'mf02'], [0, 0, 10, 10], 4)
@@ -211,7 +211,7 @@ class Debs14Source(_Generator):
     """DEBS 2014 smart-plug loads: ``plugs`` keys (ints ``0 .. plugs-1``) with a slight skew.
 
     Each plug has its own base load (log-normal, tens of watts) and reports a
-    load around it. Plug ``i`` gets a share of the tuples proportional to a
+    load within 20 % of it. Plug ``i`` gets a share of the tuples proportional to a
     Zipf weight of exponent 0.2 over a seeded permutation (the busiest plug has
     about 2.4x the tuples of the quietest at 84 plugs). Timestamps are epoch
     milliseconds from 2013-09-01 (the data set's first day) advancing
@@ -233,7 +233,7 @@ class Debs14Source(_Generator):
     --------
     >>> k, v, t = Debs14Source(plugs=84, tuples=100).take(0, 5)
     >>> k.tolist(), v.dtype.name, (t - t[0]).tolist()
-    ([44, 80, 12, 79, 28], 'float64', [0, 11, 23, 35, 47])
+    ([75, 40, 63, 44, 56], 'float64', [0, 11, 23, 35, 47])
     """
 
     kind = "debs14"
@@ -246,8 +246,10 @@ class Debs14Source(_Generator):
         rng = np.random.default_rng([self.seed, 0xDEB514])
         weights = 1.0 / np.arange(1, self.plugs + 1) ** 0.2
         weights = weights[rng.permutation(self.plugs)]
-        self._cdf = np.cumsum(weights / weights.sum())
-        self._cdf[-1] = 1.0
+        cdf = np.cumsum(weights / weights.sum())
+        # key of a uniform 16-bit draw (the skew is quantised to 1/65536)
+        self._table = np.minimum(np.searchsorted(cdf, (np.arange(1 << 16) + 0.5) / (1 << 16), side="right"),
+                                 self.plugs - 1).astype(np.int64)
         self._base = np.round(rng.lognormal(mean=3.5, sigma=0.8, size=self.plugs), 3)
 
     def _params(self) -> dict[str, Any]:
@@ -256,9 +258,8 @@ class Debs14Source(_Generator):
     def _block(self, b: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         rng = np.random.default_rng([self.seed, b])
         n = GENERATOR_BLOCK
-        keys = np.searchsorted(self._cdf, rng.random(n), side="right").astype(np.int64)
-        np.minimum(keys, self.plugs - 1, out=keys)
-        load = self._base[keys] * rng.gamma(shape=20.0, scale=0.05, size=n)
+        keys = self._table[rng.integers(0, 1 << 16, size=n, dtype=np.uint16)]
+        load = self._base[keys] * (0.8 + 0.4 * rng.random(n))  # +-20 % around the plug's level
         values = np.round(load, 3)
         pos = np.arange(b * n, (b + 1) * n, dtype=np.int64)
         ts = self.T0 + pos * 1000 // self.plugs
