@@ -45,7 +45,7 @@ import pba_runtime as pr
 
 from .checkpoint import BarrierAligner, CheckpointPolicy, fingerprint, load_checkpoint, write_checkpoint
 from .errors import JobError, UserError
-from .metrics import JobMetrics
+from .metrics import JobMetrics, PhaseClock
 from .partitioning import slot_of, split_by_slot
 from .sinks import LATE_COLUMNS, RESULT_COLUMNS, FileSink, late_path_for, parse_sink_spec
 from .slot import POLL, SlotSpec, make_operator, slot_main
@@ -243,6 +243,8 @@ class _Run:
         self.done: set[int] = set()
         self.report_now = threading.Event()
         self.bar: Any = None
+        self.clock = PhaseClock()  # the source loop's
+        self.sink_clock = PhaseClock()  # the sink thread's
         self.stream = job.log_stream or sys.stderr
 
     # ------------------------------------------------------------------ output of progress lines
@@ -302,6 +304,13 @@ class _Run:
 
     # ------------------------------------------------------------------ sink thread
     def _sink_loop(self) -> None:
+        self.sink_clock = PhaseClock()
+        try:
+            self._sink_loop_body()
+        finally:
+            self.metrics.sink = self.sink_clock.report()
+
+    def _sink_loop_body(self) -> None:
         aligner = BarrierAligner(self.job.parallelism, self._deliver, self._complete_checkpoint)
         P = self.job.parallelism
         next_line = time.monotonic() + (self.job.metrics_interval or math.inf)
@@ -342,12 +351,12 @@ class _Run:
         kind = msg[0]
         if kind == "out":
             _, _, data, n_win, arrival, late, n_late = msg
-            t0 = time.perf_counter()
+            self.sink_clock.mark()
             if data:
                 self.sink.write(data)
             if late:
                 self.late_sink.write(late)
-            self.metrics.sink.add("write", time.perf_counter() - t0)
+            self.sink_clock.lap("write")
             self.metrics.windows += n_win
             self.metrics.late += n_late
             if n_win:
@@ -358,6 +367,7 @@ class _Run:
 
     def _complete_checkpoint(self, cid: int, parts: dict[int, Any], finished: bool = False) -> None:
         t0 = time.perf_counter()
+        self.sink_clock.mark()
         position, tuples = self.positions.pop(cid)
         states: dict[Any, Any] = {}
         for payload in parts.values():
@@ -382,7 +392,7 @@ class _Run:
         m.last_checkpoint = cid
         dt = time.perf_counter() - t0
         m.checkpoint_seconds += dt
-        m.sink.add("checkpoint", dt)
+        self.sink_clock.lap("checkpoint")
         log.info("checkpoint %d: position %s, %d keys, %.1f ms", cid, position, len(states), dt * 1000)
 
     # ------------------------------------------------------------------ coordinator
@@ -407,16 +417,15 @@ class _Run:
         last_progress = src.progress(start)
         t_start = time.monotonic()
         self.end_position = start
-        t0 = time.perf_counter()
+        clock = self.clock
+        clock.mark()
         for batch in src.batches(start, job.batch_size):
-            t1 = time.perf_counter()
-            m.coordinator.add("source", t1 - t0)
+            clock.lap("source")
             n = len(batch)
             if n:
                 slots = slot_of(batch.keys, P)
                 parts = split_by_slot(slots, P)
-                t2 = time.perf_counter()
-                m.coordinator.add("partition", t2 - t1)
+                clock.lap("partition")
                 ts = batch.timestamps if job.is_time else None
                 for i, idx in enumerate(parts):
                     if idx is None:
@@ -427,7 +436,7 @@ class _Run:
                         msg = ("data", batch.keys[idx], batch.values[idx], None if ts is None else ts[idx],
                                batch.arrival)
                     self._put(i, msg)
-                m.coordinator.add("queue_put", time.perf_counter() - t2)
+                clock.lap("queue_put")
             m.tuples += n
             self.end_position = batch.position
             if self.bar is not None:
@@ -448,7 +457,7 @@ class _Run:
                     time.sleep(wait)
             if self.failure is not None:
                 raise self.failure
-            t0 = time.perf_counter()
+            clock.mark()
 
     def execute(self, resume: bool) -> dict[str, Any]:
         job = self.job
@@ -484,7 +493,11 @@ class _Run:
             sink_thread.start()
             if profiler is not None:
                 profiler.enable()
-            self._source_loop(start)
+            self.clock = PhaseClock()
+            try:
+                self._source_loop(start)
+            finally:
+                self.metrics.coordinator = self.clock.report()
             for i in range(job.parallelism):
                 self._put(i, ("end", time.monotonic()))
             while sink_thread.is_alive():

@@ -7,9 +7,11 @@
   the ``none`` sink). Results of one batch share one latency, so the figures
   include the batching delay. They are kept in a log-scale histogram (2 %
   buckets), so memory stays bounded on endless streams.
-* **Time shares**: every stage times its phases (source read, partitioning,
-  blocked on a full queue, waiting for input, grouping by key, aggregation,
-  formatting, writing) so the summary says where the time goes.
+* **Where the time goes**: every stage times its phases (source read,
+  partitioning, putting on a queue; receiving, grouping by key, aggregation,
+  formatting, emitting; writing) in wall-clock *and* thread CPU seconds
+  (:class:`PhaseClock`); a process's CPU beyond its timed threads is its
+  queue feeder threads (pickling) and, in a slot, the lcs worker pool.
 
 Examples
 --------
@@ -29,7 +31,7 @@ import time
 from collections import Counter
 from typing import Any
 
-__all__ = ["LatencyHistogram", "PhaseTimer", "JobMetrics", "format_count"]
+__all__ = ["LatencyHistogram", "PhaseClock", "JobMetrics", "format_count"]
 
 _BASE = 1.02
 _LOG_BASE = math.log(_BASE)
@@ -81,26 +83,57 @@ class LatencyHistogram:
         return out
 
 
-class PhaseTimer:
-    """Seconds spent per named phase.
+class PhaseClock:
+    """Wall-clock and CPU seconds per named phase of one thread.
+
+    ``mark()`` starts a timed region, ``lap(phase)`` ends it and charges the
+    interval to ``phase``; CPU time is the calling thread's
+    (``time.thread_time``), so a thread that waits (for a queue, or for the
+    CPU on a busy machine) is charged wall time but no CPU time.
 
     Examples
     --------
-    >>> t = PhaseTimer()
-    >>> t.add("aggregate", 0.5); t.add("aggregate", 0.25)
-    >>> t.seconds
-    {'aggregate': 0.75}
+    >>> c = PhaseClock()
+    >>> c.mark(); x = sum(range(10_000)); c.lap("work")
+    >>> sorted(c.wall), c.cpu["work"] >= 0.0
+    (['work'], True)
     """
 
     def __init__(self) -> None:
-        self.seconds: dict[str, float] = {}
+        self.wall: dict[str, float] = {}
+        self.cpu: dict[str, float] = {}
+        self._cpu0 = time.thread_time()
+        self.mark()
 
-    def add(self, phase: str, seconds: float) -> None:
-        self.seconds[phase] = self.seconds.get(phase, 0.0) + seconds
+    def mark(self) -> None:
+        self._w = time.perf_counter()
+        self._c = time.thread_time()
 
-    def merge(self, other: dict[str, float]) -> None:
-        for k, v in other.items():
-            self.add(k, v)
+    def lap(self, phase: str) -> None:
+        w, c = time.perf_counter(), time.thread_time()
+        self.wall[phase] = self.wall.get(phase, 0.0) + (w - self._w)
+        self.cpu[phase] = self.cpu.get(phase, 0.0) + (c - self._c)
+        self._w, self._c = w, c
+
+    def thread_cpu(self) -> float:
+        """CPU seconds of this thread since the clock was made."""
+        return time.thread_time() - self._cpu0
+
+    def report(self) -> dict[str, Any]:
+        return {"wall": dict(self.wall), "cpu": dict(self.cpu), "thread_cpu": self.thread_cpu()}
+
+
+def _merge(dicts: list[dict[str, float]]) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for d in dicts:
+        for k, v in d.items():
+            out[k] = out.get(k, 0.0) + v
+    return out
+
+
+def _shares(cpu: dict[str, float], total: float) -> str:
+    items = sorted(cpu.items(), key=lambda kv: -kv[1])
+    return ", ".join(f"{k} {v / total:.0%}" for k, v in items if total > 0 and v / total >= 0.005)
 
 
 def format_count(n: float) -> str:
@@ -121,9 +154,9 @@ def format_count(n: float) -> str:
 class JobMetrics:
     """Counters of a running job, kept by the coordinator.
 
-    Slot statistics arrive as dicts (see :mod:`pba_runtime.runtime.slot`) and
-    replace the previous report of the same slot; counters restored from a
-    checkpoint are added to the totals.
+    Slot statistics arrive as dicts (see :meth:`pba_runtime.runtime.slot.TaskSlot.stats`)
+    and replace the previous report of the same slot; counters restored from
+    a checkpoint are added to the totals.
     """
 
     def __init__(self, parallelism: int) -> None:
@@ -137,8 +170,8 @@ class JobMetrics:
         self.late = 0  # late tuples written to the side output in this run
         self.restored = {"tuples": 0, "windows": 0, "late": 0}
         self.latency = LatencyHistogram()
-        self.coordinator = PhaseTimer()  # source, partition, queue_put
-        self.sink = PhaseTimer()  # write, checkpoint
+        self.coordinator: dict[str, Any] = {}  # PhaseClock.report() of the source loop
+        self.sink: dict[str, Any] = {}  # PhaseClock.report() of the sink thread
         self.slots: dict[int, dict[str, Any]] = {}
         self.checkpoints = 0
         self.checkpoint_seconds = 0.0
@@ -172,13 +205,27 @@ class JobMetrics:
             out.update(s.get("algorithms", {}))
         return dict(out)
 
-    def time_shares(self) -> dict[str, dict[str, float]]:
-        """Seconds per phase, per stage (coordinator, slots summed, sink)."""
-        slots = PhaseTimer()
-        for s in self.slots.values():
-            slots.merge(s.get("phases", {}))
-        return {"coordinator": dict(self.coordinator.seconds), "slots": dict(slots.seconds),
-                "sink": dict(self.sink.seconds)}
+    def time_shares(self) -> dict[str, Any]:
+        """Wall and CPU seconds per phase, per stage (coordinator loop, sink thread, slots summed).
+
+        ``other_threads_cpu`` is the CPU of a stage's processes beyond their
+        timed threads: queue feeder threads (pickling) and, in the slots, the
+        worker-pool threads that build lcs.
+        """
+        clocks = [s.get("clock", {}) for s in self.slots.values()]
+        slot_cpu = self._slot_sum("cpu_s")
+        coord_cpu = self.coordinator_cpu if self.coordinator_cpu is not None else time.process_time() - self._cpu0
+        c, k = self.coordinator, self.sink
+        return {
+            "coordinator": {"wall": c.get("wall", {}), "cpu": c.get("cpu", {}), "process_cpu": coord_cpu,
+                            "other_threads_cpu": max(0.0, coord_cpu - c.get("thread_cpu", 0.0)
+                                                     - k.get("thread_cpu", 0.0))},
+            "sink_thread": {"wall": k.get("wall", {}), "cpu": k.get("cpu", {}),
+                            "thread_cpu": k.get("thread_cpu", 0.0)},
+            "slots": {"wall": _merge([x.get("wall", {}) for x in clocks]),
+                      "cpu": _merge([x.get("cpu", {}) for x in clocks]), "process_cpu": slot_cpu,
+                      "other_threads_cpu": max(0.0, slot_cpu - sum(x.get("thread_cpu", 0.0) for x in clocks))},
+        }
 
     def summary(self) -> dict[str, Any]:
         """Everything, as a JSON-serialisable dict."""
@@ -200,9 +247,7 @@ class JobMetrics:
             "checkpoints": self.checkpoints,
             "checkpoint_s": self.checkpoint_seconds,
             "time_s": self.time_shares(),
-            "cpu_s": {"coordinator": self.coordinator_cpu if self.coordinator_cpu is not None
-                      else time.process_time() - self._cpu0, "slots": self._slot_sum("cpu_s")},
-            "slots": {str(i): {k: v for k, v in s.items() if k != "phases"} for i, s in sorted(self.slots.items())},
+            "slots": {str(i): {k: v for k, v in s.items() if k != "clock"} for i, s in sorted(self.slots.items())},
         }
 
     def line(self) -> str:
@@ -235,17 +280,12 @@ class JobMetrics:
                          "(this run resumed from a checkpoint)")
         if self.checkpoints:
             lines.append(f"checkpoints  {self.checkpoints} written ({self.checkpoint_seconds * 1000:.0f} ms in total)")
-        shares = s["time_s"]
-        slot_total = sum(shares["slots"].values())
-        if slot_total > 0:
-            parts = ", ".join(f"{k} {v / slot_total:.0%}" for k, v in
-                              sorted(shares["slots"].items(), key=lambda kv: -kv[1]))
-            lines.append(f"slot time    {parts}")
-        cpu = s["cpu_s"]
-        lines.append(f"cpu          coordinator {cpu['coordinator']:.2f} s (source, partitioning, queues, sink), "
-                     f"slots {cpu['slots']:.2f} s (grouping, aggregation, formatting, queues)")
-        coord = shares["coordinator"]
-        if coord:
-            parts = ", ".join(f"{k} {v:.2f} s" for k, v in sorted(coord.items(), key=lambda kv: -kv[1]))
-            lines.append(f"coordinator  {parts}")
+        sh = s["time_s"]
+        sl, co, sk = sh["slots"], sh["coordinator"], sh["sink_thread"]
+        if sl["process_cpu"] > 0:
+            cpu = dict(sl["cpu"], lcs_pool_and_queue_threads=sl["other_threads_cpu"])
+            lines.append(f"slots cpu    {sl['process_cpu']:.2f} s: {_shares(cpu, sl['process_cpu'])}")
+        if co["process_cpu"] > 0:
+            cpu = dict(co["cpu"], queue_threads=co["other_threads_cpu"], sink=sk["thread_cpu"])
+            lines.append(f"coordinator  {co['process_cpu']:.2f} s cpu: {_shares(cpu, co['process_cpu'])}")
         return "\n".join(lines)

@@ -50,6 +50,7 @@ import numpy as np
 
 import pba_runtime as pr
 
+from .metrics import PhaseClock
 from .partitioning import group_by_key
 from .sinks import format_late, format_results
 
@@ -129,7 +130,7 @@ class TaskSlot:
         self.spec = spec
         self.pool = pr.WorkerPool(kind="thread", workers=spec.pool_workers)
         self.ops: dict[Any, pr.WindowOperator] = {}
-        self.phases: dict[str, float] = {}
+        self.clock = PhaseClock()
         self.tuples = 0
         self.windows = 0
         self.late = 0
@@ -144,11 +145,6 @@ class TaskSlot:
         if op is None:
             op = self.ops[key] = make_operator(self.spec, self.pool)
         return op
-
-    def _time(self, phase: str, t0: float) -> float:
-        t1 = time.perf_counter()
-        self.phases[phase] = self.phases.get(phase, 0.0) + (t1 - t0)
-        return t1
 
     def _format(self, parts: list, late_parts: list, arrival: float) -> tuple:
         fmt = self.spec.sink_format
@@ -175,9 +171,10 @@ class TaskSlot:
 
     def on_data(self, keys: np.ndarray, values: np.ndarray, timestamps: np.ndarray | None, arrival: float) -> tuple:
         """Process one batch; returns the ``("out", ...)`` message."""
-        t0 = time.perf_counter()
+        clock = self.clock
+        clock.mark()
         groups = list(group_by_key(keys))
-        t0 = self._time("group", t0)
+        clock.lap("group")
         parts = []
         late_parts: list = []
         is_time = self._is_time
@@ -191,22 +188,22 @@ class TaskSlot:
             if len(ends):
                 parts.append((key, ends, res))
         self.tuples += len(values)
-        t0 = self._time("aggregate", t0)
+        clock.lap("aggregate")
         msg = self._format(parts, late_parts, arrival)
-        self._time("format", t0)
+        clock.lap("format")
         return msg
 
     def on_barrier(self, checkpoint_id: int) -> tuple:
         """Snapshot every key: the ``("barrier", ...)`` message."""
-        t0 = time.perf_counter()
+        self.clock.mark()
         states = {k: op.snapshot() for k, op in self.ops.items()}
         payload = {"states": states, "tuples": self.tuples, "windows": self.windows, "late": self.late}
-        self._time("snapshot", t0)
+        self.clock.lap("snapshot")
         return ("barrier", self.spec.index, checkpoint_id, payload)
 
     def on_end(self, arrival: float) -> tuple:
         """Flush every key (end of stream); returns the last ``("out", ...)`` message."""
-        t0 = time.perf_counter()
+        self.clock.mark()
         parts = []
         late_parts: list = []
         for key, op in self.ops.items():
@@ -214,9 +211,9 @@ class TaskSlot:
             self._take_late(key, op, late_parts)
             if len(ends):
                 parts.append((key, ends, res))
-        t0 = self._time("aggregate", t0)
+        self.clock.lap("aggregate")
         msg = self._format(parts, late_parts, arrival)
-        self._time("format", t0)
+        self.clock.lap("format")
         return msg
 
     def stats(self) -> dict[str, Any]:
@@ -234,7 +231,7 @@ class TaskSlot:
             late_ops += int(st.get("late", 0))
         return {"slot": self.spec.index, "pid": os.getpid(), "keys": len(self.ops), "tuples": self.tuples,
                 "windows": self.windows, "late": self.late, "lcs_tasks": lcs, "stalls": stalls,
-                "stall_time": stall_time, "algorithms": dict(algs), "phases": dict(self.phases),
+                "stall_time": stall_time, "algorithms": dict(algs), "clock": self.clock.report(),
                 "cpu_s": time.process_time() - self._cpu0}
 
     def close(self) -> None:
@@ -254,7 +251,7 @@ def _parent_alive() -> bool:
 
 
 def _get(q: Any, slot: TaskSlot) -> Any:
-    t0 = time.perf_counter()
+    slot.clock.mark()
     while True:
         try:
             msg = q.get(timeout=POLL)
@@ -262,12 +259,12 @@ def _get(q: Any, slot: TaskSlot) -> Any:
         except queue.Empty:
             if not _parent_alive():
                 raise _ParentGone from None
-    slot._time("wait", t0)
+    slot.clock.lap("receive")
     return msg
 
 
 def _put(q: Any, msg: Any, slot: TaskSlot) -> None:
-    t0 = time.perf_counter()
+    slot.clock.mark()
     while True:
         try:
             q.put(msg, timeout=POLL)
@@ -275,7 +272,7 @@ def _put(q: Any, msg: Any, slot: TaskSlot) -> None:
         except queue.Full:
             if not _parent_alive():
                 raise _ParentGone from None
-    slot._time("emit", t0)
+    slot.clock.lap("emit")
 
 
 def slot_main(spec: SlotSpec, in_q: Any, out_q: Any, states: dict[Any, Any]) -> None:
