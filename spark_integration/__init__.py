@@ -1,0 +1,54 @@
+"""pba-runtime inside Spark: sliding-window aggregation per key with PBA (SBA as the fallback).
+
+Two entry points:
+
+* :func:`sliding_window_aggregate` (DataFrame API): shuffle by key, sort by
+  (key, order), and run one PBA/SBA operator per key over Arrow batches
+  (``mapInArrow``) through the vectorised batch path ``insert_many``;
+* :func:`pba_partition_function` for RDD jobs:
+  ``rdd.mapPartitions(pba_partition_function(window, agg, key=..., order=..., value=...))``
+  keeps one operator per key of the partition (keyed state; keys may
+  interleave) and yields ``(key, window_end, result)``.
+
+Which algorithm ran is counted by :class:`AlgorithmMetrics` (a Spark
+accumulator, :func:`algorithm_metrics`) and logged by the ``spark_integration``
+logger; see :mod:`spark_integration.runtime` for the rules.
+
+Examples
+--------
+>>> time_window("1 hour", "1 second")
+TimeWindow(range=3600000, slide=1000, offset=0)
+"""
+
+from .arrow_runner import RunnerConfig, run_keyed_batches
+from .dataframe import executor_cores_of, sliding_window_aggregate
+from .intervals import parse_interval, time_window
+from .rdd import pba_partition_function
+from .runtime import (
+    PBA_MIN_KEY_SLICES,
+    SPARK_PBA_MIN_SLICES,
+    AlgorithmMetrics,
+    MetricsParam,
+    algorithm_metrics,
+    choose_algorithm,
+    close_worker_pool,
+    worker_pool,
+)
+
+__all__ = [
+    "AlgorithmMetrics",
+    "MetricsParam",
+    "PBA_MIN_KEY_SLICES",
+    "RunnerConfig",
+    "SPARK_PBA_MIN_SLICES",
+    "algorithm_metrics",
+    "choose_algorithm",
+    "close_worker_pool",
+    "executor_cores_of",
+    "parse_interval",
+    "pba_partition_function",
+    "run_keyed_batches",
+    "sliding_window_aggregate",
+    "time_window",
+    "worker_pool",
+]

@@ -1,0 +1,460 @@
+"""Per-key sliding-window aggregation over a stream of Arrow record batches (no Spark needed).
+
+This is what runs inside ``mapInArrow``: the input is one Spark partition as
+record batches, **sorted by key, then by order** (so each key's rows are
+contiguous and in order, possibly spanning many batches); the output is record
+batches of ``(key columns..., window_end, result)``.
+
+Each key gets one operator (``pba_runtime.create``). Its rows are buffered as
+numpy arrays and fed through the vectorised batch path
+``op.insert_many(values, timestamps)`` in pieces of ``batch_rows`` or more,
+so a key larger than any batch streams through the same operator with bounded
+memory. When the key ends, time windows are flushed (the key's final
+watermark: every row of the key is in this partition) and the operator is
+closed. The algorithm is chosen per key by
+:func:`spark_integration.runtime.choose_algorithm`.
+
+Input columns: the key columns under their own names, the value as
+:data:`VALUE_COL` (numeric; cast to float64), and for time windows the order
+as :data:`ORDER_COL` (integers in the window's unit, or Arrow timestamps or
+dates, which become epoch milliseconds, floored).
+
+Examples
+--------
+>>> import pyarrow as pa, pba_runtime as pr
+>>> cfg = RunnerConfig(key_names=("k",), window=pr.CountWindow(range=2, slide=1), agg="max")
+>>> batch = pa.RecordBatch.from_pydict({"k": ["a", "a", "a", "b", "b"], VALUE_COL: [1.0, 3.0, 2.0, 5.0, 4.0]})
+>>> out = pa.Table.from_batches(list(run_keyed_batches(cfg, [batch])))
+>>> out.to_pydict()
+{'k': ['a', 'a', 'b'], 'window_end': [2, 3, 2], 'result': [3.0, 3.0, 5.0]}
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Iterator
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+import pba_runtime as pr
+
+from . import runtime as rt
+
+__all__ = ["RunnerConfig", "run_keyed_batches", "VALUE_COL", "ORDER_COL", "result_arrow_type", "order_to_int64"]
+
+log = logging.getLogger("spark_integration")
+
+VALUE_COL = "__pba_value"
+ORDER_COL = "__pba_order"
+NULL_POLICIES = ("fail", "skip")
+
+
+@dataclass
+class RunnerConfig:
+    """Everything a worker needs (pickled into the Spark closure).
+
+    Parameters
+    ----------
+    key_names : tuple of str
+        Key columns, output under the same names.
+    window : CountWindow or TimeWindow
+    agg : str or Aggregation
+    algorithm : str
+        ``"auto"`` or a name in ``pba_runtime.ALGORITHMS``.
+    nulls : {"fail", "skip"}
+        What a null value (or a null time-window timestamp) does.
+    value_label, order_label : str
+        The user's column names, for error messages.
+    batch_rows : int
+        A key's rows are fed to ``insert_many`` in pieces of at least this many.
+    executor_cores : int, optional
+        Cores of the executor, from the driver (``None``: ask the worker's CPU affinity).
+    pool_workers : int
+    pool_factory : callable, optional
+        ``factory(workers) -> pba_runtime.WorkerPool`` (default: a thread pool).
+    metrics : AlgorithmMetrics, optional
+    algorithm_column : bool
+        Add a string column ``algorithm`` (which algorithm computed the row).
+    min_slices : int, optional
+        Overrides :data:`spark_integration.runtime.SPARK_PBA_MIN_SLICES`.
+    log_level : str or int, optional
+        Configure the ``spark_integration`` logger in the worker (to stderr).
+    """
+
+    key_names: tuple[str, ...]
+    window: pr.CountWindow | pr.TimeWindow
+    agg: Any
+    algorithm: str = "auto"
+    nulls: str = "fail"
+    value_label: str = "value"
+    order_label: str = "order_by"
+    batch_rows: int = 1 << 17
+    executor_cores: int | None = None
+    pool_workers: int = 1
+    pool_factory: Callable[[int], pr.WorkerPool] | None = None
+    metrics: Any = None
+    algorithm_column: bool = False
+    min_slices: int | None = None
+    log_level: Any = None
+    out_rows: int = 1 << 16
+    _agg_obj: Any = field(default=None, repr=False, compare=False)
+
+    @property
+    def aggregation(self) -> pr.Aggregation:
+        if self._agg_obj is None:
+            self._agg_obj = pr.get_aggregation(self.agg)
+        return self._agg_obj
+
+    @property
+    def is_time(self) -> bool:
+        return isinstance(self.window, pr.TimeWindow)
+
+    def __getstate__(self) -> dict[str, Any]:
+        st = dict(self.__dict__)
+        st["_agg_obj"] = None
+        return st
+
+
+def result_arrow_type(agg: pr.Aggregation) -> pa.DataType:
+    """The Arrow type of the ``result`` column: float64, int64 (count, argmax) or list<float64>.
+
+    Examples
+    --------
+    >>> result_arrow_type(pr.get_aggregation("argmax")), result_arrow_type(pr.get_aggregation("moment_sketch"))
+    (DataType(int64), ListType(list<item: double>))
+    """
+    if agg.result == "int":
+        return pa.int64()
+    if agg.result in ("vector", "list"):
+        return pa.list_(pa.float64())
+    return pa.float64()
+
+
+def order_to_int64(col: pa.Array, label: str = "order_by") -> np.ndarray:
+    """Order values as int64: integers unchanged, timestamps and dates as epoch milliseconds (floored).
+
+    Examples
+    --------
+    >>> import datetime as dt
+    >>> order_to_int64(pa.array([dt.datetime(1970, 1, 1, 0, 0, 1, 999)], pa.timestamp("us"))).tolist()
+    [1000]
+    >>> order_to_int64(pa.array([-1], pa.timestamp("us"))).tolist()  # floored, as Spark's window()
+    [-1]
+    """
+    t = col.type
+    if pa.types.is_timestamp(t):
+        raw = col.cast(pa.int64()).to_numpy(zero_copy_only=False)
+        per_ms = {"s": None, "ms": 1, "us": 1_000, "ns": 1_000_000}[t.unit]
+        return raw * 1000 if per_ms is None else np.floor_divide(raw, per_ms)
+    if pa.types.is_date32(t):
+        return col.cast(pa.int32()).to_numpy(zero_copy_only=False).astype(np.int64) * 86_400_000
+    if pa.types.is_date64(t):
+        return col.cast(pa.int64()).to_numpy(zero_copy_only=False)
+    if pa.types.is_integer(t):
+        return col.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
+    raise TypeError(
+        f"order_by column {label!r} must be integers, a timestamp or a date for time windows, got {t}"
+    )
+
+
+# --------------------------------------------------------------------------- key boundaries
+def _ne(a: pa.Array, b: pa.Array) -> np.ndarray:
+    """Element-wise "a differs from b", with null == null and NaN == NaN (Spark's grouping)."""
+    t = a.type
+    numeric = pa.types.is_integer(t) or pa.types.is_floating(t)
+    if numeric and a.null_count == 0 and b.null_count == 0:
+        x = a.to_numpy(zero_copy_only=False)
+        y = b.to_numpy(zero_copy_only=False)
+        ne = x != y
+        if pa.types.is_floating(t):
+            ne &= ~(np.isnan(x) & np.isnan(y))
+        return ne
+    neq = pc.fill_null(pc.not_equal(a, b), False)
+    one_null = pc.xor(pc.is_null(a), pc.is_null(b))
+    res = pc.or_(neq, one_null).to_numpy(zero_copy_only=False)
+    if pa.types.is_floating(t):
+        res &= ~(pc.fill_null(pc.and_(pc.is_nan(a), pc.is_nan(b)), False).to_numpy(zero_copy_only=False))
+    return res
+
+
+def _change_points(cols: list[pa.Array]) -> np.ndarray:
+    """Row indices where the key differs from the previous row."""
+    n = len(cols[0])
+    if n < 2:
+        return np.empty(0, dtype=np.int64)
+    mask = None
+    for c in cols:
+        ne = _ne(c.slice(1), c.slice(0, n - 1))
+        mask = ne if mask is None else (mask | ne)
+    return np.flatnonzero(mask) + 1
+
+
+def _same_key(a: list[pa.Array], b: list[pa.Array]) -> bool:
+    return not any(bool(_ne(x, y)[0]) for x, y in zip(a, b))
+
+
+def _key_repr(key_row: list[pa.Array], names: tuple[str, ...]) -> str:
+    return ", ".join(f"{n}={c[0].as_py()!r}" for n, c in zip(names, key_row))
+
+
+# --------------------------------------------------------------------------- the runner
+class _KeyState:
+    __slots__ = ("key_row", "op", "vals", "ts", "buffered", "rows", "algorithm", "reason", "pool")
+
+    def __init__(self, key_row: list[pa.Array]):
+        self.key_row = key_row
+        self.op = None
+        self.vals: list[np.ndarray] = []
+        self.ts: list[np.ndarray] = []
+        self.buffered = 0
+        self.rows = 0
+        self.algorithm = ""
+        self.reason = ""
+        self.pool = None
+
+
+class _Runner:
+    def __init__(self, cfg: RunnerConfig):
+        self.cfg = cfg
+        self.agg = cfg.aggregation
+        self.rtype = result_arrow_type(self.agg)
+        w = cfg.window
+        self.slide = w.slide
+        local = rt.local_cores()  # a worker pinned to one CPU is a one-core executor whatever the conf says
+        self.cores = 1 if local == 1 else (local if cfg.executor_cores is None else cfg.executor_cores)
+        self.min_piece = max(int(cfg.batch_rows), 1)
+        self.cur: _KeyState | None = None
+        self.pending: list[tuple[list[pa.Array], np.ndarray, Any, str]] = []
+        self.pending_rows = 0
+        self.counts: dict[str, int] = {}
+        self.key_type_names = cfg.key_names
+
+    # ---------------------------------------------------------------- algorithm and operator
+    def _count(self, name: str, n: int = 1) -> None:
+        self.counts[name] = self.counts.get(name, 0) + n
+
+    def _open(self, st: _KeyState, key_slices: int | None) -> None:
+        cfg = self.cfg
+        alg, why = rt.choose_algorithm(cfg.algorithm, cfg.window, executor_cores=self.cores,
+                                       key_slices=key_slices, min_slices=cfg.min_slices)
+        pool = None
+        if alg == "pba":
+            pool, failed = rt.worker_pool(cfg.pool_workers, cfg.pool_factory)
+            if pool is None:
+                alg, why = rt.choose_algorithm(cfg.algorithm, cfg.window, executor_cores=self.cores,
+                                               key_slices=key_slices, min_slices=cfg.min_slices,
+                                               pool_ok=False, pool_died=failed == "pool_died")
+        st.op = pr.create(alg, cfg.window, cfg.agg, pool=pool) if alg == "pba" else pr.create(alg, cfg.window, cfg.agg)
+        st.algorithm, st.reason, st.pool = alg, why, pool
+        log.debug("spark_integration: key %s runs %s (%s)", _key_repr(st.key_row, cfg.key_names), alg, why)
+
+    def _feed(self, st: _KeyState, final: bool) -> None:
+        if not st.buffered:
+            if final and st.op is None:
+                self._open(st, 0)
+            return
+        v = st.vals[0] if len(st.vals) == 1 else np.concatenate(st.vals)
+        t = None
+        if self.cfg.is_time:
+            t = st.ts[0] if len(st.ts) == 1 else np.concatenate(st.ts)
+        st.vals, st.ts, st.buffered = [], [], 0
+        if st.op is None:
+            key_slices = None
+            if final:  # the whole key is here: its size is known
+                key_slices = len(v) // self.slide if t is None else int((t[-1] - t[0]) // self.slide) + 1
+            self._open(st, key_slices)
+        ends, res = st.op.insert_many(v, t)
+        self._emit(st, ends, res)
+
+    def _emit(self, st: _KeyState, ends: np.ndarray, res: Any) -> None:
+        if len(ends):
+            self.pending.append((st.key_row, ends, res, st.algorithm))
+            self.pending_rows += len(ends)
+
+    def _finish(self, st: _KeyState) -> None:
+        self._feed(st, final=True)
+        op = st.op
+        try:
+            if self.cfg.is_time:
+                ends, res = op.flush()
+                self._emit(st, ends, res)
+            stats = op.stats()
+        finally:
+            op.close()
+        fallbacks = int(stats.get("fallbacks", 0) or 0)
+        if fallbacks and st.pool is not None:
+            self._count("pool_fallbacks", fallbacks)
+            rt.mark_pool_dead(st.pool, f"{fallbacks} lcs task(s) redone on the main thread")
+        self._count(f"keys.{st.algorithm}")
+        self._count(f"rows.{st.algorithm}", st.rows)
+        self._count(f"reason.{st.reason}")
+        self._count("windows", int(stats.get("windows", 0)))
+
+    # ---------------------------------------------------------------- input
+    def _columns(self, batch: pa.RecordBatch) -> tuple[list[pa.Array], np.ndarray, np.ndarray | None, np.ndarray | None]:
+        cfg = self.cfg
+        names = batch.schema.names
+        for k in cfg.key_names:
+            if k not in names:
+                raise ValueError(f"key column {k!r} is not in the batch (columns: {names})")
+        if VALUE_COL not in names:
+            raise ValueError(f"value column {VALUE_COL!r} is not in the batch (columns: {names})")
+        keys = [batch.column(k) for k in cfg.key_names]
+        vcol = batch.column(VALUE_COL)
+        t = pa.types
+        if not (t.is_integer(vcol.type) or t.is_floating(vcol.type) or t.is_boolean(vcol.type)
+                or t.is_decimal(vcol.type) or t.is_null(vcol.type)):
+            raise TypeError(f"value column {cfg.value_label!r} must be numeric, got Arrow type {vcol.type}")
+        keep = None
+        if vcol.null_count:
+            if cfg.nulls == "fail":
+                i = int(np.flatnonzero(vcol.is_null().to_numpy(zero_copy_only=False))[0])
+                raise ValueError(
+                    f"value column {cfg.value_label!r} holds nulls (first at key "
+                    f"{_key_repr([c.slice(i, 1) for c in keys], cfg.key_names)}); nulls='fail' is the policy: "
+                    "pass nulls='skip' to drop rows whose value is null"
+                )
+            keep = vcol.is_valid().to_numpy(zero_copy_only=False)
+        ts = None
+        if cfg.is_time:
+            ocol = batch.column(ORDER_COL)
+            if ocol.null_count:
+                if cfg.nulls == "fail":
+                    raise ValueError(
+                        f"order_by column {cfg.order_label!r} holds nulls: a time window needs a timestamp for "
+                        "every row; pass nulls='skip' to drop them"
+                    )
+                valid = ocol.is_valid().to_numpy(zero_copy_only=False)
+                keep = valid if keep is None else keep & valid
+                ocol = ocol.fill_null(0) if not pa.types.is_timestamp(ocol.type) else ocol.fill_null(pa.scalar(0, ocol.type))
+            ts = order_to_int64(ocol, cfg.order_label)
+        if vcol.null_count:
+            vcol = vcol.fill_null(0)
+        if not t.is_floating(vcol.type) or vcol.type != pa.float64():
+            vcol = vcol.cast(pa.float64())
+        v = vcol.to_numpy(zero_copy_only=False)
+        return keys, v, ts, keep
+
+    def process(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        cfg = self.cfg
+        for batch in batches:
+            n = batch.num_rows
+            if n == 0:
+                continue
+            keys, v, ts, keep = self._columns(batch)
+            cps = _change_points(keys)
+            starts = np.concatenate([[0], cps]).astype(np.int64)
+            stops = np.concatenate([cps, [n]]).astype(np.int64)
+            for j, (a, b) in enumerate(zip(starts.tolist(), stops.tolist())):
+                row = [c.slice(a, 1) for c in keys]
+                if self.cur is None or not (j == 0 and _same_key(self.cur.key_row, row)):
+                    if self.cur is not None:
+                        self._finish(self.cur)
+                    self.cur = _KeyState(row)
+                st = self.cur
+                if keep is not None:
+                    m = keep[a:b]
+                    vv = v[a:b][m]
+                    tt = ts[a:b][m] if ts is not None else None
+                else:
+                    vv = v[a:b]
+                    tt = ts[a:b] if ts is not None else None
+                if len(vv):
+                    if tt is not None and st.ts and tt[0] < st.ts[-1][-1]:
+                        self._unsorted(st, tt[0], st.ts[-1][-1])
+                    st.vals.append(vv)
+                    if tt is not None:
+                        st.ts.append(tt)
+                    st.buffered += len(vv)
+                    st.rows += len(vv)
+                    if st.buffered >= self.min_piece:
+                        self._feed(st, final=False)
+            if self.pending_rows >= cfg.out_rows:
+                yield self._drain()
+        if self.cur is not None:
+            self._finish(self.cur)
+            self.cur = None
+        if self.pending_rows:
+            yield self._drain()
+
+    def _unsorted(self, st: _KeyState, t: int, last: int) -> None:
+        raise ValueError(
+            f"order_by column {self.cfg.order_label!r} is not sorted within key "
+            f"{_key_repr(st.key_row, self.cfg.key_names)}: {t} after {last}"
+        )
+
+    # ---------------------------------------------------------------- output
+    def _drain(self) -> pa.RecordBatch:
+        pend, self.pending, self.pending_rows = self.pending, [], 0
+        counts = np.fromiter((len(p[1]) for p in pend), dtype=np.int64, count=len(pend))
+        idx = pa.array(np.repeat(np.arange(len(pend), dtype=np.int64), counts))
+        arrays: list[pa.Array] = []
+        for j in range(len(self.cfg.key_names)):
+            col = pa.concat_arrays([p[0][j] for p in pend])
+            arrays.append(col.take(idx))
+        arrays.append(pa.array(np.concatenate([p[1] for p in pend]), type=pa.int64()))
+        arrays.append(self._results([p[2] for p in pend]))
+        names = list(self.cfg.key_names) + ["window_end", "result"]
+        if self.cfg.algorithm_column:
+            algs = sorted({p[3] for p in pend})
+            codes = np.repeat(np.array([algs.index(p[3]) for p in pend], dtype=np.int32), counts)
+            arrays.append(pa.DictionaryArray.from_arrays(pa.array(codes), pa.array(algs)).cast(pa.string()))
+            names.append("algorithm")
+        return pa.RecordBatch.from_arrays(arrays, names=names)
+
+    def _results(self, parts: list[Any]) -> pa.Array:
+        rtype = self.rtype
+        if pa.types.is_list(rtype):
+            rows: list[Any] = []
+            for p in parts:
+                if isinstance(p, np.ndarray) and p.ndim == 2:
+                    offsets = pa.array(np.arange(p.shape[0] + 1, dtype=np.int32) * p.shape[1])
+                    rows.append(pa.ListArray.from_arrays(offsets, pa.array(p.reshape(-1), type=pa.float64())))
+                else:
+                    rows.append(pa.array([list(map(float, x)) for x in p], type=rtype))
+            return pa.concat_arrays(rows) if len(rows) > 1 else rows[0]
+        dtype = np.int64 if rtype == pa.int64() else np.float64
+        arr = np.concatenate([np.asarray(p, dtype=dtype) for p in parts])
+        return pa.array(arr, type=rtype)
+
+    def summary(self) -> str:
+        c = self.counts
+        algs = sorted(k.split(".", 1)[1] for k in c if k.startswith("keys."))
+        parts = [f"{c[f'keys.{a}']} key(s) {a} ({c.get(f'rows.{a}', 0)} rows)" for a in algs]
+        reasons = ", ".join(f"{k.split('.', 1)[1]}={v}" for k, v in sorted(c.items()) if k.startswith("reason."))
+        return f"{'; '.join(parts) or 'no keys'}; reasons: {reasons or '-'}; windows: {c.get('windows', 0)}"
+
+
+def run_keyed_batches(cfg: RunnerConfig, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """Aggregate a partition's record batches (sorted by key, then order) key by key.
+
+    Parameters
+    ----------
+    cfg : RunnerConfig
+    batches : iterable of pyarrow.RecordBatch
+        Key columns, :data:`VALUE_COL` and, for time windows, :data:`ORDER_COL`.
+
+    Yields
+    ------
+    pyarrow.RecordBatch
+        ``key columns..., window_end (int64), result`` (and ``algorithm`` when asked).
+
+    Raises
+    ------
+    ValueError
+        A null value with ``nulls="fail"``, or a decreasing timestamp within a key.
+    """
+    rt.configure_worker_logging(cfg.log_level)
+    runner = _Runner(cfg)
+    try:
+        yield from runner.process(batches)
+    finally:
+        if runner.cur is not None and runner.cur.op is not None:
+            runner.cur.op.close()
+        if cfg.metrics is not None and runner.counts:
+            cfg.metrics.add(runner.counts)
+        if runner.counts:
+            log.info("spark_integration: partition done: %s", runner.summary())

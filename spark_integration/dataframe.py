@@ -1,0 +1,276 @@
+"""The DataFrame API: ``sliding_window_aggregate``.
+
+Plan: project the key columns, the order and the value (cast to double); drop
+rows with a null value when ``nulls="skip"``; ``repartition`` by the key (all
+of a key's rows in one partition) and ``sortWithinPartitions(key, order)``
+(each key's rows contiguous and in order); then ``mapInArrow`` runs
+:func:`spark_integration.arrow_runner.run_keyed_batches` on each partition:
+Arrow batches in, Arrow batches out, no Python row objects on the way. For
+count windows the order column is dropped after the sort (only the order
+matters, and it is one column less to move).
+
+``mapInArrow`` was chosen over ``groupBy(key).applyInArrow`` (iterator form)
+and ``applyInPandas`` by measurement (``bench/bench_spark.py --transports``):
+the same sort feeds all three, and ``mapInArrow`` makes one Python call per
+partition instead of one per key. ``transport="applyInArrow"`` is kept for
+comparison.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Any, Callable, Iterator, Sequence
+
+import pyarrow as pa
+
+import pba_runtime as pr
+
+from . import runtime as rt
+from .arrow_runner import NULL_POLICIES, ORDER_COL, VALUE_COL, RunnerConfig, result_arrow_type, run_keyed_batches
+from .intervals import as_window
+
+__all__ = ["sliding_window_aggregate", "executor_cores_of"]
+
+TRANSPORTS = ("mapInArrow", "applyInArrow")
+
+
+def executor_cores_of(spark: Any) -> int | None:
+    """Cores of one executor of ``spark`` (from the master URL or ``spark.executor.cores``); ``None`` if unknown.
+
+    Examples
+    --------
+    >>> executor_cores_of(spark)  # doctest: +SKIP
+    2
+    """
+    sc = getattr(spark, "sparkContext", spark)
+    master = sc.master or ""
+    m = re.fullmatch(r"local(?:\[(\*|\d+)(?:\s*,\s*\d+)?\])?", master)
+    if m:
+        n = m.group(1)
+        if n is None:
+            return 1
+        return (os.cpu_count() or 1) if n == "*" else int(n)
+    m = re.fullmatch(r"local-cluster\[\s*\d+\s*,\s*(\d+)\s*,\s*\d+\s*\]", master)
+    if m:
+        return int(m.group(1))
+    conf = sc.getConf().get("spark.executor.cores")
+    return int(conf) if conf else None
+
+
+def _resolve(df: Any, name: Any, what: str) -> str:
+    """The DataFrame's own spelling of column ``name`` (exact, else case-insensitive), or a clear error."""
+    if not isinstance(name, str):
+        raise TypeError(f"{what} must be a column name (str), got {type(name).__name__} {name!r}")
+    cols = df.columns
+    if name in cols:
+        return name
+    matches = [c for c in cols if c.lower() == name.lower()]
+    if len(matches) == 1:
+        return matches[0]
+    raise ValueError(f"{what} column {name!r} is not in the DataFrame; its columns are {cols}")
+
+
+def _spark_result_type(agg: pr.Aggregation) -> Any:
+    from pyspark.sql import types as T
+
+    at = result_arrow_type(agg)
+    if at == pa.int64():
+        return T.LongType()
+    if pa.types.is_list(at):
+        return T.ArrayType(T.DoubleType(), containsNull=True)
+    return T.DoubleType()
+
+
+def _arrow_udf(cfg: RunnerConfig) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    def pba_windows(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        return run_keyed_batches(cfg, batches)
+
+    return pba_windows
+
+
+def sliding_window_aggregate(
+    df: Any,
+    *,
+    key: str | Sequence[str],
+    order_by: str,
+    value: str,
+    window: Any,
+    agg: str | pr.Aggregation,
+    algorithm: str = "auto",
+    nulls: str = "fail",
+    num_partitions: int | None = None,
+    metrics: rt.AlgorithmMetrics | None = None,
+    algorithm_column: bool = False,
+    batch_rows: int = 1 << 17,
+    executor_cores: int | None = None,
+    pool_workers: int = 1,
+    pool_factory: Callable[[int], pr.WorkerPool] | None = None,
+    min_slices: int | None = None,
+    log_level: str | int | None = None,
+    transport: str = "mapInArrow",
+) -> Any:
+    """Sliding-window aggregation per key: one row per window, exactly as ``shared/spec/semantics.md``.
+
+    Parameters
+    ----------
+    df : pyspark.sql.DataFrame
+    key : str or sequence of str
+        Key column(s); output under their own names. A null key is a key.
+    order_by : str
+        Orders each key's rows. For a :class:`~pba_runtime.CountWindow` any
+        sortable column (ties: Spark's sort order, not deterministic). For a
+        time window: an integral column (the window is in its unit), or a
+        ``TimestampType``/``TimestampNTZType``/``DateType`` column (the window
+        is in milliseconds; timestamps are floored to the millisecond).
+    value : str
+        Numeric (or boolean) column; cast to double.
+    window : CountWindow, TimeWindow or tuple
+        ``pr.CountWindow(range=, slide=)``; ``pr.TimeWindow(range=, slide=, offset=)``;
+        or ``(range, slide[, offset])`` with Spark interval strings such as
+        ``("1 hour", "1 second")`` (milliseconds; see :mod:`spark_integration.intervals`).
+    agg : str or pba_runtime.Aggregation
+        ``max``, ``min``, ``sum``, ``count``, ``mean``, ``std``, ``geomean``,
+        ``argmax`` (a count window's 0-based position in the key's stream; a time
+        window's timestamp, in ms for timestamps), ``moment_sketch`` and
+        ``collect`` (array<double>), or your own (double results).
+    algorithm : str
+        ``"auto"`` (PBA or SBA per key, see :mod:`spark_integration.runtime`) or a
+        name in ``pba_runtime.ALGORITHMS``.
+    nulls : {"fail", "skip"}
+        ``"fail"`` (default): a null value (or a null timestamp of a time
+        window) fails the job with an error naming the column. ``"skip"``: such
+        rows are dropped before windowing, so they take no position in a count
+        window (unlike a SQL ``ROWS`` frame, which keeps the row and ignores its
+        null) and a time window holding only nulls is not emitted.
+    num_partitions : int, optional
+        Partitions of the shuffle by key (default ``spark.sql.shuffle.partitions``,
+        coalesced by adaptive execution).
+    metrics : AlgorithmMetrics, optional
+        From :func:`spark_integration.algorithm_metrics`: counts which algorithm
+        ran for how many keys and rows, and why (read after an action).
+    algorithm_column : bool
+        Add a string column ``algorithm`` (the algorithm that computed each row).
+    batch_rows : int
+        A key's rows go to ``insert_many`` in pieces of at least this many.
+    executor_cores : int, optional
+        Overrides the executor core count found from the master URL / ``spark.executor.cores``.
+    pool_workers : int
+        Threads of the per-process worker pool.
+    pool_factory : callable, optional
+        ``factory(workers) -> pba_runtime.WorkerPool`` for the per-process pool.
+    min_slices : int, optional
+        ``auto`` runs PBA from this many slices per window (default
+        :data:`spark_integration.runtime.SPARK_PBA_MIN_SLICES`).
+    log_level : str or int, optional
+        Log level of the ``spark_integration`` logger in the Python workers (stderr,
+        i.e. the executor log); INFO prints one line per partition with the counts.
+    transport : {"mapInArrow", "applyInArrow"}
+
+    Returns
+    -------
+    pyspark.sql.DataFrame
+        ``key columns..., window_end: long, result`` (``double``; ``long`` for
+        count and argmax; ``array<double>`` for moment_sketch and collect),
+        plus ``algorithm: string`` when asked. ``window_end`` is the window's
+        exclusive end: the number of the key's values seen for count windows,
+        ``k*slide + offset + range`` for time windows (epoch ms for timestamps).
+
+    Raises
+    ------
+    ValueError, TypeError
+        A missing column, a non-numeric value column, a bad window, aggregation,
+        algorithm or null policy (on the driver, before any job); null values
+        with ``nulls="fail"`` (when the job runs).
+
+    Examples
+    --------
+    >>> out = sliding_window_aggregate(df, key="plug", order_by="ts", value="load",
+    ...                                window=("1 hour", "1 second"), agg="max")  # doctest: +SKIP
+    >>> out.columns  # doctest: +SKIP
+    ['plug', 'window_end', 'result']
+    """
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+
+    keys = (key,) if isinstance(key, str) else tuple(key)
+    if not keys:
+        raise ValueError("key must name at least one column")
+    keys = tuple(_resolve(df, k, "key") for k in keys)
+    order_name = _resolve(df, order_by, "order_by")
+    value_name = _resolve(df, value, "value")
+    if len(set(keys)) != len(keys):
+        raise ValueError(f"key columns must be distinct, got {list(keys)}")
+    for k in keys:
+        if k in (order_name, value_name):
+            raise ValueError(f"key column {k!r} cannot also be the order_by or value column")
+        if k in ("window_end", "result", "algorithm"):
+            raise ValueError(f"key column {k!r} clashes with an output column (window_end, result, algorithm); rename it")
+    fields = {f.name: f for f in df.schema.fields}
+    vtype = fields[value_name].dataType
+    if not isinstance(vtype, (T.NumericType, T.BooleanType)):
+        raise TypeError(f"value column {value_name!r} must be numeric (or boolean), got {vtype.simpleString()}")
+    win = as_window(window)
+    is_time = isinstance(win, pr.TimeWindow)
+    otype = fields[order_name].dataType
+    if is_time and not isinstance(otype, (T.IntegralType, T.TimestampType, T.TimestampNTZType, T.DateType)):
+        raise TypeError(
+            f"order_by column {order_name!r} must be integral, a timestamp or a date for a time window, "
+            f"got {otype.simpleString()}"
+        )
+    aggregation = pr.get_aggregation(agg)
+    if algorithm != "auto" and algorithm not in pr.ALGORITHMS:
+        raise ValueError(f"unknown algorithm {algorithm!r}; accepted: {', '.join(pr.ALGORITHMS)}, or 'auto'")
+    pr.create("sba" if algorithm in ("auto", "pba") else algorithm, win, aggregation).close()  # capability checks
+    if nulls not in NULL_POLICIES:
+        raise ValueError(f"nulls must be one of {', '.join(map(repr, NULL_POLICIES))}, got {nulls!r}")
+    if transport not in TRANSPORTS:
+        raise ValueError(f"transport must be one of {', '.join(TRANSPORTS)}, got {transport!r}")
+    if isinstance(batch_rows, bool) or not isinstance(batch_rows, int) or batch_rows < 1:
+        raise ValueError(f"batch_rows must be a positive integer, got {batch_rows!r}")
+    if num_partitions is not None and (isinstance(num_partitions, bool) or not isinstance(num_partitions, int)
+                                       or num_partitions < 1):
+        raise ValueError(f"num_partitions must be a positive integer or None, got {num_partitions!r}")
+
+    cfg = RunnerConfig(
+        key_names=keys,
+        window=win,
+        agg=agg,
+        algorithm=algorithm,
+        nulls=nulls,
+        value_label=value_name,
+        order_label=order_name,
+        batch_rows=batch_rows,
+        executor_cores=executor_cores if executor_cores is not None else executor_cores_of(df.sparkSession),
+        pool_workers=pool_workers,
+        pool_factory=pool_factory,
+        metrics=metrics,
+        algorithm_column=algorithm_column,
+        min_slices=min_slices,
+        log_level=log_level,
+    )
+
+    src = df
+    if nulls == "skip":
+        cond = F.col(value_name).isNotNull()
+        if is_time:
+            cond = cond & F.col(order_name).isNotNull()
+        src = src.where(cond)
+    d = src.select(*[F.col(k) for k in keys], F.col(order_name).alias(ORDER_COL),
+                   F.col(value_name).cast("double").alias(VALUE_COL))
+    d = d.repartition(num_partitions, *keys) if num_partitions else d.repartition(*keys)
+    d = d.sortWithinPartitions(*keys, ORDER_COL)
+    if not is_time:
+        d = d.select(*keys, VALUE_COL)
+
+    out_fields = [fields[k] for k in keys] + [
+        T.StructField("window_end", T.LongType(), False),
+        T.StructField("result", _spark_result_type(aggregation), True),
+    ]
+    if algorithm_column:
+        out_fields.append(T.StructField("algorithm", T.StringType(), False))
+    schema = T.StructType(out_fields)
+    udf = _arrow_udf(cfg)
+    if transport == "mapInArrow":
+        return d.mapInArrow(udf, schema)
+    return d.groupBy(*keys).applyInArrow(udf, schema)

@@ -1,0 +1,330 @@
+"""What runs inside a Spark Python worker: one worker pool per process, the PBA/SBA choice, metrics.
+
+**One pool per Python worker process.** :func:`worker_pool` creates one
+:class:`pba_runtime.WorkerPool` the first time a key in this process needs PBA
+and hands the same pool to every later key and task (PySpark reuses Python
+workers across tasks by default, ``spark.python.worker.reuse=true``), as the
+paper's Flink integration keeps one pool per task slot. A pool inherited
+through ``fork`` is never used (its threads do not exist in the child). The
+pool is closed at interpreter exit (``atexit``); PySpark's daemon ends forked
+workers with ``os._exit``, which skips ``atexit`` but ends the pool's threads
+together with the process, so nothing outlives the worker either way.
+
+**The algorithm per key partition** (:func:`choose_algorithm`). With
+``algorithm="auto"`` a key runs SBA, the one-thread version, when
+
+* ``small_window``: the window has fewer than :data:`SPARK_PBA_MIN_SLICES`
+  slices (``range // slide``);
+* ``one_core``: the executor has one core (``local[1]``, ``spark.executor.cores=1``,
+  or a worker process pinned to one CPU);
+* ``small_key``: the key's whole stream has fewer slices than a batch needs
+  before PBA hands work to the pool (``pba_runtime.batch.PARALLEL_BATCH_MIN``),
+  so PBA could only add overhead;
+* ``pool_unavailable``: the pool cannot be started in this process;
+* ``pool_died``: the pool was closed or its worker failed (PBA itself then
+  finishes every window on the main thread, nothing is lost; later keys run SBA
+  with this reason once a new pool cannot be started either).
+
+and PBA otherwise (reason ``large_window``). An explicit ``algorithm="pba"``
+is honoured unless the pool is unavailable; ``"sba"`` and ``"recal"`` are
+always honoured (reason ``requested``).
+
+**Visibility.** Every decision is counted in a :class:`AlgorithmMetrics`
+(a Spark accumulator, read on the driver after an action) and logged by the
+``spark_integration`` logger in the worker: one INFO line per partition with
+the counts, one WARNING when the pool cannot start or dies.
+
+Examples
+--------
+>>> import pba_runtime as pr
+>>> choose_algorithm("auto", pr.CountWindow(range=64, slide=1), executor_cores=2)
+('sba', 'small_window')
+>>> choose_algorithm("auto", pr.CountWindow(range=8192, slide=1), executor_cores=1)
+('sba', 'one_core')
+>>> choose_algorithm("auto", pr.CountWindow(range=8192, slide=1), executor_cores=2)
+('pba', 'large_window')
+>>> choose_algorithm("auto", pr.CountWindow(range=8192, slide=1), executor_cores=2, key_slices=1000)
+('sba', 'small_key')
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import sys
+import threading
+from typing import Any, Callable
+
+import pba_runtime as pr
+
+__all__ = [
+    "SPARK_PBA_MIN_SLICES",
+    "PBA_MIN_KEY_SLICES",
+    "REASONS",
+    "choose_algorithm",
+    "worker_pool",
+    "close_worker_pool",
+    "local_cores",
+    "MetricsParam",
+    "AlgorithmMetrics",
+    "algorithm_metrics",
+]
+
+log = logging.getLogger("spark_integration")
+
+#: ``auto`` runs PBA from this many slices per window (``range // slide``) up.
+#: The core's threshold, measured for the batch path by ``bench/bench_core.py``;
+#: ``bench/bench_spark.py`` compares forced PBA and SBA inside Spark.
+SPARK_PBA_MIN_SLICES = pr.AUTO_PBA_MIN_SLICES
+
+try:  # the batch size from which vectorised PBA hands half the rows to the pool
+    from pba_runtime.batch import PARALLEL_BATCH_MIN as PBA_MIN_KEY_SLICES
+except ImportError:  # pragma: no cover - older core
+    PBA_MIN_KEY_SLICES = 1 << 16
+
+REASONS = ("requested", "large_window", "small_window", "one_core", "small_key", "pool_unavailable", "pool_died")
+
+
+def local_cores() -> int:
+    """CPUs this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # pragma: no cover - not Linux
+        return os.cpu_count() or 1
+
+
+def choose_algorithm(requested: str, window: pr.CountWindow | pr.TimeWindow, *, executor_cores: int | None = None,
+                     key_slices: int | None = None, pool_ok: bool = True, pool_died: bool = False,
+                     min_slices: int | None = None) -> tuple[str, str]:
+    """``(algorithm, reason)`` for one key partition; see the module docstring for the rules.
+
+    Parameters
+    ----------
+    requested : str
+        ``"auto"`` or an algorithm name.
+    window : CountWindow or TimeWindow
+    executor_cores : int, optional
+        Cores of the executor (``None``: unknown, not a reason to fall back).
+    key_slices : int, optional
+        Slices in the key's whole stream when it is known to be that short.
+    pool_ok, pool_died : bool
+        Whether this process has a working pool, and why not.
+    min_slices : int, optional
+        Overrides :data:`SPARK_PBA_MIN_SLICES`.
+    """
+    pool_reason = "pool_died" if pool_died else "pool_unavailable"
+    if requested != "auto":
+        if requested == "pba" and not pool_ok:
+            return "sba", pool_reason
+        return requested, "requested"
+    threshold = SPARK_PBA_MIN_SLICES if min_slices is None else min_slices
+    if window.range // window.slide < threshold:
+        return "sba", "small_window"
+    if executor_cores is not None and executor_cores < 2:
+        return "sba", "one_core"
+    if key_slices is not None and key_slices < PBA_MIN_KEY_SLICES:
+        return "sba", "small_key"
+    if not pool_ok:
+        return "sba", pool_reason
+    return "pba", "large_window"
+
+
+# --------------------------------------------------------------------------- the pool
+_lock = threading.Lock()
+_pid: int | None = None
+# factory key -> [pool or None, why the last start failed or None]
+_pools: dict[str, list] = {}
+
+
+def _default_factory(workers: int) -> pr.WorkerPool:
+    return pr.WorkerPool(kind="thread", workers=workers)
+
+
+def _factory_key(factory: Callable[..., Any] | None) -> str:
+    if factory is None:
+        return "default"
+    return f"{getattr(factory, '__module__', '')}.{getattr(factory, '__qualname__', type(factory).__name__)}"
+
+
+def worker_pool(workers: int = 1, factory: Callable[[int], pr.WorkerPool] | None = None) -> tuple[pr.WorkerPool | None, str | None]:
+    """This process's pool and, when there is none, why: ``(pool, None)`` or ``(None, reason)``.
+
+    The pool is created on first use and reused by every later key and task of
+    the process. A closed pool (it *died*) is replaced; when a pool cannot be
+    started, the process remembers it and runs SBA from then on (per factory).
+
+    Parameters
+    ----------
+    workers : int
+        Threads of the pool when it is created.
+    factory : callable, optional
+        ``factory(workers) -> WorkerPool``; the default builds a thread pool.
+        Each factory (by module and qualified name) has its own pool.
+
+    Returns
+    -------
+    tuple
+        ``(pool, None)``, or ``(None, "pool_unavailable" | "pool_died")``.
+
+    Examples
+    --------
+    >>> pool, why = worker_pool()
+    >>> pool is worker_pool()[0], why
+    (True, None)
+    >>> close_worker_pool()
+    >>> pool.closed
+    True
+    """
+    global _pid
+    pid = os.getpid()
+    key = _factory_key(factory)
+    with _lock:
+        if _pid != pid:  # first use, or inherited through fork: the parent's threads are not here
+            _pools.clear()
+            _pid = pid
+        slot = _pools.setdefault(key, [None, None])
+        pool, failed = slot
+        if pool is not None and not pool.closed:
+            return pool, None
+        if failed is not None:
+            return None, failed
+        died = pool is not None  # there was one and it is closed
+        try:
+            pool = (factory or _default_factory)(workers)
+            if not isinstance(pool, pr.WorkerPool):
+                raise TypeError(f"pool factory returned {type(pool).__name__}, not a pba_runtime.WorkerPool")
+            if pool.closed:
+                raise RuntimeError("pool factory returned a closed pool")
+        except Exception as exc:
+            slot[0], slot[1] = None, ("pool_died" if died else "pool_unavailable")
+            log.warning("spark_integration: worker pool cannot start in pid %d (%s: %s); running SBA",
+                        pid, type(exc).__name__, exc)
+            return None, slot[1]
+        if died:
+            log.warning("spark_integration: worker pool in pid %d was closed; started a new one", pid)
+        slot[0] = pool
+        return pool, None
+
+
+def mark_pool_dead(pool: pr.WorkerPool, why: str) -> None:
+    """A PBA operator saw ``pool`` fail (a worker raised or it was closed): close it, so the next key starts a new one."""
+    if not pool.closed:
+        log.warning("spark_integration: worker pool in pid %d failed (%s); closing it", os.getpid(), why)
+        pool.close(wait=False)
+
+
+def close_worker_pool() -> None:
+    """Close this process's pools (registered with ``atexit``); the next :func:`worker_pool` starts afresh."""
+    with _lock:
+        mine = _pid == os.getpid()
+        slots = list(_pools.values())
+        _pools.clear()
+    for pool, _ in slots:
+        if pool is not None and mine:
+            pool.close(wait=False)
+
+
+atexit.register(close_worker_pool)
+
+
+# --------------------------------------------------------------------------- metrics
+class MetricsParam:
+    """Spark ``AccumulatorParam`` over ``dict[str, int]`` counters (added key by key).
+
+    Examples
+    --------
+    >>> p = MetricsParam()
+    >>> p.addInPlace({"keys.sba": 1}, {"keys.sba": 2, "rows.sba": 10})
+    {'keys.sba': 3, 'rows.sba': 10}
+    """
+
+    def zero(self, value: dict[str, int]) -> dict[str, int]:
+        return {}
+
+    def addInPlace(self, value1: dict[str, int], value2: dict[str, int]) -> dict[str, int]:
+        for k, v in value2.items():
+            value1[k] = value1.get(k, 0) + v
+        return value1
+
+
+class AlgorithmMetrics:
+    """Which algorithm ran, counted by a Spark accumulator (read on the driver after an action).
+
+    Counters: ``keys.<algorithm>`` and ``rows.<algorithm>`` (key partitions and
+    input rows per algorithm), ``reason.<reason>`` (key partitions per reason,
+    see :data:`REASONS`), ``windows`` (results emitted) and ``pool_fallbacks``
+    (lcs tasks PBA had to redo on the main thread). A task that Spark runs
+    twice (a retry, or two actions on the same uncached result) counts twice.
+
+    Parameters
+    ----------
+    accumulator : pyspark.Accumulator, optional
+        Built with :class:`MetricsParam`; ``None`` keeps the counts locally
+        (used without Spark).
+
+    Examples
+    --------
+    >>> m = AlgorithmMetrics()
+    >>> m.add({"keys.sba": 2, "reason.small_window": 2, "rows.sba": 50})
+    >>> m.value["keys.sba"], m.algorithms()
+    (2, {'sba': 2})
+    """
+
+    def __init__(self, accumulator: Any = None):
+        self._acc = accumulator
+        self._local: dict[str, int] = {}
+
+    def add(self, counts: dict[str, int]) -> None:
+        """Add counters (in a worker: goes back to the driver with the task's result)."""
+        if not counts:
+            return
+        if self._acc is not None:
+            self._acc.add(dict(counts))
+        else:
+            MetricsParam().addInPlace(self._local, counts)
+
+    @property
+    def value(self) -> dict[str, int]:
+        """All counters (on the driver)."""
+        return dict(self._acc.value) if self._acc is not None else dict(self._local)
+
+    def algorithms(self) -> dict[str, int]:
+        """Key partitions per algorithm, e.g. ``{"pba": 80, "sba": 4}``."""
+        return {k.split(".", 1)[1]: v for k, v in sorted(self.value.items()) if k.startswith("keys.")}
+
+    def reasons(self) -> dict[str, int]:
+        """Key partitions per reason, e.g. ``{"large_window": 80, "small_key": 4}``."""
+        return {k.split(".", 1)[1]: v for k, v in sorted(self.value.items()) if k.startswith("reason.")}
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"_acc": self._acc, "_local": {}}
+
+    def __repr__(self) -> str:
+        return f"AlgorithmMetrics({self.value})"
+
+
+def algorithm_metrics(spark: Any) -> AlgorithmMetrics:
+    """A new :class:`AlgorithmMetrics` backed by an accumulator of ``spark``'s SparkContext.
+
+    Examples
+    --------
+    >>> metrics = algorithm_metrics(spark)  # doctest: +SKIP
+    >>> out = sliding_window_aggregate(df, ..., metrics=metrics); out.write.parquet(...)  # doctest: +SKIP
+    >>> metrics.algorithms()  # doctest: +SKIP
+    {'pba': 80, 'sba': 4}
+    """
+    sc = getattr(spark, "sparkContext", spark)
+    return AlgorithmMetrics(sc.accumulator({}, MetricsParam()))
+
+
+def configure_worker_logging(level: str | int | None) -> None:
+    """In a worker: send the ``spark_integration`` logger to stderr (the executor log) at ``level``."""
+    if level is None:
+        return
+    if not any(getattr(h, "_pba_spark", False) for h in log.handlers):
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        handler._pba_spark = True  # type: ignore[attr-defined]
+        log.addHandler(handler)
+    log.setLevel(level)
