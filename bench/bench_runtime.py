@@ -1,0 +1,159 @@
+"""Throughput of the standalone runtime's default job at parallelism 1 and 2, and where the time goes.
+
+The default job of ``pba-run``: a DEBS'14-like stream over 84 plugs, count
+window W[1024, 1], ``max``, PBA, sink ``none``. Configurations are interleaved
+and repeated; medians are reported (the machine is shared and noisy).
+
+Where the time goes is measured in CPU seconds per phase, by every process's
+own :class:`pba_runtime.runtime.metrics.PhaseClock` (thread CPU time), grouped:
+
+* aggregation: the slots' ``insert_many`` calls plus their lcs worker-pool threads
+* grouping: the slots' stable sort of each batch by key
+* source: generating the batches
+* partitioning: hashing keys to slots and splitting each batch
+* queues: putting on / getting from the bounded queues (pickling, pipe I/O)
+  on both sides, the coordinator's queue feeder threads included
+* sink: formatting results (in the slots) and writing them (sink thread)
+
+One more run per parallelism is profiled with cProfile (every process) and
+the top functions by own time are kept in the JSON.
+
+    python bench/bench_runtime.py            # 6M tuples, 5 repeats
+    python bench/bench_runtime.py --quick    # 2M tuples, 2 repeats
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import pstats
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pba_runtime as pr
+from pba_runtime.runtime import Debs14Source, Job
+
+RESULTS = Path(__file__).resolve().parent / "results"
+WINDOW = pr.CountWindow(range=1024, slide=1)
+
+
+def run(tuples: int, parallelism: int, *, algorithm: str = "pba", sink: str = "none", batch_size: int = 65_536,
+        profile_dir: str | None = None) -> dict:
+    job = Job(Debs14Source(plugs=84, tuples=tuples), WINDOW, "max", algorithm, parallelism=parallelism,
+              sink=sink, batch_size=batch_size, profile_dir=profile_dir)
+    return job.run()
+
+
+def categories(summary: dict) -> dict[str, float]:
+    """CPU seconds per category (see the module doc)."""
+    t = summary["time_s"]
+    sl, co, sk = t["slots"], t["coordinator"], t["sink_thread"]
+    cpu, ccpu = sl["cpu"], co["cpu"]
+    cats = {
+        "aggregation": cpu.get("aggregate", 0.0) + sl["other_threads_cpu"],
+        "grouping": cpu.get("group", 0.0),
+        "source": ccpu.get("source", 0.0),
+        "partitioning": ccpu.get("partition", 0.0),
+        "queues": ccpu.get("queue_put", 0.0) + co["other_threads_cpu"] + cpu.get("receive", 0.0)
+        + cpu.get("emit", 0.0),
+        "sink": cpu.get("format", 0.0) + sk["thread_cpu"],
+    }
+    total = sl["process_cpu"] + co["process_cpu"]
+    cats["other"] = max(0.0, total - sum(cats.values()))
+    return cats
+
+
+def top_functions(path: str, n: int = 12) -> list[str]:
+    st = pstats.Stats(path)
+    rows = sorted(st.stats.items(), key=lambda kv: -kv[1][2])[:n]
+    total = sum(v[2] for v in st.stats.values()) or 1.0
+    out = []
+    for (file, line, fn), (_, ncalls, tt, ct, _) in rows:
+        where = fn if file == "~" else f"{Path(file).parent.name}/{Path(file).name}:{line}({fn})"
+        out.append(f"{tt:7.3f} s {tt / total:5.1%}  {ncalls:>7} calls  {where}")
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--tuples", type=int, default=6_000_000)
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--out", default=str(RESULTS / "runtime.json"))
+    args = ap.parse_args()
+    if args.quick:
+        args.tuples, args.repeats = 2_000_000, 2
+    configs = {
+        "pba_p1": dict(parallelism=1),
+        "pba_p2": dict(parallelism=2),
+        "sba_p1": dict(parallelism=1, algorithm="sba"),
+        "sba_p2": dict(parallelism=2, algorithm="sba"),
+        "pba_p2_csv_sink": dict(parallelism=2, sink="csv"),
+        "pba_p2_batch_8k": dict(parallelism=2, batch_size=8_192),
+        "pba_p2_batch_256k": dict(parallelism=2, batch_size=262_144),
+    }
+    runs: dict[str, list[dict]] = {k: [] for k in configs}
+    run(200_000, 2)  # warm-up: forkserver, imports
+    with tempfile.TemporaryDirectory() as tmp:
+        for rep in range(args.repeats):
+            for name, cfg in configs.items():
+                cfg = dict(cfg)
+                if cfg.get("sink") == "csv":
+                    cfg["sink"] = f"csv:{os.path.join(tmp, 'out.csv')}"
+                s = run(args.tuples, **cfg)
+                runs[name].append(s)
+                print(f"[{rep + 1}/{args.repeats}] {name:18s} {s['tuples_per_s'] / 1e6:6.2f} M tuples/s  "
+                      f"p50 {s['latency_ms']['p50']:6.1f} ms  p99 {s['latency_ms']['p99']:6.1f} ms", flush=True)
+        profiles = {}
+        for P in (1, 2):
+            d = os.path.join(tmp, f"prof{P}")
+            run(args.tuples, P, profile_dir=d)
+            profiles[f"pba_p{P}"] = {name[:-5]: top_functions(os.path.join(d, name))
+                                     for name in sorted(os.listdir(d)) if name.endswith(".prof")}
+
+    results = {}
+    for name, rs in runs.items():
+        cats = [categories(s) for s in rs]
+        med_cats = {k: statistics.median(c[k] for c in cats) for k in cats[0]}
+        total = sum(med_cats.values())
+        results[name] = {
+            "config": {k: (v if k != "sink" else v.split(":")[0]) for k, v in configs[name].items()},
+            "tuples_per_s_median": statistics.median(s["tuples_per_s"] for s in rs),
+            "tuples_per_s_best": max(s["tuples_per_s"] for s in rs),
+            "tuples_per_s_all": [round(s["tuples_per_s"]) for s in rs],
+            "latency_ms_p50_median": statistics.median(s["latency_ms"]["p50"] for s in rs),
+            "latency_ms_p99_median": statistics.median(s["latency_ms"]["p99"] for s in rs),
+            "lcs_stalls_median": statistics.median(s["lcs_stalls"] for s in rs),
+            "cpu_s_median": med_cats,
+            "cpu_share": {k: v / total for k, v in med_cats.items()} if total else {},
+            "cpu_total_s_median": total,
+            "last_summary": rs[-1],
+        }
+    out = {
+        "what": "pba-run default job: DEBS'14-like, 84 plugs, count W[1024, 1], max, sink none unless stated",
+        "tuples": args.tuples,
+        "repeats": args.repeats,
+        "machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0], "platform": platform.platform()},
+        "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "results": results,
+        "profiles_top_tottime": profiles,
+    }
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(out, indent=2, default=str))
+    print()
+    print(f"{'config':18s} {'M tuples/s':>10s} {'best':>6s} {'p50 ms':>7s} {'p99 ms':>7s}  cpu share")
+    for name, r in results.items():
+        shares = ", ".join(f"{k} {v:.0%}" for k, v in sorted(r["cpu_share"].items(), key=lambda kv: -kv[1])
+                           if v >= 0.005)
+        print(f"{name:18s} {r['tuples_per_s_median'] / 1e6:10.2f} {r['tuples_per_s_best'] / 1e6:6.2f} "
+              f"{r['latency_ms_p50_median']:7.1f} {r['latency_ms_p99_median']:7.1f}  {shares}")
+    print(f"\nwritten to {args.out}")
+
+
+if __name__ == "__main__":
+    main()
