@@ -202,18 +202,16 @@ def _key_repr(key_row: list[pa.Array], names: tuple[str, ...]) -> str:
 
 # --------------------------------------------------------------------------- the runner
 class _KeyState:
-    __slots__ = ("key_row", "op", "vals", "ts", "buffered", "rows", "algorithm", "reason", "pool")
+    __slots__ = ("key_row", "kop", "vals", "ts", "buffered", "rows", "last_t")
 
     def __init__(self, key_row: list[pa.Array]):
         self.key_row = key_row
-        self.op = None
+        self.kop: rt.KeyOperator | None = None
         self.vals: list[np.ndarray] = []
         self.ts: list[np.ndarray] = []
         self.buffered = 0
         self.rows = 0
-        self.algorithm = ""
-        self.reason = ""
-        self.pool = None
+        self.last_t: int | None = None
 
 
 class _Runner:
@@ -233,27 +231,17 @@ class _Runner:
         self.key_type_names = cfg.key_names
 
     # ---------------------------------------------------------------- algorithm and operator
-    def _count(self, name: str, n: int = 1) -> None:
-        self.counts[name] = self.counts.get(name, 0) + n
-
     def _open(self, st: _KeyState, key_slices: int | None) -> None:
         cfg = self.cfg
-        alg, why = rt.choose_algorithm(cfg.algorithm, cfg.window, executor_cores=self.cores,
-                                       key_slices=key_slices, min_slices=cfg.min_slices)
-        pool = None
-        if alg == "pba":
-            pool, failed = rt.worker_pool(cfg.pool_workers, cfg.pool_factory)
-            if pool is None:
-                alg, why = rt.choose_algorithm(cfg.algorithm, cfg.window, executor_cores=self.cores,
-                                               key_slices=key_slices, min_slices=cfg.min_slices,
-                                               pool_ok=False, pool_died=failed == "pool_died")
-        st.op = pr.create(alg, cfg.window, cfg.agg, pool=pool) if alg == "pba" else pr.create(alg, cfg.window, cfg.agg)
-        st.algorithm, st.reason, st.pool = alg, why, pool
-        log.debug("spark_integration: key %s runs %s (%s)", _key_repr(st.key_row, cfg.key_names), alg, why)
+        st.kop = rt.KeyOperator.open(cfg.algorithm, cfg.window, cfg.agg, executor_cores=self.cores,
+                                    key_slices=key_slices, min_slices=cfg.min_slices,
+                                    pool_workers=cfg.pool_workers, pool_factory=cfg.pool_factory)
+        log.debug("spark_integration: key %s runs %s (%s)", _key_repr(st.key_row, cfg.key_names),
+                  st.kop.algorithm, st.kop.reason)
 
     def _feed(self, st: _KeyState, final: bool) -> None:
         if not st.buffered:
-            if final and st.op is None:
+            if final and st.kop is None:
                 self._open(st, 0)
             return
         v = st.vals[0] if len(st.vals) == 1 else np.concatenate(st.vals)
@@ -261,37 +249,28 @@ class _Runner:
         if self.cfg.is_time:
             t = st.ts[0] if len(st.ts) == 1 else np.concatenate(st.ts)
         st.vals, st.ts, st.buffered = [], [], 0
-        if st.op is None:
+        if st.kop is None:
             key_slices = None
             if final:  # the whole key is here: its size is known
                 key_slices = len(v) // self.slide if t is None else int((t[-1] - t[0]) // self.slide) + 1
             self._open(st, key_slices)
-        ends, res = st.op.insert_many(v, t)
+        ends, res = st.kop.op.insert_many(v, t)
         self._emit(st, ends, res)
 
     def _emit(self, st: _KeyState, ends: np.ndarray, res: Any) -> None:
         if len(ends):
-            self.pending.append((st.key_row, ends, res, st.algorithm))
+            self.pending.append((st.key_row, ends, res, st.kop.algorithm))
             self.pending_rows += len(ends)
 
     def _finish(self, st: _KeyState) -> None:
-        self._feed(st, final=True)
-        op = st.op
         try:
+            self._feed(st, final=True)
             if self.cfg.is_time:
-                ends, res = op.flush()
+                ends, res = st.kop.op.flush()
                 self._emit(st, ends, res)
-            stats = op.stats()
         finally:
-            op.close()
-        fallbacks = int(stats.get("fallbacks", 0) or 0)
-        if fallbacks and st.pool is not None:
-            self._count("pool_fallbacks", fallbacks)
-            rt.mark_pool_dead(st.pool, f"{fallbacks} lcs task(s) redone on the main thread")
-        self._count(f"keys.{st.algorithm}")
-        self._count(f"rows.{st.algorithm}", st.rows)
-        self._count(f"reason.{st.reason}")
-        self._count("windows", int(stats.get("windows", 0)))
+            if st.kop is not None:
+                st.kop.close(self.counts, st.rows)
 
     # ---------------------------------------------------------------- input
     def _columns(self, batch: pa.RecordBatch) -> tuple[list[pa.Array], np.ndarray, np.ndarray | None, np.ndarray | None]:
@@ -363,8 +342,8 @@ class _Runner:
                     vv = v[a:b]
                     tt = ts[a:b] if ts is not None else None
                 if len(vv):
-                    if tt is not None and st.ts and tt[0] < st.ts[-1][-1]:
-                        self._unsorted(st, tt[0], st.ts[-1][-1])
+                    if tt is not None:
+                        self._check_sorted(st, tt)
                     st.vals.append(vv)
                     if tt is not None:
                         st.ts.append(tt)
@@ -380,10 +359,19 @@ class _Runner:
         if self.pending_rows:
             yield self._drain()
 
-    def _unsorted(self, st: _KeyState, t: int, last: int) -> None:
+    def _check_sorted(self, st: _KeyState, tt: np.ndarray) -> None:
+        last = st.last_t
+        if last is not None and tt[0] < last:
+            bad, prev = int(tt[0]), last
+        else:
+            down = np.flatnonzero(tt[1:] < tt[:-1])
+            if not len(down):
+                st.last_t = int(tt[-1])
+                return
+            bad, prev = int(tt[down[0] + 1]), int(tt[down[0]])
         raise ValueError(
             f"order_by column {self.cfg.order_label!r} is not sorted within key "
-            f"{_key_repr(st.key_row, self.cfg.key_names)}: {t} after {last}"
+            f"{_key_repr(st.key_row, self.cfg.key_names)}: {bad} after {prev}"
         )
 
     # ---------------------------------------------------------------- output
@@ -452,8 +440,8 @@ def run_keyed_batches(cfg: RunnerConfig, batches: Iterable[pa.RecordBatch]) -> I
     try:
         yield from runner.process(batches)
     finally:
-        if runner.cur is not None and runner.cur.op is not None:
-            runner.cur.op.close()
+        if runner.cur is not None and runner.cur.kop is not None:
+            runner.cur.kop.op.close()
         if cfg.metrics is not None and runner.counts:
             cfg.metrics.add(runner.counts)
         if runner.counts:

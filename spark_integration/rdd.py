@@ -87,17 +87,14 @@ def _to_ms(t: Any, label: str) -> int:
 
 
 class _Key:
-    __slots__ = ("op", "vals", "ts", "last", "rows", "algorithm", "reason", "pool")
+    __slots__ = ("kop", "vals", "ts", "last", "rows")
 
     def __init__(self) -> None:
-        self.op = None
+        self.kop: rt.KeyOperator | None = None
         self.vals: list[Any] = []
         self.ts: list[int] = []
         self.last: Any = None
         self.rows = 0
-        self.algorithm = ""
-        self.reason = ""
-        self.pool = None
 
 
 def pba_partition_function(
@@ -182,42 +179,26 @@ def pba_partition_function(
     slide = win.slide
 
     def feed(state: dict, k: Any, st: _Key, final: bool) -> Iterator[tuple[Any, int, Any]]:
-        if st.op is None:
-            n = len(st.vals)
+        if st.kop is None:
             key_slices = None
-            if final:
+            if final:  # the whole key is buffered: its size is known
+                n = len(st.vals)
                 key_slices = (n // slide) if not is_time else ((st.ts[-1] - st.ts[0]) // slide + 1 if n else 0)
-            alg, why = rt.choose_algorithm(algorithm, win, executor_cores=state["cores"], key_slices=key_slices,
-                                           min_slices=min_slices)
-            pool = None
-            if alg == "pba":
-                pool, failed = rt.worker_pool(pool_workers, pool_factory)
-                if pool is None:
-                    alg, why = rt.choose_algorithm(algorithm, win, executor_cores=state["cores"],
-                                                   key_slices=key_slices, min_slices=min_slices,
-                                                   pool_ok=False, pool_died=failed == "pool_died")
-            st.op = pr.create(alg, win, aggregation, pool=pool) if alg == "pba" else pr.create(alg, win, aggregation)
-            st.algorithm, st.reason, st.pool = alg, why, pool
+            st.kop = rt.KeyOperator.open(algorithm, win, aggregation, executor_cores=state["cores"],
+                                         key_slices=key_slices, min_slices=min_slices,
+                                         pool_workers=pool_workers, pool_factory=pool_factory)
+        op = st.kop.op
         if st.vals:
             vals = _as_values(st.vals, vlabel, aggregation.name)
             ts = np.asarray(st.ts, dtype=np.int64) if is_time else None
             st.vals, st.ts = [], []
-            ends, res = st.op.insert_many(vals, ts)
+            ends, res = op.insert_many(vals, ts)
             yield from _rows(k, ends, res)
         if final:
             if is_time:
-                ends, res = st.op.flush()
+                ends, res = op.flush()
                 yield from _rows(k, ends, res)
-            stats = st.op.stats()
-            st.op.close()
-            counts = state["counts"]
-            fb = int(stats.get("fallbacks", 0) or 0)
-            if fb and st.pool is not None:
-                counts["pool_fallbacks"] = counts.get("pool_fallbacks", 0) + fb
-                rt.mark_pool_dead(st.pool, f"{fb} lcs task(s) redone on the main thread")
-            for name, n in ((f"keys.{st.algorithm}", 1), (f"rows.{st.algorithm}", st.rows),
-                            (f"reason.{st.reason}", 1), ("windows", int(stats.get("windows", 0)))):
-                counts[name] = counts.get(name, 0) + n
+            st.kop.close(state["counts"], st.rows)
 
     def partition(records: Iterable[Any]) -> Iterator[tuple[Any, int, Any]]:
         local = rt.local_cores()
@@ -260,8 +241,8 @@ def pba_partition_function(
                 yield from feed(state, k, st, final=True)
         finally:
             for st in keys.values():
-                if st.op is not None:
-                    st.op.close()
+                if st.kop is not None:
+                    st.kop.op.close()
             if metrics is not None and state["counts"]:
                 metrics.add(state["counts"])
             if state["counts"]:

@@ -54,6 +54,7 @@ import logging
 import os
 import sys
 import threading
+from concurrent.futures import Future
 from typing import Any, Callable
 
 import pba_runtime as pr
@@ -65,6 +66,8 @@ __all__ = [
     "choose_algorithm",
     "worker_pool",
     "close_worker_pool",
+    "GuardedPool",
+    "KeyOperator",
     "local_cores",
     "MetricsParam",
     "AlgorithmMetrics",
@@ -207,6 +210,87 @@ def worker_pool(workers: int = 1, factory: Callable[[int], pr.WorkerPool] | None
         return pool, None
 
 
+class _GuardedFuture(Future):
+    """A task's future whose failure is repaired: ``result()`` runs the task on the caller's thread."""
+
+    def __init__(self, inner: Future, fn: Callable[..., Any], args: tuple, owner: "GuardedPool"):
+        super().__init__()
+        self._inner, self._fn, self._args, self._owner = inner, fn, args, owner
+
+    def done(self) -> bool:
+        return self._inner.done()
+
+    def running(self) -> bool:
+        return self._inner.running()
+
+    def cancel(self) -> bool:
+        return self._inner.cancel()
+
+    def cancelled(self) -> bool:
+        return self._inner.cancelled()
+
+    def exception(self, timeout: float | None = None) -> BaseException | None:
+        return None  # result() never raises a worker's failure
+
+    def result(self, timeout: float | None = None) -> Any:
+        try:
+            return self._inner.result(timeout)
+        except Exception as exc:  # the worker failed: do its task here (the SBA way), count it
+            self._owner._failed(exc)
+            return self._fn(*self._args)
+
+
+class GuardedPool(pr.WorkerPool):
+    """The process's pool as one PBA operator sees it: a failed task is redone on the main thread.
+
+    PBA's per-tuple path already repairs a failed lcs task; its batch path
+    (``pba_runtime.batch.window_merge``) does not, so a dying worker would fail
+    the Spark task. Every task here is a pure function of its arguments that
+    writes only its own output, so running it again on the caller's thread
+    gives the same result. ``failures`` counts the repairs; a failure also
+    closes the shared pool (it *died*), so the next key starts a new one or
+    falls back to SBA. Closing a ``GuardedPool`` does not close the shared pool.
+
+    Examples
+    --------
+    >>> from concurrent.futures import Future
+    >>> class Dying(pr.WorkerPool):
+    ...     def submit(self, fn, *args):
+    ...         f = Future(); f.set_exception(RuntimeError("worker died")); return f
+    >>> g = GuardedPool(Dying())
+    >>> g.submit(sum, [1, 2]).result(), g.failures
+    (3, 1)
+    """
+
+    def __init__(self, inner: pr.WorkerPool):  # no super().__init__: no executor of its own
+        self._inner = inner
+        self.kind = inner.kind
+        self.workers = inner.workers
+        self.failures = 0
+        self._closed = False
+        self._lock = threading.Lock()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed or self._inner.closed
+
+    def submit(self, fn: Callable[..., Any], *args: Any) -> Future:
+        if self._closed:
+            raise RuntimeError("GuardedPool is closed")
+        return _GuardedFuture(self._inner.submit(fn, *args), fn, args, self)
+
+    def _failed(self, exc: BaseException) -> None:
+        with self._lock:
+            self.failures += 1
+        mark_pool_dead(self._inner, f"{type(exc).__name__}: {exc}")
+
+    def close(self, wait: bool = True) -> None:
+        self._closed = True
+
+    def __repr__(self) -> str:
+        return f"GuardedPool({self._inner!r}, failures={self.failures})"
+
+
 def mark_pool_dead(pool: pr.WorkerPool, why: str) -> None:
     """A PBA operator saw ``pool`` fail (a worker raised or it was closed): close it, so the next key starts a new one."""
     if not pool.closed:
@@ -226,6 +310,63 @@ def close_worker_pool() -> None:
 
 
 atexit.register(close_worker_pool)
+
+
+# --------------------------------------------------------------------------- one key's operator
+class KeyOperator:
+    """One key partition's operator, its algorithm and why, and its share of the metrics.
+
+    Examples
+    --------
+    >>> k = KeyOperator.open("auto", pr.CountWindow(range=3, slide=1), "max", executor_cores=2, key_slices=4)
+    >>> k.algorithm, k.reason
+    ('sba', 'small_window')
+    >>> k.op.insert_many([1.0, 5.0, 2.0, 0.0])[1].tolist()
+    [5.0, 5.0]
+    >>> counts = {}
+    >>> k.close(counts, rows=4)
+    >>> counts
+    {'keys.sba': 1, 'rows.sba': 4, 'reason.small_window': 1, 'windows': 2}
+    """
+
+    __slots__ = ("op", "algorithm", "reason", "guard")
+
+    def __init__(self, op: pr.WindowOperator, algorithm: str, reason: str, guard: GuardedPool | None):
+        self.op, self.algorithm, self.reason, self.guard = op, algorithm, reason, guard
+
+    @classmethod
+    def open(cls, requested: str, window: pr.CountWindow | pr.TimeWindow, agg: Any, *,
+             executor_cores: int | None = None, key_slices: int | None = None, min_slices: int | None = None,
+             pool_workers: int = 1, pool_factory: Callable[[int], pr.WorkerPool] | None = None) -> "KeyOperator":
+        """Choose the algorithm (:func:`choose_algorithm`), get the process's pool if PBA, build the operator."""
+        alg, why = choose_algorithm(requested, window, executor_cores=executor_cores, key_slices=key_slices,
+                                    min_slices=min_slices)
+        guard = None
+        if alg == "pba":
+            pool, failed = worker_pool(pool_workers, pool_factory)
+            if pool is None:
+                alg, why = choose_algorithm(requested, window, executor_cores=executor_cores, key_slices=key_slices,
+                                            min_slices=min_slices, pool_ok=False, pool_died=failed == "pool_died")
+            else:
+                guard = GuardedPool(pool)
+        op = pr.create(alg, window, agg, pool=guard) if guard is not None else pr.create(alg, window, agg)
+        return cls(op, alg, why, guard)
+
+    def close(self, counts: dict[str, int], rows: int) -> None:
+        """Close the operator and add its counters to ``counts``."""
+        try:
+            stats = self.op.stats()
+        finally:
+            self.op.close()
+        failures = int(stats.get("fallbacks", 0) or 0)
+        if self.guard is not None:
+            failures += self.guard.failures
+            self.guard.close()
+        if failures:
+            counts["pool_failures"] = counts.get("pool_failures", 0) + failures
+        for name, n in ((f"keys.{self.algorithm}", 1), (f"rows.{self.algorithm}", rows),
+                        (f"reason.{self.reason}", 1), ("windows", int(stats.get("windows", 0)))):
+            counts[name] = counts.get(name, 0) + n
 
 
 # --------------------------------------------------------------------------- metrics
@@ -253,8 +394,8 @@ class AlgorithmMetrics:
 
     Counters: ``keys.<algorithm>`` and ``rows.<algorithm>`` (key partitions and
     input rows per algorithm), ``reason.<reason>`` (key partitions per reason,
-    see :data:`REASONS`), ``windows`` (results emitted) and ``pool_fallbacks``
-    (lcs tasks PBA had to redo on the main thread). A task that Spark runs
+    see :data:`REASONS`), ``windows`` (results emitted) and ``pool_failures``
+    (pool tasks that failed and were redone on the main thread). A task that Spark runs
     twice (a retry, or two actions on the same uncached result) counts twice.
 
     Parameters
