@@ -354,10 +354,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         hint = " (continue with --resume)" if "args" in locals() and args.checkpoint_dir else ""
         print(f"{PROG}: {sig}{hint}", file=sys.stderr)
         return 130 if isinstance(exc, KeyboardInterrupt) else 143
-    except BrokenPipeError:
+    except BrokenPipeError:  # the reader of stdout went away (| head): not an error
         try:
-            sys.stdout = open(os.devnull, "w")  # the reader went away (| head): not an error
-        except OSError:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except (OSError, ValueError):
             pass
         return 0
     finally:

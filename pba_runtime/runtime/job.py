@@ -338,6 +338,12 @@ class _Run:
                     self.say(self.metrics.line())
                 if self.failure is not None:
                     return
+        except BrokenPipeError as exc:  # the reader of stdout went away (| head)
+            if self.failure is None:
+                self.failure = exc
+        except OSError as exc:
+            if self.failure is None:
+                self.failure = JobError(f"cannot write the output: {exc}")
         except BaseException as exc:
             if self.failure is None:
                 self.failure = exc
