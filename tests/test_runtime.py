@@ -19,7 +19,7 @@ import pytest
 
 import pba_runtime as pr
 from pba_runtime.runtime import (BarrierAligner, CsvSource, Debs12Source, Debs14Source, Job, JsonlSource,
-                                 LatencyHistogram, UserError)
+                                 LatencyHistogram, UserError, load_checkpoint)
 from pba_runtime.runtime.partitioning import group_by_key, slot_of, stable_hash
 from pba_runtime.runtime.sinks import FileSink, format_results
 
@@ -206,6 +206,24 @@ def test_jsonl_from_stdin(tmp_path):
     assert {v for rows in got.values() for _, _, v in rows[2:-2]} <= {"3", "4"}
 
 
+def test_jsonl_file_source_and_its_errors(tmp_path):
+    data = tmp_path / "in.jsonl"
+    data.write_text("".join(json.dumps({"k": "a" if i % 2 else 7, "v": i, "t": i}) + "\n" for i in range(20)))
+    out = tmp_path / "out.csv"
+    summary = Job(JsonlSource(str(data), key_col="k", value_col="v", ts_col="t"), pr.TimeWindow(range=4, slide=4),
+                  "sum", "sba", parallelism=2, sink=f"csv:{out}").run()
+    assert summary["windows"] == 10
+    assert read_results(out)["7"][0] == (0, 4, "2.0") and read_results(out)["a"][0] == (0, 4, "4.0")
+    data.write_text('{"k": "a", "v": 1, "t": 1}\n{"k": "a", "v": 1, "t": 1.5}\n')
+    with pytest.raises(UserError, match=r"line 2: member 't': expected an integer timestamp"):
+        Job(JsonlSource(str(data), key_col="k", value_col="v", ts_col="t"), pr.TimeWindow(range=4, slide=4),
+            "sum", "sba", parallelism=1).run()
+    data.write_text('{"k": "a", "v": 1, "t": 1}\n{"k": "a", "v": 1\n')
+    with pytest.raises(UserError, match=r"line 2: not valid JSON"):
+        Job(JsonlSource(str(data), key_col="k", value_col="v", ts_col="t"), pr.TimeWindow(range=4, slide=4),
+            "sum", "sba", parallelism=1).run()
+
+
 def test_vector_and_list_results(tmp_path):
     out = tmp_path / "out.jsonl"
     Job(Debs14Source(plugs=2, tuples=40), pr.CountWindow(range=3, slide=3), "collect", "sba", parallelism=1,
@@ -264,6 +282,20 @@ def test_csv_job_that_failed_resumes_from_its_checkpoint(tmp_path):
     assert 0 < summary["tuples"] < n and summary["total"]["tuples"] == n
     assert (tmp_path / "out.csv").read_text().count("\n") == (tmp_path / "ref.csv").read_text().count("\n")
     assert read_results(tmp_path / "out.csv") == read_results(tmp_path / "ref.csv")
+
+
+def test_a_fresh_start_drops_the_previous_checkpoint(tmp_path):
+    data = tmp_path / "in.csv"
+    data.write_text("key,value\n" + "a,1\n" * 50)
+    ck = str(tmp_path / "ck")
+    Job(CsvSource(str(data), ts_col=None), pr.CountWindow(range=2, slide=1), "max", "sba", parallelism=1,
+        sink=f"csv:{tmp_path / 'o.csv'}", checkpoint_dir=ck, checkpoint_every=10, batch_size=10).run()
+    assert load_checkpoint(ck)["finished"]
+    data.write_text("key,value\na,oops\n")
+    with pytest.raises(UserError, match="oops"):  # fails before its first checkpoint
+        Job(CsvSource(str(data), ts_col=None), pr.CountWindow(range=2, slide=1), "max", "sba", parallelism=1,
+            sink=f"csv:{tmp_path / 'o.csv'}", checkpoint_dir=ck, checkpoint_every=10, batch_size=10).run()
+    assert load_checkpoint(ck) is None  # so --resume cannot pair the old state with the rewritten sink
 
 
 def test_resume_checks_the_job_matches(tmp_path):

@@ -43,7 +43,7 @@ import numpy as np
 
 import pba_runtime as pr
 
-from .checkpoint import BarrierAligner, CheckpointPolicy, fingerprint, load_checkpoint, write_checkpoint
+from .checkpoint import CHECKPOINT_FILE, BarrierAligner, CheckpointPolicy, fingerprint, load_checkpoint, write_checkpoint
 from .errors import JobError, UserError
 from .metrics import JobMetrics, PhaseClock
 from .partitioning import slot_of, split_by_slot
@@ -477,6 +477,12 @@ class _Run:
             self.metrics.restored.update(ckpt["counters"])
             self.checkpoint_id = ckpt["id"]
         start = None if ckpt is None else ckpt["position"]
+        if ckpt is None and job.checkpoint_dir is not None:
+            # A fresh start rewrites the sink: an older checkpoint no longer matches it.
+            stale = os.path.join(job.checkpoint_dir, CHECKPOINT_FILE)
+            if os.path.exists(stale):
+                log.info("fresh start: removing the previous checkpoint %s", stale)
+                os.unlink(stale)
         self._open_sinks(ckpt)
         profiler = None
         if job.profile_dir:
