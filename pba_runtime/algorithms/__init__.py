@@ -12,8 +12,14 @@ from typing import Any
 from ..aggregations import Aggregation
 from ..windows import CountWindow, TimeWindow, validate_window
 from .base import SlicedAggregator, WindowOperator
+from .daba import DABA
+from .fiba import FiBA
+from .flatfat import FlatFATAggregator
 from .pba import PBA, SBA
 from .recal import Recal
+from .slick_deque import SlickDeque
+from .soe import SubtractOnEvict
+from .two_stacks import TwoStacks
 
 __all__ = ["ALGORITHMS", "REGISTRY", "register", "create", "resolve_auto", "AUTO_PBA_MIN_SLICES"]
 
@@ -30,7 +36,7 @@ def register(cls: type[WindowOperator]) -> type[WindowOperator]:
 
 
 ALGORITHMS: list[str] = []
-for _cls in (Recal, SBA, PBA):
+for _cls in (Recal, SBA, PBA, SubtractOnEvict, TwoStacks, DABA, SlickDeque, FlatFATAggregator, FiBA):
     register(_cls)
 
 # "auto" picks PBA from this many slices per window up (q = range // slide), SBA below.

@@ -1,0 +1,371 @@
+"""FlatFAT and the Reactive Aggregator: a flat array binary tree of partial aggregates.
+
+Tangwongsan, Hirzel, Schneider, Wu, *General Incremental Sliding-Window
+Aggregation*, VLDB'15 (Sections 4-5).
+
+:class:`FlatFAT` is a complete binary tree over ``capacity`` leaf slots stored
+in one array with heap numbering (root at 1, children of ``v`` at ``2v`` and
+``2v+1``, leaf ``i`` at ``capacity + i``); every internal node holds the
+combination of its two children. Empty slots hold the marker :data:`EMPTY`
+(the paper's bottom), which combines as a neutral element. Bulk ``update``
+repairs the changed leaf-to-root paths level by level (Algorithm 2, ``m``
+writes cost ``O(m + m log(n/m))`` combines); ``prefix``/``suffix`` fold at most
+``log2 n`` nodes (Algorithm 3); ``compact`` closes holes, ``resized`` copies
+the contents into a tree of another capacity (Algorithm 1).
+
+:class:`FlatFATAggregator` (``"flatfat"``) is the Reactive Aggregator over slice
+partials: the window is a circular buffer in the leaves, pushes and pops only
+write leaves, and the internal nodes are repaired in one bulk update when a
+window is queried. An *inverted* buffer (wrapped past the end of the array)
+is answered as ``suffix(front) (+) prefix(back)`` so order is kept for
+non-commutative aggregations. The capacity doubles when the buffer is full
+(or the buffer is compacted, if at most 3/4 of it is in use) and halves when
+fewer than 1/4 of the slots are used: amortised O(1) structure work and
+O(log n) combines per window.
+
+Examples
+--------
+>>> import operator
+>>> fat = FlatFAT(operator.add, [1, 2, 3, 4, 5])
+>>> fat.capacity, fat.aggregate(), fat.prefix(1), fat.suffix(3)
+(8, 15, 3, 9)
+>>> fat.update([(0, EMPTY), (6, 10)])
+>>> fat.aggregate(), fat.compact(), fat.leaves()
+(24, 5, [2, 3, 4, 5, 10])
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Iterable
+
+from .base import SlicedAggregator, sizeof
+from .two_stacks import ring_capacity
+
+__all__ = ["FlatFAT", "FlatFATAggregator", "EMPTY"]
+
+
+class _Empty:
+    """The empty-slot marker: ``EMPTY (+) x == x (+) EMPTY == x``."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "EMPTY"
+
+    def __reduce__(self) -> str:
+        return "EMPTY"
+
+
+#: Marker of an empty leaf slot (the paper's bottom).
+EMPTY = _Empty()
+
+#: Smallest capacity a FlatFAT is shrunk to.
+MIN_CAPACITY = 8
+
+
+def _pow2(n: int) -> int:
+    cap = 2
+    while cap < n:
+        cap <<= 1
+    return cap
+
+
+class FlatFAT:
+    """Flat fixed-size aggregator over ``capacity`` slots (a power of two).
+
+    Parameters
+    ----------
+    combine : callable
+        Associative ``combine(older, newer)``.
+    values : iterable, optional
+        Initial contents of slots ``0, 1, ...`` (:data:`EMPTY` for a hole).
+    capacity : int, optional
+        At least ``len(values)``; rounded up to a power of two (>= 2).
+
+    Examples
+    --------
+    >>> fat = FlatFAT(lambda a, b: a + b, ["a", "b", "c"])
+    >>> fat.aggregate(), fat.prefix(1), fat.suffix(1)
+    ('abc', 'ab', 'bc')
+    """
+
+    __slots__ = ("_combine", "_cap", "_t", "combines")
+
+    def __init__(self, combine: Callable[[Any, Any], Any], values: Iterable[Any] = (), capacity: int | None = None):
+        values = list(values)
+        need = max(len(values), capacity or 0, 2)
+        self._combine = combine
+        self._cap = cap = _pow2(need)
+        self._t: list = [EMPTY] * (2 * cap)
+        self._t[cap : cap + len(values)] = values
+        self.combines = 0
+        self._build()
+
+    # ------------------------------------------------------------------ Algorithm 1: new
+    def _build(self) -> None:
+        t, c = self._t, self._combine
+        n = 0
+        for v in range(self._cap - 1, 0, -1):
+            a, b = t[2 * v], t[2 * v + 1]
+            if a is EMPTY:
+                t[v] = b
+            elif b is EMPTY:
+                t[v] = a
+            else:
+                t[v] = c(a, b)
+                n += 1
+        self.combines += n
+
+    @property
+    def capacity(self) -> int:
+        return self._cap
+
+    def __len__(self) -> int:
+        return self._cap
+
+    def __getitem__(self, i: int) -> Any:
+        return self._t[self._cap + i]
+
+    def leaves(self) -> list:
+        """The non-empty slot values, in slot order."""
+        return [x for x in self._t[self._cap :] if x is not EMPTY]
+
+    # ------------------------------------------------------------------ Algorithm 2: update
+    def write(self, i: int, value: Any) -> None:
+        """Set slot ``i`` without repairing the tree (call :meth:`repair` with the slots written)."""
+        self._t[self._cap + i] = value
+
+    def update(self, changes: Iterable[tuple[int, Any]]) -> None:
+        """Write ``(slot, value)`` pairs (``EMPTY`` clears a slot) and repair the tree bottom-up."""
+        slots = []
+        for i, v in changes:
+            self._t[self._cap + i] = v
+            slots.append(i)
+        self.repair(slots)
+
+    def repair(self, slots: Iterable[int]) -> None:
+        """Recompute the ancestors of the written ``slots``, one level at a time (each node once)."""
+        t, c, cap = self._t, self._combine, self._cap
+        level = {(cap + i) >> 1 for i in slots}
+        n = 0
+        while level:
+            nxt = set()
+            for v in level:
+                a, b = t[2 * v], t[2 * v + 1]
+                if a is EMPTY:
+                    t[v] = b
+                elif b is EMPTY:
+                    t[v] = a
+                else:
+                    t[v] = c(a, b)
+                    n += 1
+                if v > 1:
+                    nxt.add(v >> 1)
+            level = nxt
+        self.combines += n
+
+    # ------------------------------------------------------------------ queries
+    def aggregate(self) -> Any:
+        """Combination of every slot, in slot order (``EMPTY`` if all are empty)."""
+        return self._t[1]
+
+    def prefix(self, i: int) -> Any:
+        """Slots ``0 .. i`` (inclusive), by one leaf-to-root walk (Algorithm 3)."""
+        t, c = self._t, self._combine
+        v = self._cap + i
+        acc = t[v]
+        while v > 1:
+            if v & 1:  # right child: the left sibling extends the prefix
+                s = t[v - 1]
+                if s is not EMPTY:
+                    acc = s if acc is EMPTY else c(s, acc)
+                    self.combines += acc is not s
+            v >>= 1
+        return acc
+
+    def suffix(self, j: int) -> Any:
+        """Slots ``j .. capacity-1``, by one leaf-to-root walk."""
+        t, c = self._t, self._combine
+        v = self._cap + j
+        acc = t[v]
+        while v > 1:
+            if not v & 1:  # left child: the right sibling extends the suffix
+                s = t[v + 1]
+                if s is not EMPTY:
+                    acc = s if acc is EMPTY else c(acc, s)
+                    self.combines += acc is not s
+            v >>= 1
+        return acc
+
+    # ------------------------------------------------------------------ compact and resize
+    def compact(self) -> int:
+        """Shift the non-empty slots to the front, keeping their order; return how many there are."""
+        cap = self._cap
+        t = self._t
+        items = [x for x in t[cap:] if x is not EMPTY]
+        changed = [i for i in range(cap) if (t[cap + i] is not (items[i] if i < len(items) else EMPTY))]
+        t[cap : cap + len(items)] = items
+        t[cap + len(items) :] = [EMPTY] * (cap - len(items))
+        self.repair(changed)
+        return len(items)
+
+    def resized(self, capacity: int, values: Iterable[Any] | None = None) -> "FlatFAT":
+        """A new FlatFAT of ``capacity`` holding ``values`` (default: the non-empty slots, in order)."""
+        new = FlatFAT(self._combine, self.leaves() if values is None else values, capacity)
+        new.combines += self.combines
+        return new
+
+    def check(self) -> None:
+        """Assert that every internal node is the combination of its children (tree consistency)."""
+        t, c = self._t, self._combine
+        for v in range(self._cap - 1, 0, -1):
+            a, b = t[2 * v], t[2 * v + 1]
+            want = b if a is EMPTY else (a if b is EMPTY else c(a, b))
+            assert t[v] == want, f"node {v}: {t[v]!r} != {want!r}"
+
+
+class FlatFATAggregator(SlicedAggregator):
+    """Reactive Aggregator over a FlatFAT of slice partials: any associative aggregation, O(log n).
+
+    Parameters
+    ----------
+    window : CountWindow or TimeWindow
+    agg : str or Aggregation
+    pool : ignored
+
+    Examples
+    --------
+    >>> import pba_runtime as pr
+    >>> pr.sliding_aggregate(list("abcde"), window=pr.CountWindow(range=3, slide=2), agg="collect",
+    ...                      algorithm="flatfat")[1]
+    [['a', 'b', 'c'], ['c', 'd', 'e']]
+    """
+
+    name = "flatfat"
+
+    def __init__(self, window, agg, *, pool: Any = None):
+        super().__init__(window, agg)
+        self._combine = self.agg.combine
+        self._ident = self.agg.identity
+        self._initial_cap = ring_capacity(self._q + 2)
+        self._resizes = 0
+        self._compacts = 0
+        self._fat: FlatFAT | None = None
+        self._reset_merger()
+
+    def _reset_merger(self) -> None:
+        # a time gap emptied the window: start over small (the capacity grows back as needed)
+        self._fat = FlatFAT(self._combine, capacity=self._initial_cap if self._fat is None else MIN_CAPACITY)
+        self._slot0 = 0  # slot of the oldest slice
+        self._count = 0  # slices held (FIFO: slots front, front+1, ... mod capacity)
+        self._dirty: list[int] = []  # slots written since the last repair
+
+    def _push(self, p: Any) -> None:
+        fat = self._fat
+        cap = fat.capacity
+        if self._count == cap:
+            self._grow()
+            fat = self._fat
+            cap = fat.capacity
+        slot = (self._slot0 + self._count) & (cap - 1)
+        fat.write(slot, p)
+        self._dirty.append(slot)
+        self._count += 1
+
+    def _pop(self) -> None:
+        fat = self._fat
+        slot = self._slot0
+        fat.write(slot, EMPTY)
+        self._dirty.append(slot)
+        self._slot0 = (slot + 1) & (fat.capacity - 1)
+        self._count -= 1
+        if self._count < fat.capacity // 4 and fat.capacity > MIN_CAPACITY:
+            self._resize(fat.capacity // 2)
+
+    def _query(self) -> Any:
+        fat = self._fat
+        if self._dirty:
+            fat.repair(self._dirty)
+            self._dirty = []
+        n = self._count
+        if not n:
+            return self._ident
+        front = self._slot0
+        last = (front + n - 1) & (fat.capacity - 1)
+        if front <= last:
+            return fat.aggregate()
+        return self._combine(fat.suffix(front), fat.prefix(last))  # inverted buffer
+
+    def _grow(self) -> None:
+        """The buffer is full: compact it if at most 3/4 is in use (holes), else double the capacity."""
+        fat = self._fat
+        if self._count <= 3 * fat.capacity // 4:
+            self._compact()
+        else:
+            self._resize(2 * fat.capacity)
+
+    def _window_order(self) -> list:
+        fat = self._fat
+        mask = fat.capacity - 1
+        return [fat[(self._slot0 + i) & mask] for i in range(self._count)]
+
+    def _resize(self, capacity: int) -> None:
+        self._fat = self._fat.resized(capacity, self._window_order())
+        self._slot0 = 0
+        self._dirty = []
+        self._resizes += 1
+
+    def _compact(self) -> None:
+        fat = self._fat
+        if self._slot0:  # rotate the window to slot 0 first, then close the holes
+            self._resize(fat.capacity)
+        else:
+            if self._dirty:
+                fat.repair(self._dirty)
+                self._dirty = []
+            self._count = fat.compact()
+        self._compacts += 1
+
+    # ------------------------------------------------------------------ checks and bookkeeping
+    def check_invariants(self) -> None:
+        """Assert tree consistency and that the buffer holds exactly the slices ``[front, back)``."""
+        fat = self._fat
+        if self._dirty:
+            fat.repair(self._dirty)
+            self._dirty = []
+        fat.check()
+        cap = fat.capacity
+        held = set((self._slot0 + i) & (cap - 1) for i in range(self._count))
+        for i in range(cap):
+            assert (fat[i] is EMPTY) == (i not in held), f"slot {i}"
+        assert self._count == self._back - self._front, (self._count, self._back, self._front)
+
+    def held(self) -> list:
+        """Slice partials held, oldest first."""
+        return self._window_order()
+
+    def _get_state(self) -> dict[str, Any]:
+        st = super()._get_state()
+        st["flatfat"] = {"items": self._window_order(), "capacity": self._fat.capacity,
+                         "resizes": self._resizes, "compacts": self._compacts}
+        return st
+
+    def _set_state(self, st: dict[str, Any]) -> None:
+        super()._set_state(st)
+        d = st["flatfat"]
+        self._fat = FlatFAT(self._combine, d["items"], d["capacity"])
+        self._slot0 = 0
+        self._count = len(d["items"])
+        self._dirty = []
+        self._resizes, self._compacts = d["resizes"], d["compacts"]
+
+    def stats(self) -> dict[str, Any]:
+        st = super().stats()
+        st.update(held=self._count, capacity=self._fat.capacity, resizes=self._resizes, compacts=self._compacts,
+                  combines=self._fat.combines)
+        return st
+
+    def state_bytes(self) -> int:
+        n = self._count
+        cap = self._fat.capacity
+        return 16 * cap + (2 * n * sizeof(self._fat[self._slot0]) if n else 0)

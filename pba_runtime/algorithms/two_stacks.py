@@ -1,0 +1,180 @@
+"""Two-Stacks: amortised O(1) FIFO aggregation with two stacks (the "lite" variant), on flat buffers.
+
+The window's slice partials live in one preallocated ring (a Python list,
+no object per element) split in two stacks: the *front* ``[F, B)`` keeps, for
+each position, the aggregate from it to the end of the front
+(``aggs[i] = vals[i] (+) ... (+) vals[B-1]``); the *back* ``[B, E)`` keeps only
+its running aggregate. A push is one combine, a query one. A pop from an empty
+front first *flips* the back onto the front, rebuilding its suffix aggregates
+with ``n`` combines: amortised O(1), but a periodic O(n) latency spike, which
+is what the paper's latency experiment shows (Tangwongsan et al., DEBS'17,
+Fig. 1; Hammer Slide, Theodorakis et al., for the flat layout).
+
+Examples
+--------
+>>> from pba_runtime import CountWindow
+>>> op = TwoStacks(CountWindow(range=3, slide=1), "collect")
+>>> [op.insert(v) for v in "abcd"]
+[[], [], [(3, ['a', 'b', 'c'])], [(4, ['b', 'c', 'd'])]]
+>>> op.stats()["flips"]
+1
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .base import SlicedAggregator, sizeof
+
+__all__ = ["TwoStacks", "ring_capacity"]
+
+#: Largest ring preallocated up front; bigger windows grow it by doubling while they fill.
+PREALLOC_MAX = 1 << 12
+
+
+def ring_capacity(slots: int) -> int:
+    """The power of two ``>= slots`` (at least 4), capped at :data:`PREALLOC_MAX` for the first allocation.
+
+    Examples
+    --------
+    >>> ring_capacity(3), ring_capacity(1000), ring_capacity(10**9)
+    (4, 1024, 4096)
+    """
+    cap = 4
+    while cap < slots and cap < PREALLOC_MAX:
+        cap <<= 1
+    return cap
+
+
+def grow_ring(bufs: list[list], lo: int, hi: int, cap: int) -> int:
+    """Double the rings in ``bufs`` (same capacity ``cap``) keeping absolute positions ``[lo, hi)``; new capacity."""
+    new = cap << 1
+    mask, nmask = cap - 1, new - 1
+    for j, old in enumerate(bufs):
+        buf = [None] * new
+        for i in range(lo, hi):
+            buf[i & nmask] = old[i & mask]
+        bufs[j] = buf
+    return new
+
+
+class TwoStacks(SlicedAggregator):
+    """Two-Stacks over slice partials: any associative aggregation, amortised O(1).
+
+    Parameters
+    ----------
+    window : CountWindow or TimeWindow
+    agg : str or Aggregation
+    pool : ignored
+        Accepted for a uniform ``create`` signature (only PBA uses a pool).
+
+    Examples
+    --------
+    >>> import pba_runtime as pr
+    >>> ends, res = pr.sliding_aggregate([3, 1, 4, 1, 5], window=pr.CountWindow(range=2, slide=1),
+    ...                                  agg="max", algorithm="two_stacks")
+    >>> res.tolist()
+    [3.0, 4.0, 4.0, 5.0]
+    """
+
+    name = "two_stacks"
+
+    def __init__(self, window, agg, *, pool: Any = None):
+        super().__init__(window, agg)
+        self._combine = self.agg.combine
+        self._ident = self.agg.identity
+        self._cap = ring_capacity(self._q + 2)
+        self._vals: list = [None] * self._cap
+        self._aggs: list = [None] * self._cap
+        self._flips = 0
+        self._reset_merger()
+
+    # ------------------------------------------------------------------ merger
+    def _reset_merger(self) -> None:
+        self._f = self._b = self._e = 0  # front [f, b), back [b, e): absolute positions
+        self._bagg = self._ident  # aggregate of the back
+
+    def _push(self, p: Any) -> None:
+        e = self._e
+        if e - self._f == self._cap:
+            self._grow()
+        self._vals[e & (self._cap - 1)] = p
+        self._bagg = p if e == self._b else self._combine(self._bagg, p)
+        self._e = e + 1
+
+    def _pop(self) -> None:
+        if self._f == self._b:
+            self._flip()
+        self._f += 1
+
+    def _query(self) -> Any:
+        f, b = self._f, self._b
+        if f == b:
+            return self._bagg
+        front = self._aggs[f & (self._cap - 1)]
+        return front if b == self._e else self._combine(front, self._bagg)
+
+    def _flip(self) -> None:
+        """Move the back onto the front: ``aggs[i] = vals[i] (+) ... (+) vals[E-1]``, newest first."""
+        vals, aggs, combine = self._vals, self._aggs, self._combine
+        mask = self._cap - 1
+        b, e = self._b, self._e
+        i = e - 1
+        acc = aggs[i & mask] = vals[i & mask]
+        for i in range(e - 2, b - 1, -1):
+            j = i & mask
+            acc = aggs[j] = combine(vals[j], acc)
+        self._b = e
+        self._bagg = self._ident
+        self._flips += 1
+
+    def _grow(self) -> None:
+        bufs = [self._vals, self._aggs]
+        self._cap = grow_ring(bufs, self._f, self._e, self._cap)
+        self._vals, self._aggs = bufs
+
+    # ------------------------------------------------------------------ bookkeeping
+    def held(self) -> list:
+        """Slice partials held, oldest first (for tests and snapshots)."""
+        mask = self._cap - 1
+        return [self._vals[i & mask] for i in range(self._f, self._e)]
+
+    def _get_state(self) -> dict[str, Any]:
+        st = super()._get_state()
+        mask = self._cap - 1
+        st["ring"] = {
+            "f": self._f, "b": self._b, "e": self._e, "bagg": self._bagg, "flips": self._flips,
+            "vals": self.held(),
+            "aggs": [self._aggs[i & mask] for i in range(self._f, self._b)],
+        }
+        return st
+
+    def _set_state(self, st: dict[str, Any]) -> None:
+        super()._set_state(st)
+        ring = st["ring"]
+        f, b, e = ring["f"], ring["b"], ring["e"]
+        cap = ring_capacity(self._q + 2)
+        while cap < e - f:
+            cap <<= 1
+        self._cap = cap
+        mask = cap - 1
+        self._vals = [None] * cap
+        self._aggs = [None] * cap
+        for k, i in enumerate(range(f, e)):
+            self._vals[i & mask] = ring["vals"][k]
+        for k, i in enumerate(range(f, b)):
+            self._aggs[i & mask] = ring["aggs"][k]
+        self._f, self._b, self._e = f, b, e
+        self._bagg = ring["bagg"]
+        self._flips = ring["flips"]
+
+    def stats(self) -> dict[str, Any]:
+        st = super().stats()
+        st.update(flips=self._flips, held=self._e - self._f, capacity=self._cap)
+        return st
+
+    def state_bytes(self) -> int:
+        n = self._e - self._f
+        if not n:
+            return 0
+        return 2 * 8 * self._cap + n * sizeof(self._vals[self._f & (self._cap - 1)])
