@@ -1,0 +1,267 @@
+"""The Spark adapter against Spark's own answers, on the shared local[2] session.
+
+Count windows: ``agg(v) OVER (PARTITION BY k ORDER BY t ROWS BETWEEN r-1 PRECEDING
+AND CURRENT ROW)`` filtered to the spec's window ends (row ``r + j*s``); time
+windows: ``groupBy(k, window(ts, r, s, offset))``. Keys are skewed, several
+partitions are empty, ``r % s != 0``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+from oracle import count_windows
+
+import pba_runtime as pr
+import spark_integration as si
+from spark_integration import runtime as rt
+
+pytestmark = pytest.mark.spark
+
+SIZES = [1500, 400, 90, 17, 3, 1]  # skewed keys
+EXACT = {"max", "min", "count", "argmax"}
+
+
+def _pdf(seed: int = 0, sizes=SIZES) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    parts = []
+    for i, n in enumerate(sizes):
+        t = np.cumsum(rng.integers(1, 900, n)) + 1_700_000_000_000 + int(rng.integers(0, 5000))
+        v = np.round(rng.normal(0, 10, n), 1)  # one decimal: some ties, for argmax
+        parts.append(pd.DataFrame({"k": f"key{i}", "t": t.astype(np.int64), "v": v}))
+    pdf = pd.concat(parts, ignore_index=True)
+    return pdf.sample(frac=1.0, random_state=seed).reset_index(drop=True)  # arrival order is not sorted
+
+
+@pytest.fixture(scope="module")
+def df(spark):
+    from pyspark.sql import functions as F
+
+    d = spark.createDataFrame(_pdf(0)).withColumn("ts", F.timestamp_millis("t"))
+    return d.cache()
+
+
+def _native_count(df, r: int, s: int, agg: str, keys=("k",)):
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    w = Window.partitionBy(*keys).orderBy("t")
+    frame = w.rowsBetween(-(r - 1), 0)
+    d = df.withColumn("rn", F.row_number().over(w))
+    if agg == "argmax":  # largest value, oldest position on ties: max of (v, -position)
+        res = -(F.max(F.struct(F.col("v"), (1 - F.col("rn")).alias("neg"))).over(frame)["neg"])
+    else:
+        res = {"max": F.max, "min": F.min, "sum": F.sum, "mean": F.avg, "count": F.count}[agg]("v").over(frame)
+    d = d.select(*keys, "rn", res.alias("result"))
+    d = d.where((F.col("rn") >= r) & ((F.col("rn") - r) % s == 0))
+    return d.select(*keys, F.col("rn").cast("long").alias("window_end"), "result")
+
+
+def _native_time(df, r: int, s: int, agg: str, offset: int = 0, ts: str = "ts"):
+    from pyspark.sql import functions as F
+
+    win = F.window(ts, f"{r} milliseconds", f"{s} milliseconds", f"{offset} milliseconds")
+    if agg == "argmax":
+        res = -(F.max(F.struct(F.col("v"), (-F.unix_millis(ts)).alias("neg")))["neg"])
+    else:
+        res = {"max": F.max, "min": F.min, "sum": F.sum, "mean": F.avg, "count": F.count}[agg]("v")
+    return (df.groupBy("k", win.alias("w")).agg(res.alias("result"))
+            .select("k", F.unix_millis(F.col("w.end")).alias("window_end"), "result"))
+
+
+def _as_dict(rows, nkeys: int = 1) -> dict:
+    return {tuple(r[:nkeys]) + (r[nkeys],): r[nkeys + 1] for r in rows}
+
+
+def _assert_same(got_df, want_df, agg: str, nkeys: int = 1) -> int:
+    got = _as_dict(got_df.collect(), nkeys)
+    want = _as_dict(want_df.collect(), nkeys)
+    assert set(got) == set(want), (
+        f"windows differ: {len(got)} vs {len(want)}; only ours: {sorted(set(got) - set(want))[:5]}, "
+        f"only Spark's: {sorted(set(want) - set(got))[:5]}"
+    )
+    for k, w in want.items():
+        g = got[k]
+        if agg in EXACT:
+            assert g == w, f"{k}: {g!r} != {w!r}"
+        else:
+            assert math.isclose(g, w, rel_tol=1e-9, abs_tol=1e-9), f"{k}: {g!r} != {w!r}"
+    return len(want)
+
+
+@pytest.mark.parametrize("agg", ["max", "sum", "mean", "argmax"])
+def test_count_windows_match_spark_window_function(spark, df, agg):
+    metrics = si.algorithm_metrics(spark)
+    out = si.sliding_window_aggregate(df, key="k", order_by="t", value="v", window=pr.CountWindow(range=50, slide=7),
+                                      agg=agg, num_partitions=8, metrics=metrics)  # 6 keys, 8 partitions: some empty
+    assert out.columns == ["k", "window_end", "result"]
+    assert dict(out.dtypes)["window_end"] == "bigint"
+    assert dict(out.dtypes)["result"] == ("bigint" if agg == "argmax" else "double")
+    n = _assert_same(out, _native_count(df, 50, 7, agg), agg)
+    assert n == sum(pr.CountWindow(range=50, slide=7).windows_for(m) for m in SIZES)
+    assert metrics.algorithms() == {"sba": len(SIZES)} and metrics.reasons() == {"small_window": len(SIZES)}
+    assert metrics.value["windows"] == n and metrics.value["rows.sba"] == sum(SIZES)
+
+
+@pytest.mark.parametrize("agg", ["max", "sum", "mean", "argmax"])
+def test_time_windows_match_spark_window_grouping(df, agg):
+    out = si.sliding_window_aggregate(df, key="k", order_by="ts", value="v", window=("10 seconds", "3 seconds"),
+                                      agg=agg)
+    _assert_same(out, _native_time(df, 10_000, 3_000, agg), agg)
+
+
+def test_time_windows_with_offset_and_long_order(df):
+    from pyspark.sql import functions as F
+
+    win = pr.TimeWindow(range=7_000, slide=2_000, offset=500)  # order_by t is a long: the window is in its unit (ms)
+    out = si.sliding_window_aggregate(df, key="k", order_by="t", value="v", window=win, agg="count")
+    assert dict(out.dtypes)["result"] == "bigint"
+    _assert_same(out, _native_time(df.withColumn("tts", F.timestamp_millis("t")), 7_000, 2_000, "count", 500,
+                                   ts="tts"), "count")
+
+
+def test_tumbling_time_window_one_hour(df):
+    out = si.sliding_window_aggregate(df, key="k", order_by="ts", value="v", window=("1 hour", "1 hour"), agg="max")
+    _assert_same(out, _native_time(df, 3_600_000, 3_600_000, "max"), "max")
+
+
+def test_multiple_key_columns(spark):
+    from pyspark.sql import functions as F
+
+    pdf = _pdf(5, sizes=[300, 120, 40])
+    d = spark.createDataFrame(pdf).withColumn("g", (F.col("t") % 2).cast("int"))
+    out = si.sliding_window_aggregate(d, key=["k", "g"], order_by="t", value="v",
+                                      window=pr.CountWindow(range=9, slide=4), agg="min")
+    assert out.columns == ["k", "g", "window_end", "result"]
+    assert dict(out.dtypes)["g"] == "int"
+    _assert_same(out, _native_count(d, 9, 4, "min", keys=("k", "g")), "min", nkeys=2)
+
+
+def test_empty_dataframe(spark, df):
+    empty = df.where("v > 1e9")
+    out = si.sliding_window_aggregate(empty, key="k", order_by="ts", value="v", window=("10 seconds", "5 seconds"),
+                                      agg="max", num_partitions=3)
+    assert out.collect() == []
+    assert out.columns == ["k", "window_end", "result"]
+
+
+def test_vector_and_list_results(spark):
+    pdf = _pdf(3, sizes=[40, 7])
+    pdf["v"] = pdf["v"].abs() + 1.0
+    d = spark.createDataFrame(pdf)
+    for agg in ("collect", "moment_sketch"):
+        out = si.sliding_window_aggregate(d, key="k", order_by="t", value="v", window=pr.CountWindow(range=5, slide=2),
+                                          agg=agg)
+        assert dict(out.dtypes)["result"] == "array<double>"
+        got = {(r.k, r.window_end): r.result for r in out.collect()}
+        for k, g in pdf.sort_values("t").groupby("k"):
+            ends, res = count_windows(g["v"].to_numpy(), 5, 2, agg)
+            for e, want in zip(ends, res):
+                np.testing.assert_allclose(got[(k, e)], want, rtol=1e-9)
+
+
+def test_rdd_function_matches_dataframe_api(spark, df):
+    """Keys interleave in each partition (sorted by time only); each key's records are in order."""
+    for window, agg in ((pr.CountWindow(range=20, slide=3), "argmax"), (si.time_window("5 seconds", "2 seconds"), "sum")):
+        metrics = si.algorithm_metrics(spark)
+        f = si.pba_partition_function(window, agg, key="k", order="ts", value="v", batch_size=64, metrics=metrics)
+        rdd = df.select("k", "ts", "v").repartition(2, "k").sortWithinPartitions("ts").rdd.mapPartitions(f)
+        got = {(k, e): r for k, e, r in rdd.collect()}
+        want_df = si.sliding_window_aggregate(df, key="k", order_by="ts", value="v", window=window, agg=agg)
+        want = {(r.k, r.window_end): r.result for r in want_df.collect()}
+        assert got.keys() == want.keys()
+        for key, w in want.items():
+            assert math.isclose(got[key], w, rel_tol=1e-12), key
+        assert sum(metrics.algorithms().values()) == len(SIZES)
+
+
+def test_rdd_function_unsorted_order_is_a_clear_error(df):
+    f = si.pba_partition_function(pr.CountWindow(range=5, slide=1), "max", key="k", order="t", value="v")
+    rdd = df.select("k", "t", "v").repartition(2, "k").sortWithinPartitions(df.t.desc()).rdd.mapPartitions(f)
+    with pytest.raises(Exception, match="order column 't' is not sorted within key"):
+        rdd.collect()
+
+
+# --------------------------------------------------------------------------- SBA fallback, PBA, visibility
+@pytest.mark.parametrize("case", ["small_window", "one_core", "pool_unavailable"])
+def test_sba_fallback_is_chosen_and_equal(spark, df, case):
+    kwargs = {"algorithm_column": True}
+    window = pr.CountWindow(range=64, slide=5)
+    if case == "one_core":
+        kwargs["executor_cores"] = 1
+        kwargs["min_slices"] = 1  # the window alone would run PBA
+    elif case == "pool_unavailable":
+        def cannot_start(workers):  # nested: pickled by value to the workers
+            raise OSError("no threads for you")
+
+        kwargs["algorithm"] = "pba"
+        kwargs["pool_factory"] = cannot_start
+    metrics = si.algorithm_metrics(spark)
+    out = si.sliding_window_aggregate(df, key="k", order_by="t", value="v", window=window, agg="max",
+                                      metrics=metrics, **kwargs).cache()
+    try:
+        assert {r.algorithm for r in out.select("algorithm").distinct().collect()} == {"sba"}
+        _assert_same(out.drop("algorithm"), _native_count(df, 64, 5, "max"), "max")
+        assert metrics.reasons() == {case: len(SIZES)}
+    finally:
+        out.unpersist()
+
+
+def test_pba_runs_for_a_large_window_and_key(spark):
+    """auto: PBA for the key with enough slices to use the pool, SBA (small_key) for the small ones."""
+    from pyspark.sql import functions as F
+
+    big = rt.PBA_MIN_KEY_SLICES + 5000
+    d = spark.range(big + 9000).select(
+        F.when(F.col("id") < big, F.lit("big")).otherwise(F.concat(F.lit("small"), (F.col("id") % 3).cast("string"))).alias("k"),
+        F.col("id").alias("t"), (F.rand(11) * 100).alias("v"))
+    d = d.cache()
+    metrics = si.algorithm_metrics(spark)
+    out = si.sliding_window_aggregate(d, key="k", order_by="t", value="v", window=pr.CountWindow(range=2048, slide=1),
+                                      agg="max", metrics=metrics, algorithm_column=True, executor_cores=2)
+    try:
+        spark.conf.set("spark.sql.window.segmentTree.enabled", "true")
+        _assert_same(out.drop("algorithm"), _native_count(d, 2048, 1, "max"), "max")
+    finally:
+        spark.conf.unset("spark.sql.window.segmentTree.enabled")
+    assert metrics.algorithms() == {"pba": 1, "sba": 3}
+    assert metrics.reasons() == {"large_window": 1, "small_key": 3}
+    algs = {(r.k, r.algorithm) for r in out.select("k", "algorithm").distinct().collect()}
+    assert algs == {("big", "pba"), ("small0", "sba"), ("small1", "sba"), ("small2", "sba")}
+    d.unpersist()
+
+
+# --------------------------------------------------------------------------- bad input
+def test_bad_input_on_the_driver(spark, df):
+    from pyspark.sql import functions as F
+
+    kw = dict(key="k", order_by="t", value="v", window=pr.CountWindow(range=3, slide=1), agg="max")
+    with pytest.raises(ValueError, match="value column 'load' is not in the DataFrame"):
+        si.sliding_window_aggregate(df, **{**kw, "value": "load"})
+    with pytest.raises(ValueError, match="key column 'plug' is not in the DataFrame"):
+        si.sliding_window_aggregate(df, **{**kw, "key": "plug"})
+    with pytest.raises(TypeError, match="value column 'k' must be numeric"):
+        si.sliding_window_aggregate(df.withColumn("kk", F.col("k")), **{**kw, "value": "k", "key": "kk"})
+    with pytest.raises(TypeError, match="order_by column 'k' must be integral, a timestamp or a date"):
+        si.sliding_window_aggregate(df.withColumn("kk", F.col("k")), **{**kw, "key": "kk", "order_by": "k",
+                                                                        "window": ("1 second", "1 second")})
+    with pytest.raises(ValueError, match="unknown aggregation|aggregation"):
+        si.sliding_window_aggregate(df, **{**kw, "agg": "median"})
+    with pytest.raises(ValueError, match="unknown algorithm 'fast'"):
+        si.sliding_window_aggregate(df, **{**kw, "algorithm": "fast"})
+    with pytest.raises(ValueError, match="nulls must be one of"):
+        si.sliding_window_aggregate(df, **{**kw, "nulls": "zero"})
+
+
+def test_null_values_fail_or_skip(spark, df):
+    from pyspark.sql import functions as F
+
+    with_nulls = df.withColumn("v", F.when(F.col("t") % 5 == 0, F.lit(None)).otherwise(F.col("v")))
+    kw = dict(key="k", order_by="ts", value="v", window=("4 seconds", "1 second"), agg="max")
+    with pytest.raises(Exception, match="value column 'v' holds nulls"):
+        si.sliding_window_aggregate(with_nulls, **kw).collect()
+    out = si.sliding_window_aggregate(with_nulls, nulls="skip", **kw)
+    _assert_same(out, _native_time(with_nulls.where("v IS NOT NULL"), 4_000, 1_000, "max"), "max")
