@@ -256,29 +256,47 @@ class FlatFATAggregator(SlicedAggregator):
     def _reset_merger(self) -> None:
         # a time gap emptied the window: start over small (the capacity grows back as needed)
         self._fat = FlatFAT(self._combine, capacity=self._initial_cap if self._fat is None else MIN_CAPACITY)
-        self._slot0 = 0  # slot of the oldest slice
-        self._count = 0  # slices held (FIFO: slots front, front+1, ... mod capacity)
+        self._slot0 = 0  # front: slot of the oldest slice
+        self._span = 0  # slots from the front to the back (holes included)
+        self._count = 0  # slices held
         self._dirty: list[int] = []  # slots written since the last repair
 
     def _push(self, p: Any) -> None:
         fat = self._fat
-        cap = fat.capacity
-        if self._count == cap:
+        if self._span == fat.capacity:
             self._grow()
             fat = self._fat
-            cap = fat.capacity
-        slot = (self._slot0 + self._count) & (cap - 1)
+        slot = (self._slot0 + self._span) & (fat.capacity - 1)
         fat.write(slot, p)
         self._dirty.append(slot)
+        self._span += 1
         self._count += 1
 
     def _pop(self) -> None:
+        self._remove_slot(self._slot0)
+
+    def _remove(self, i: int) -> None:
+        """Evict the ``i``-th oldest slice held (non-FIFO eviction leaves a hole)."""
         fat = self._fat
-        slot = self._slot0
+        mask = fat.capacity - 1
+        for j in range(self._span):
+            slot = (self._slot0 + j) & mask
+            if fat[slot] is not EMPTY:
+                if i == 0:
+                    self._remove_slot(slot)
+                    return
+                i -= 1
+        raise IndexError("no such slice")
+
+    def _remove_slot(self, slot: int) -> None:
+        fat = self._fat
         fat.write(slot, EMPTY)
         self._dirty.append(slot)
-        self._slot0 = (slot + 1) & (fat.capacity - 1)
         self._count -= 1
+        mask = fat.capacity - 1
+        while self._span and fat[self._slot0] is EMPTY:  # the front moves past the holes
+            self._slot0 = (self._slot0 + 1) & mask
+            self._span -= 1
         if self._count < fat.capacity // 4 and fat.capacity > MIN_CAPACITY:
             self._resize(fat.capacity // 2)
 
@@ -287,11 +305,10 @@ class FlatFATAggregator(SlicedAggregator):
         if self._dirty:
             fat.repair(self._dirty)
             self._dirty = []
-        n = self._count
-        if not n:
+        if not self._count:
             return self._ident
         front = self._slot0
-        last = (front + n - 1) & (fat.capacity - 1)
+        last = (front + self._span - 1) & (fat.capacity - 1)
         if front <= last:
             return fat.aggregate()
         return self._combine(fat.suffix(front), fat.prefix(last))  # inverted buffer
@@ -307,38 +324,44 @@ class FlatFATAggregator(SlicedAggregator):
     def _window_order(self) -> list:
         fat = self._fat
         mask = fat.capacity - 1
-        return [fat[(self._slot0 + i) & mask] for i in range(self._count)]
+        out = [fat[(self._slot0 + i) & mask] for i in range(self._span)]
+        return out if self._span == self._count else [x for x in out if x is not EMPTY]
 
     def _resize(self, capacity: int) -> None:
         self._fat = self._fat.resized(capacity, self._window_order())
         self._slot0 = 0
+        self._span = self._count
         self._dirty = []
         self._resizes += 1
 
     def _compact(self) -> None:
         fat = self._fat
-        if self._slot0:  # rotate the window to slot 0 first, then close the holes
-            self._resize(fat.capacity)
+        if self._slot0:  # the window wraps around: copy it back in order (linear, like compact)
+            self._fat = fat.resized(fat.capacity, self._window_order())
+            self._slot0 = 0
+            self._dirty = []
         else:
             if self._dirty:
                 fat.repair(self._dirty)
                 self._dirty = []
-            self._count = fat.compact()
+            fat.compact()
+        self._span = self._count
         self._compacts += 1
 
     # ------------------------------------------------------------------ checks and bookkeeping
     def check_invariants(self) -> None:
-        """Assert tree consistency and that the buffer holds exactly the slices ``[front, back)``."""
+        """Assert tree consistency, and that the slices held are the non-empty slots from the front to the back."""
         fat = self._fat
         if self._dirty:
             fat.repair(self._dirty)
             self._dirty = []
         fat.check()
         cap = fat.capacity
-        held = set((self._slot0 + i) & (cap - 1) for i in range(self._count))
-        for i in range(cap):
-            assert (fat[i] is EMPTY) == (i not in held), f"slot {i}"
-        assert self._count == self._back - self._front, (self._count, self._back, self._front)
+        span = set((self._slot0 + i) & (cap - 1) for i in range(self._span))
+        assert self._span <= cap
+        assert sum(fat[i] is not EMPTY for i in span) == self._count
+        assert all(fat[i] is EMPTY for i in range(cap) if i not in span), "slots outside the buffer are empty"
+        assert not self._span or fat[self._slot0] is not EMPTY, "the front holds the oldest slice"
 
     def held(self) -> list:
         """Slice partials held, oldest first."""
@@ -355,7 +378,7 @@ class FlatFATAggregator(SlicedAggregator):
         d = st["flatfat"]
         self._fat = FlatFAT(self._combine, d["items"], d["capacity"])
         self._slot0 = 0
-        self._count = len(d["items"])
+        self._count = self._span = len(d["items"])
         self._dirty = []
         self._resizes, self._compacts = d["resizes"], d["compacts"]
 
