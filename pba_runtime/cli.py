@@ -334,7 +334,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         if threading.current_thread() is threading.main_thread():
             old_term = signal.signal(signal.SIGTERM, _on_sigterm)
         summary = job.run(resume=args.resume)
-        if not args.quiet:
+        if summary.get("already_finished"):
+            t = summary["total"]
+            print(f"{PROG}: the job in {args.checkpoint_dir} already finished ({t['tuples']:,} tuples, "
+                  f"{t['windows']:,} windows, {t['late']:,} late); nothing to resume", file=out, flush=True)
+        elif not args.quiet:
             print(job.metrics.text(), file=out, flush=True)
             late = summary["late"]
             if late:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import multiprocessing
+import os
+import select
 import signal
 import subprocess
 import sys
@@ -90,17 +92,23 @@ def test_a_real_process_exits_2_without_a_traceback(tmp_path):
 def test_stdout_sink_and_metrics_on_sigusr1(tmp_path):
     proc = subprocess.Popen(CLI + ["--keys", "3", "--tuples", "0", "--range", "4", "--rate", "20000",
                                    "--batch-size", "1000", "--sink", "csv:-", "--no-progress"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    err_fd = proc.stderr.fileno()
+    err = ""
     try:
         header = proc.stdout.readline()
         first = proc.stdout.readline()
-        assert header == "key,start,end,value\n" and first.count(",") == 3
-        time.sleep(0.3)
+        assert header == b"key,start,end,value\n" and first.count(b",") == 3
+        # nobody reads stdout from here on: the sink blocks (backpressure), metrics must still come
         proc.send_signal(signal.SIGUSR1)
-        time.sleep(0.8)
+        deadline = time.monotonic() + 30
+        while "lcs stalls" not in err:
+            assert time.monotonic() < deadline, f"no metrics line on SIGUSR1: {err!r}"
+            if select.select([err_fd], [], [], 0.5)[0]:
+                err += os.read(err_fd, 1 << 16).decode()
         proc.send_signal(signal.SIGINT)
         proc.stdout.read()
-        err = proc.stderr.read()
+        err += proc.stderr.read().decode()
         assert proc.wait(timeout=30) == 130
     finally:
         if proc.poll() is None:

@@ -242,6 +242,7 @@ class _Run:
         self.checkpoint_id = 0
         self.done: set[int] = set()
         self.report_now = threading.Event()
+        self.stopped = threading.Event()
         self.bar: Any = None
         self.clock = PhaseClock()  # the source loop's
         self.sink_clock = PhaseClock()  # the sink thread's
@@ -313,7 +314,6 @@ class _Run:
     def _sink_loop_body(self) -> None:
         aligner = BarrierAligner(self.job.parallelism, self._deliver, self._complete_checkpoint)
         P = self.job.parallelism
-        next_line = time.monotonic() + (self.job.metrics_interval or math.inf)
         try:
             while len(self.done) < P:
                 try:
@@ -330,12 +330,6 @@ class _Run:
                         self.metrics.slot_report(msg[1], msg[2])
                     else:
                         aligner.offer(msg[1], msg)
-                now = time.monotonic()
-                if self.report_now.is_set() or now >= next_line:
-                    self.report_now.clear()
-                    if now >= next_line:
-                        next_line = now + self.job.metrics_interval
-                    self.say(self.metrics.line())
                 if self.failure is not None:
                     return
         except BrokenPipeError as exc:  # the reader of stdout went away (| head)
@@ -347,6 +341,24 @@ class _Run:
         except BaseException as exc:
             if self.failure is None:
                 self.failure = exc
+
+    def _report_loop(self) -> None:
+        """Metrics lines on stderr: every ``metrics_interval`` seconds and on SIGUSR1.
+
+        A thread of its own, so that a sink blocked on a slow reader of stdout
+        does not hold the metrics back.
+        """
+        interval = self.job.metrics_interval
+        next_line = time.monotonic() + (interval or math.inf)
+        while not self.stopped.is_set():
+            timeout = min(POLL, max(0.0, next_line - time.monotonic()))
+            if self.report_now.wait(timeout) or time.monotonic() >= next_line:
+                if self.stopped.is_set():
+                    return
+                self.report_now.clear()
+                if interval is not None and time.monotonic() >= next_line:
+                    next_line = time.monotonic() + interval
+                self.say(self.metrics.line())
 
     def _check_slots(self) -> None:
         for i, p in enumerate(self.procs):
@@ -469,10 +481,10 @@ class _Run:
         job = self.job
         ckpt = self._load(resume)
         if ckpt is not None and ckpt.get("finished"):
-            self.say(f"the job in {job.checkpoint_dir} already finished; nothing to resume")
+            log.info("the job in %s already finished; nothing to resume", job.checkpoint_dir)
             self.metrics.restored.update(ckpt["counters"])
             self.metrics.finish()
-            return self.metrics.summary()
+            return dict(self.metrics.summary(), already_finished=True)
         if ckpt is not None:
             self.metrics.restored.update(ckpt["counters"])
             self.checkpoint_id = ckpt["id"]
@@ -503,6 +515,7 @@ class _Run:
             self.metrics.start()
             sink_thread = threading.Thread(target=self._sink_loop, name="pba-sink", daemon=True)
             sink_thread.start()
+            threading.Thread(target=self._report_loop, name="pba-metrics", daemon=True).start()
             if profiler is not None:
                 profiler.enable()
             self.clock = PhaseClock()
@@ -530,6 +543,8 @@ class _Run:
             self._abort()
             raise
         finally:
+            self.stopped.set()
+            self.report_now.set()
             if profiler is not None:
                 profiler.dump_stats(os.path.join(job.profile_dir, "coordinator.prof"))
             _restore_sigusr1(old_usr1)
