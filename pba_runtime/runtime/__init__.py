@@ -23,10 +23,13 @@ Examples
 --------
 >>> import pba_runtime as pr
 >>> from pba_runtime.runtime import Job, Debs14Source
->>> summary = Job(Debs14Source(plugs=3, tuples=500), pr.CountWindow(range=100, slide=10), "max",
-...               algorithm="sba", parallelism=1).run()
->>> summary["tuples"], summary["windows"], summary["algorithms"]
-(500, 22, {'sba': 3})
+>>> job = Job(Debs14Source(plugs=84, tuples=6_000_000), pr.CountWindow(range=1024, slide=1), "max",
+...           algorithm="pba", parallelism=2)   # the default job of ``pba-run``
+>>> job.describe()["source"]
+{'kind': 'debs14', 'seed': 1, 'disorder': 0, 'disorder_fraction': 0.05, 'plugs': 84}
+
+``job.run()`` starts the task slots, runs to the end of the stream and
+returns the metrics summary (see :class:`Job`).
 """
 
 from .checkpoint import BarrierAligner, CheckpointPolicy, load_checkpoint, write_checkpoint
