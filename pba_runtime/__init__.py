@@ -14,6 +14,7 @@ from .algorithms import ALGORITHMS, AUTO_PBA_MIN_SLICES, create, register, resol
 from .algorithms.base import SlicedAggregator, WindowOperator
 from .api import sliding_aggregate
 from .chunking import generalized_chunk_size, optimal_chunk_size, plan_chunk_size, theorem1, theorem2
+from .logs import configure_logging
 from .pool import WorkerPool, default_pool
 from .windows import CountWindow, TimeWindow
 
@@ -31,6 +32,7 @@ __all__ = [
     "UfuncKernel",
     "WindowOperator",
     "WorkerPool",
+    "configure_logging",
     "create",
     "default_pool",
     "generalized_chunk_size",

@@ -16,10 +16,15 @@ Examples
 
 from __future__ import annotations
 
+import logging
+from concurrent.futures.process import BrokenProcessPool
+
 import numpy as np
 
-from .aggregations import Kernel
+from .aggregations import Aggregation, Kernel
 from .pool import WorkerPool
+
+log = logging.getLogger("pba_runtime")
 
 __all__ = ["window_merge", "PARALLEL_BATCH_MIN", "MERGE_BLOCK"]
 
@@ -28,7 +33,8 @@ __all__ = ["window_merge", "PARALLEL_BATCH_MIN", "MERGE_BLOCK"]
 PARALLEL_BATCH_MIN = 1 << 16
 
 
-def window_merge(kernel: Kernel, X: np.ndarray, q: int, nwin: int, pool: WorkerPool | None = None) -> np.ndarray:
+def window_merge(kernel: Kernel, X: np.ndarray, q: int, nwin: int, pool: WorkerPool | None = None, *,
+                 agg: Aggregation | None = None) -> np.ndarray:
     """Aggregate of ``X[a:a+q]`` for ``a = 0 .. nwin-1``: vectorised PBA with chunks of ``q`` slices.
 
     ``X`` holds slice partials (``len(X) >= nwin + q - 1``), cut into rows of
@@ -41,6 +47,14 @@ def window_merge(kernel: Kernel, X: np.ndarray, q: int, nwin: int, pool: WorkerP
     the second half, each building the lcs and csa of its own rows: every
     window gets the same arithmetic whatever the split, so the result is the
     one-thread (SBA) result bit for bit.
+
+    With a process pool the worker's rows (and the row after them) are copied
+    into a shared-memory scratch block, the task names the block, the shapes
+    and ``agg`` (the aggregation whose ``kernel`` this is), and the worker's
+    windows are copied back: two memcpy of the worker's half, against the
+    three ``accumulate``/``combine`` passes it saves. Without a nameable
+    ``agg`` (or without shared memory) the pool's threads take the half. If
+    the worker dies, hangs or raises, the main thread merges its rows too.
     """
     shape = X.shape[1:]
     out = np.empty((max(nwin, 0),) + shape)
@@ -57,15 +71,8 @@ def window_merge(kernel: Kernel, X: np.ndarray, q: int, nwin: int, pool: WorkerP
         outv = out[: R * q].reshape((R, q) + shape)
         if pool is not None and not pool.closed and R >= 2 and R * q >= PARALLEL_BATCH_MIN:
             half = R // 2
-            try:
-                fut = pool.submit(_merge_rows, kernel, body, outv, 0, half)
-            except RuntimeError:
-                fut = None
-            if fut is not None:
-                _merge_rows(kernel, body, outv, half, R)
-                fut.result()
-            else:
-                _merge_rows(kernel, body, outv, 0, R)
+            if not (pool.kind == "process" and _merge_in_process(kernel, agg, body, outv, half, R, pool)):
+                _merge_in_threads(kernel, body, outv, half, R, pool)
         else:
             _merge_rows(kernel, body, outv, 0, R)
     # the last full row: its windows end in the partial row that follows it
@@ -76,6 +83,69 @@ def window_merge(kernel: Kernel, X: np.ndarray, q: int, nwin: int, pool: WorkerP
     if n_tail > 1:
         kernel.combine(last[1:n_tail], tail, out=out[R * q + 1 : nwin])
     return out
+
+
+def _merge_in_threads(kernel: Kernel, body: np.ndarray, outv: np.ndarray, half: int, R: int,
+                      pool: WorkerPool) -> None:
+    """A thread worker merges rows ``[0, half)``, the main thread ``[half, R)``: threads share the arrays."""
+    submit = pool.submit if pool.kind == "thread" else pool.submit_thread
+    try:
+        fut = submit(_merge_rows, kernel, body, outv, 0, half)
+    except RuntimeError:
+        fut = None
+    if fut is not None:
+        _merge_rows(kernel, body, outv, half, R)
+        fut.result()
+    else:
+        _merge_rows(kernel, body, outv, 0, R)
+
+
+def _merge_in_process(kernel: Kernel, agg: Aggregation | None, body: np.ndarray, outv: np.ndarray, half: int,
+                      R: int, pool: WorkerPool) -> bool:
+    """A worker process merges rows ``[0, half)`` from shared memory; ``False`` if it cannot take them."""
+    from . import logs
+    from .shm import _aligned, aggregation_ref, run_merge_task
+
+    ref = aggregation_ref(agg) if agg is not None and agg.kernel is kernel else None
+    if ref is None:
+        return False
+    in_shape = (half + 1,) + body.shape[1:]
+    out_shape = (half,) + outv.shape[1:]
+    in_bytes = _aligned(8 * int(np.prod(in_shape)))
+    try:
+        blk = pool.lease_scratch(in_bytes + 8 * int(np.prod(out_shape)))
+    except (RuntimeError, OSError):
+        return False
+    try:
+        src = blk.ndarray(0, in_shape)
+        src[...] = body[: half + 1]
+        del src
+        task = ("merge", blk.name, 0, in_shape, in_bytes, out_shape, half, ref, logs.current_config())
+        try:
+            fut = pool.submit(run_merge_task, task)
+        except RuntimeError:
+            fut = None
+        _merge_rows(kernel, body, outv, half if fut is not None else 0, R)
+        if fut is None:
+            return True
+        done = pool.wait_for(fut)
+        err = None
+        if done:
+            try:
+                fut.result()
+            except Exception as exc:
+                err = exc
+        if done and err is None:
+            outv[:half] = blk.ndarray(in_bytes, out_shape)
+            return True
+        what = f"{type(err).__name__}: {err}" if done else f"no result after task_timeout={pool.task_timeout}s"
+        log.warning("batch merge task failed (%s); merging its rows on the main thread", what)
+        if not done or isinstance(err, BrokenProcessPool):
+            pool.recover(fut, what)  # no worker of that generation writes into the scratch any more
+        _merge_rows(kernel, body, outv, 0, half)
+        return True
+    finally:
+        pool.return_scratch(blk)
 
 
 # Elements per block of rows in window_merge: scratch buffers stay in L2.

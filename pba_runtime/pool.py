@@ -6,9 +6,33 @@ the main loop for kernel (numpy) aggregations, whose accumulate loops release
 the GIL; a Python-callable aggregation holds the GIL, so its lcs only overlaps
 the main loop in a process pool.
 
+Process pools
+-------------
+``WorkerPool(kind="process", workers=N)`` runs ``N`` worker processes
+(``spawn`` or ``forkserver``; never ``fork``: a forked child of a threaded
+parent, such as a Spark Python worker, can deadlock). Chunk partials and lcs
+live in shared memory (:mod:`pba_runtime.shm`): an aggregator gets a
+:meth:`~WorkerPool.chunk_store`, its main loop writes each chunk's partials
+into a slot, and a task names the slot (block name, offsets, rows) and the
+aggregation, never the data. Aggregations whose partials are not fixed-size
+numeric (for example ``collect``), or that a worker could not import (a
+lambda, a closure), run in the pool's thread workers instead
+(:meth:`~WorkerPool.submit_thread`).
+
+Faults: a worker killed (``BrokenProcessPool``) or hung past ``task_timeout``
+is noticed when its result is needed (or at the next submit); the pool kills
+that generation of workers, waits for them to exit and starts new ones
+(:meth:`~WorkerPool.recover`), and the aggregator builds the affected lcs on
+the main thread (counted in its ``fallbacks``), so no result is lost or
+duplicated. A task that *raises* leaves its worker healthy: the lcs is built
+on the main thread, no restart.
+
 Examples
 --------
 >>> with WorkerPool(kind="thread", workers=1) as pool:
+...     pool.submit(sum, [1, 2, 3]).result()
+6
+>>> with WorkerPool(kind="process", workers=1, task_timeout=30) as pool:  # doctest: +SKIP
 ...     pool.submit(sum, [1, 2, 3]).result()
 6
 """
@@ -16,19 +40,53 @@ Examples
 from __future__ import annotations
 
 import atexit
+import logging
+import multiprocessing
+import os
+import signal
 import sys
 import threading
-from concurrent.futures import Future, ThreadPoolExecutor
+import time
+import weakref
+from concurrent.futures import Future, ThreadPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool, ProcessPoolExecutor
 from typing import Any, Callable
 
-__all__ = ["WorkerPool", "default_pool"]
+from . import logs
+
+__all__ = ["WorkerPool", "default_pool", "DEFAULT_TASK_TIMEOUT", "START_METHODS"]
 
 POOL_KINDS = ("thread", "process")
+START_METHODS = ("spawn", "forkserver")
 
-#: GIL switch interval a thread pool sets (seconds). CPython's default, 5 ms, lets a
+#: GIL switch interval a pool sets (seconds). CPython's default, 5 ms, lets a
 #: busy main loop keep the GIL for 5 ms before a woken worker may run, longer than
 #: the slack PBA leaves between a chunk boundary and the first window needing its lcs.
 THREAD_SWITCH_INTERVAL = 1e-4
+
+#: A process pool's default ``task_timeout`` (seconds): how long the main loop
+#: waits for one result it needs before it declares the worker hung.
+DEFAULT_TASK_TIMEOUT = 60.0
+#: How long a new generation of worker processes may take to start (import numpy...).
+BOOT_TIMEOUT = 120.0
+
+log = logging.getLogger("pba_runtime")
+
+_UNSET: Any = object()
+
+
+def _worker_init(log_cfg: tuple | None) -> None:
+    """Initializer of every worker process: logging as in the main process; Ctrl-C is the parent's business."""
+    try:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    except (ValueError, OSError):  # pragma: no cover
+        pass
+    logs.apply_config(log_cfg)
+    log.debug("worker pid %d started (parent %d)", os.getpid(), os.getppid())
+
+
+def _ping() -> int:
+    return os.getpid()
 
 
 class WorkerPool:
@@ -38,44 +96,315 @@ class WorkerPool:
     ----------
     kind : {"thread", "process"}
         Threads share memory with the main loop; processes share numpy buffers
-        through shared memory.
+        through shared memory (see the module doc).
     workers : int
         Number of workers (>= 1).
+    start_method : {"spawn", "forkserver"}, optional
+        Process pools only (default ``"spawn"``); ``"fork"`` is refused.
+    task_timeout : float or None, optional
+        Seconds the main loop waits for a result it needs before declaring the
+        worker hung (then: restart, and the lcs is built on the main thread).
+        Default: :data:`DEFAULT_TASK_TIMEOUT` for process pools, none for thread
+        pools (a thread cannot be killed; a timed-out thread task is only
+        bypassed). ``None``: wait forever. The time counts from when the main
+        loop starts to wait, not from the submit (queueing on a shared pool is
+        not a hang), and not while a new generation of processes is starting.
     """
 
-    def __init__(self, kind: str = "thread", workers: int = 1):
+    def __init__(self, kind: str = "thread", workers: int = 1, *, start_method: str | None = None,
+                 task_timeout: float | None = _UNSET):
         if kind not in POOL_KINDS:
             raise ValueError(f"kind must be one of {', '.join(map(repr, POOL_KINDS))}, got {kind!r}")
         if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
             raise ValueError(f"workers must be a positive integer, got {workers!r}")
         if kind == "process":
-            raise NotImplementedError("the process worker pool is not available yet; use kind='thread'")
+            start_method = "spawn" if start_method is None else start_method
+            if start_method not in START_METHODS:
+                why = " (fork is unsafe in threaded parents such as Spark workers)" if start_method == "fork" else ""
+                raise ValueError(f"start_method must be one of {', '.join(map(repr, START_METHODS))}, "
+                                 f"got {start_method!r}{why}")
+        elif start_method is not None:
+            raise ValueError(f"start_method only applies to kind='process', got {start_method!r}")
+        if task_timeout is _UNSET:
+            task_timeout = DEFAULT_TASK_TIMEOUT if kind == "process" else None
+        if task_timeout is not None and (isinstance(task_timeout, bool) or not isinstance(task_timeout, (int, float))
+                                         or not task_timeout > 0):
+            raise ValueError(f"task_timeout must be a positive number of seconds or None, got {task_timeout!r}")
         self.kind = kind
         self.workers = workers
+        self.start_method = start_method
+        self.task_timeout = None if task_timeout is None else float(task_timeout)
         # process-wide: documented in the README ("Threads and the GIL")
         if sys.getswitchinterval() > THREAD_SWITCH_INTERVAL:
             sys.setswitchinterval(THREAD_SWITCH_INTERVAL)
-        self._executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="pba-lcs")
         self._closed = False
         self._lock = threading.Lock()
+        if kind == "thread":
+            self._executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="pba-lcs")
+            return
+        # ---- process pool
+        self._ctx = multiprocessing.get_context(start_method)
+        self._gen = 0
+        self._restarts = 0
+        self._timeouts = 0
+        self._broken = 0
+        self._threads: ThreadPoolExecutor | None = None
+        self._stores: weakref.WeakSet = weakref.WeakSet()
+        self._scratch: list = []  # free ShmBlocks for batch merges
+        self._scratch_all: weakref.WeakSet = weakref.WeakSet()
+        self._executor, self._boot = self._start()
+        _live_pools.add(self)
 
+    # ------------------------------------------------------------------ running tasks
     def submit(self, fn: Callable[..., Any], *args: Any) -> Future:
-        """Run ``fn(*args)`` on a worker; returns a :class:`concurrent.futures.Future`."""
+        """Run ``fn(*args)`` on a worker; returns a :class:`concurrent.futures.Future`.
+
+        In a process pool ``fn`` and ``args`` are pickled: pass names of shared
+        data, not the data (PBA does this for you). A broken process pool is
+        restarted and the task resubmitted once.
+        """
         if self._closed:
             raise RuntimeError("WorkerPool is closed")
-        return self._executor.submit(fn, *args)
+        if self.kind == "thread":
+            return self._executor.submit(fn, *args)
+        for attempt in (0, 1):
+            with self._lock:
+                if self._closed:
+                    raise RuntimeError("WorkerPool is closed")
+                ex, gen = self._executor, self._gen
+            try:
+                fut = ex.submit(fn, *args)
+            except BrokenProcessPool:
+                self._broken += attempt == 0
+                self.recover(gen, "a worker process died")
+                continue
+            except RuntimeError:
+                if self._closed:
+                    raise RuntimeError("WorkerPool is closed") from None
+                if attempt:
+                    raise
+                self.recover(gen, "the executor shut down")
+                continue
+            fut.pba_gen = gen
+            return fut
+        raise RuntimeError("process pool could not be restarted")  # pragma: no cover
+
+    def submit_thread(self, fn: Callable[..., Any], *args: Any) -> Future:
+        """Run ``fn(*args)`` on a thread worker (a process pool keeps ``workers`` threads for this).
+
+        Used for aggregations a worker process cannot take: partials that are
+        not fixed-size numeric, or an aggregation it cannot import.
+        """
+        if self._closed:
+            raise RuntimeError("WorkerPool is closed")
+        if self.kind == "thread":
+            return self._executor.submit(fn, *args)
+        with self._lock:
+            if self._threads is None:
+                self._threads = ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="pba-lcs")
+            threads = self._threads
+        return threads.submit(fn, *args)
+
+    def wait_for(self, fut: Future) -> bool:
+        """Wait until ``fut`` is done; ``False`` if ``task_timeout`` passed first (the worker is deemed hung).
+
+        For a process pool the clock starts once the future's generation of
+        workers has started.
+        """
+        if fut.done():
+            return True
+        if self.kind == "process":
+            boot = self._boot if getattr(fut, "pba_gen", -1) == self._gen else None
+            if boot is not None and not all(b.done() for b in boot):
+                wait(boot + [fut], timeout=BOOT_TIMEOUT, return_when="FIRST_COMPLETED")
+                if not fut.done():
+                    wait(boot, timeout=BOOT_TIMEOUT)
+        if self.task_timeout is None:
+            wait([fut])
+            return True
+        deadline = time.monotonic() + self.task_timeout
+        while not fut.done():  # short waits: a future cancelled meanwhile never wakes wait()
+            left = deadline - time.monotonic()
+            if left <= 0:
+                self._timeouts += 1
+                return False
+            wait([fut], timeout=min(left, 1.0))
+        return True
+
+    def recover(self, fut_or_gen: Future | int, reason: str = "a task failed") -> bool:
+        """Make sure no worker of the generation that ran ``fut`` is alive any more; restart if needed.
+
+        Called after a worker died (``BrokenProcessPool``) or hung. Kills every
+        process of that generation (a hung one cannot be told apart from a busy
+        one), waits for them to exit, and starts a new generation. A no-op if
+        the generation was already replaced, and for thread pools (a thread
+        cannot be killed). Returns whether this call restarted the pool.
+        """
+        if self.kind != "process":
+            return False
+        gen = fut_or_gen if isinstance(fut_or_gen, int) else getattr(fut_or_gen, "pba_gen", None)
+        with self._lock:
+            if gen != self._gen or self._closed:
+                return False
+            old = self._executor
+            self._kill(old)
+            self._gen += 1
+            self._restarts += 1
+            self._executor, self._boot = self._start()
+        log.warning("process pool restarted (generation %d -> %d): %s", gen, gen + 1, reason)
+        return True
+
+    # ------------------------------------------------------------------ shared memory
+    def chunk_store(self, agg: Any, rows: int, slots: int = 4):
+        """Shared-memory chunk slots for one aggregator, or ``None`` if its lcs cannot be built in a process.
+
+        ``None`` (use :meth:`submit_thread`) for thread pools, partials that are
+        not fixed-size numeric, and aggregations a worker could not rebuild.
+        """
+        if self.kind != "process" or self._closed:
+            return None
+        from .shm import ChunkStore, aggregation_ref, partial_width
+
+        width = partial_width(agg)
+        ref = aggregation_ref(agg) if width is not None else None
+        if ref is None:
+            return None
+        store = ChunkStore(agg, ref, rows, width, self.submit, self.submit_thread, slots_per_block=slots,
+                           on_release=self._settle, log_config=logs.current_config)
+        self._stores.add(store)
+        return store
+
+    def _settle(self, fut: Future) -> None:
+        """Before a slot whose task failed is reused: no worker of that generation may still write to it."""
+        if fut.cancelled():
+            return
+        exc = fut.exception()
+        if isinstance(exc, BrokenProcessPool):
+            self.recover(fut, "a worker process died")
+
+    def lease_scratch(self, nbytes: int):
+        """A shared-memory block of at least ``nbytes`` for one batch merge; give it back with :meth:`return_scratch`."""
+        from .shm import ShmBlock
+
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("WorkerPool is closed")
+            fits = [b for b in self._scratch if b.size >= nbytes]
+            if fits:
+                blk = min(fits, key=lambda b: b.size)
+                self._scratch.remove(blk)
+                return blk
+        blk = ShmBlock.create(nbytes)
+        self._scratch_all.add(blk)
+        return blk
+
+    def return_scratch(self, blk) -> None:
+        """Keep a scratch block for the next batch (at most two are kept; the smallest is unlinked)."""
+        with self._lock:
+            if self._closed or blk.unlinked:
+                blk.unlink()
+                return
+            self._scratch.append(blk)
+            self._scratch.sort(key=lambda b: b.size)
+            while len(self._scratch) > 2:
+                self._scratch.pop(0).unlink()
+
+    # ------------------------------------------------------------------ processes
+    def _start(self) -> tuple[ProcessPoolExecutor, list[Future]]:
+        ex = ProcessPoolExecutor(max_workers=self.workers, mp_context=self._ctx, initializer=_worker_init,
+                                 initargs=(logs.current_config(),))
+        # spawning is on demand: one ping per worker starts them all now, not at the first chunk
+        boot = [ex.submit(_ping) for _ in range(self.workers)]
+        return ex, boot
+
+    @staticmethod
+    def _procs(ex: ProcessPoolExecutor) -> list:
+        return list((getattr(ex, "_processes", None) or {}).values())  # None once shut down
+
+    @classmethod
+    def _kill(cls, ex: ProcessPoolExecutor, procs: list | None = None) -> None:
+        """SIGKILL the executor's workers and reap them.
+
+        The executor then fails every pending future with ``BrokenProcessPool``
+        (which wakes its waiters). Never ``cancel_futures``: a future cancelled
+        by ``shutdown`` is not notified, and ``wait()`` on it would block.
+        """
+        procs = cls._procs(ex) if procs is None else procs
+        for p in procs:
+            try:
+                p.kill()
+            except Exception:  # pragma: no cover - already gone
+                pass
+        for p in procs:
+            p.join(timeout=10)
+        try:
+            ex.shutdown(wait=False)
+        except Exception:  # pragma: no cover
+            pass
+
+    def pids(self) -> list[int]:
+        """Process ids of the current workers (process pools; ``[]`` for threads)."""
+        if self.kind != "process":
+            return []
+        with self._lock:
+            procs = getattr(self._executor, "_processes", None) or {}
+            return [p.pid for p in list(procs.values()) if p.pid is not None]
+
+    def ready(self, timeout: float | None = BOOT_TIMEOUT) -> bool:
+        """Wait until every worker process of the current generation has started."""
+        if self.kind != "process":
+            return True
+        done, pending = wait(list(self._boot), timeout=timeout)
+        return not pending
+
+    def stats(self) -> dict[str, Any]:
+        """Kind, workers and, for process pools, restarts, timeouts and shared memory held."""
+        st: dict[str, Any] = {"kind": self.kind, "workers": self.workers, "closed": self._closed}
+        if self.kind == "process":
+            stores = list(self._stores)
+            st.update(start_method=self.start_method, generation=self._gen, restarts=self._restarts,
+                      timeouts=self._timeouts, task_timeout=self.task_timeout,
+                      shm_blocks=sum(len(s.block_names) for s in stores) + len(self._scratch),
+                      shm_bytes=sum(s.nbytes for s in stores) + sum(b.size for b in self._scratch))
+        return st
 
     @property
     def closed(self) -> bool:
         return self._closed
 
     def close(self, wait: bool = True) -> None:
-        """Stop the workers; queued tasks still run when ``wait`` is true."""
+        """Stop the workers; queued tasks still run when ``wait`` is true.
+
+        A process pool also unlinks every shared-memory block it handed out
+        (buffers still referenced stay readable; only their names go) and, if
+        ``wait`` is false or a worker does not finish within ``task_timeout``,
+        kills its workers.
+        """
         with self._lock:
             if self._closed:
                 return
             self._closed = True
-        self._executor.shutdown(wait=wait, cancel_futures=not wait)
+        if self.kind == "thread":
+            self._executor.shutdown(wait=wait, cancel_futures=not wait)
+            return
+        ex = self._executor
+        procs = self._procs(ex)
+        try:
+            if wait:  # queued tasks run, then the workers exit
+                ex.shutdown(wait=False)
+                deadline = time.monotonic() + (self.task_timeout or DEFAULT_TASK_TIMEOUT)
+                for p in procs:
+                    p.join(timeout=max(0.0, deadline - time.monotonic()))
+            self._kill(ex, procs)
+            if self._threads is not None:
+                self._threads.shutdown(wait=wait, cancel_futures=not wait)
+        finally:
+            for store in list(self._stores):
+                store.close()
+            for blk in list(self._scratch_all):
+                blk.unlink()
+            self._scratch = []
+            _live_pools.discard(self)
 
     def __enter__(self) -> "WorkerPool":
         return self
@@ -85,7 +414,28 @@ class WorkerPool:
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else "open"
-        return f"WorkerPool(kind={self.kind!r}, workers={self.workers}, {state})"
+        extra = f", start_method={self.start_method!r}" if self.kind == "process" else ""
+        return f"WorkerPool(kind={self.kind!r}, workers={self.workers}{extra}, {state})"
+
+
+_live_pools: weakref.WeakSet = weakref.WeakSet()
+
+
+def _close_process_pools() -> None:
+    """At exit: kill the workers of pools never closed (a hung one would block the interpreter's exit)."""
+    for pool in list(_live_pools):
+        try:
+            pool.close(wait=False)
+        except Exception:  # pragma: no cover
+            pass
+
+
+# concurrent.futures joins its process pools in a threading-exit hook that runs before
+# atexit; register ours the same way, later, so it runs first (hooks run newest first).
+_register = getattr(threading, "_register_atexit", None)
+if _register is not None:
+    _register(_close_process_pools)
+atexit.register(_close_process_pools)
 
 
 _default: WorkerPool | None = None

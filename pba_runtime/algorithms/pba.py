@@ -15,6 +15,18 @@ window needs an lcs that is not ready; those *stalls* are counted.
 SBA builds each lcs on the main thread at the chunk boundary: same chunks, same
 arithmetic, so PBA's results equal SBA's bit for bit.
 
+With a process pool (``WorkerPool(kind="process")``) each chunk's ``saa`` and
+``lcs`` live in a shared-memory slot (:mod:`pba_runtime.shm`): the main loop
+writes every slice partial straight into it, a worker process builds the lcs
+in place from a task that only names the slot, and the main loop reads the lcs
+where the worker left it. That covers kernel aggregations and Python-callable
+ones with fixed-size numeric partials (a float or a tuple of floats, as their
+``identity``), whose Python ``combine`` loop then runs beside the main loop
+instead of holding its GIL. Other partials (``collect``) use the pool's thread
+workers. A worker that dies, hangs past the pool's ``task_timeout`` or raises
+costs one lcs built on the main thread (counted in ``stats()["fallbacks"]``):
+nothing is lost or duplicated.
+
 Both also have a vectorised batch path (``insert_many``): slice aggregations by
 ``reduceat``, then csa and lcs of chunk-shaped 2-D arrays by ``accumulate``
 (the lcs in the pool, in parallel with the csa on the main thread) and every
@@ -37,7 +49,8 @@ from __future__ import annotations
 import logging
 import time
 from array import array
-from concurrent.futures import Future, wait
+from concurrent.futures import Future
+from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
 import numpy as np
@@ -87,7 +100,9 @@ class PBA(SlicedAggregator):
     window : CountWindow or TimeWindow
     agg : str or Aggregation
     pool : WorkerPool, optional
-        Builds the lcs; ``None`` uses the process-wide default thread pool.
+        Builds the lcs; ``None`` uses the process-wide default thread pool. A
+        process pool keeps chunks in shared memory when the partials are
+        fixed-size numeric (see the module doc), else uses its thread workers.
     chunk_size : int, optional
         Slices per chunk, ``1 <= chunk_size <= range // slide``; default from
         :func:`pba_runtime.chunking.plan_chunk_size`.
@@ -108,9 +123,22 @@ class PBA(SlicedAggregator):
         self.chunk_size = self._b = chunk_size
         self._pool = (pool if pool is not None else default_pool()) if self.parallel else None
         kernel = self.agg.kernel
-        # partial storage: flat array('d') rows of `width` floats (0: a scalar per slice), or a list
+        # partial storage: flat array('d') rows of `width` floats (0: a scalar per slice), or a list;
+        # with a process pool, fixed-size slots in shared memory written in place (self._shm)
         self._flat = kernel is not None
         self._width = (kernel.shape[0] if kernel.shape else 0) if kernel is not None else 0
+        self._shm = None
+        self._submit = None
+        if self._pool is not None:
+            if self._pool.kind == "process":
+                self._shm = self._pool.chunk_store(self.agg, chunk_size, slots=max(4, -(-q // chunk_size) + 2))
+                self._submit = self._pool.submit_thread
+            else:
+                self._submit = self._pool.submit
+        self._direct = self._shm is not None
+        if self._direct:
+            self._flat = True
+            self._width = self._shm.width
         self._chunks_closed = 0
         self._lcs_tasks = 0
         self._stalls = 0
@@ -126,6 +154,7 @@ class PBA(SlicedAggregator):
 
     # ------------------------------------------------------------------ merger
     def _reset_merger(self) -> None:
+        self._drop_all()
         self._g = 0  # slices pushed since the last reset
         self._f = 0  # slices popped since the last reset
         self._chunks: dict[int, list] = {}  # chunk id -> [saa, lcs (list/array/Future/None), ca]
@@ -140,17 +169,34 @@ class PBA(SlicedAggregator):
         b = self._b
         g = self._g
         i = g % b
-        if i:
-            csa = self._csa = self.agg.combine(self._csa, p)
-            rec = self._open
+        if self._direct:  # shared-memory slot: store first, so a partial it refuses changes nothing
+            rec = self._open if i else self._new_rec()
+            w = self._width
+            try:
+                if w:
+                    rec[0][i * w : i * w + w] = array("d", p)
+                else:
+                    rec[0][i] = p
+            except (TypeError, ValueError, OverflowError):
+                self._put(rec, i, p)  # raises the explanation
+            if i:
+                csa = self._csa = self.agg.combine(self._csa, p)
+            else:
+                self._open = rec
+                self._chunks[g // b] = rec
+                csa = self._csa = p
         else:
-            rec = self._open = [self._new_saa(), None, None]
-            self._chunks[g // b] = rec
-            csa = self._csa = p
-        if self._width:
-            rec[0].extend(p)
-        else:
-            rec[0].append(p)
+            if i:
+                csa = self._csa = self.agg.combine(self._csa, p)
+                rec = self._open
+            else:
+                rec = self._open = [self._new_saa(), None, None]
+                self._chunks[g // b] = rec
+                csa = self._csa = p
+            if self._width:
+                rec[0].extend(p)
+            else:
+                rec[0].append(p)
         if i == b - 1:
             rec[2] = csa
             self._close_chunk(rec)
@@ -163,7 +209,9 @@ class PBA(SlicedAggregator):
         while f < k:  # exactly one pop per tuple in steady state
             f += 1
             if f % b == 0:
-                self._chunks.pop(f // b - 1, None)
+                old = self._chunks.pop(f // b - 1, None)
+                if self._direct and old is not None:
+                    self._shm.release(old[3], old[1])
         self._f = self._front = f
         self._next_k = k + 1
         self._emitted += 1
@@ -189,6 +237,68 @@ class PBA(SlicedAggregator):
     def _new_saa(self) -> Any:
         return array("d") if self._flat else []
 
+    # ------------------------------------------------------------------ shared-memory slots
+    def _new_rec(self) -> list:
+        """A chunk record: ``[saa, lcs, ca]``, plus its slot when chunks live in shared memory."""
+        if self._direct:
+            slot = self._shm.acquire()
+            return [slot.saa, None, None, slot]
+        return [self._new_saa(), None, None]
+
+    def _put(self, rec: list, i: int, p: Any) -> None:
+        """Write partial ``p`` as row ``i`` of a shared-memory slot."""
+        try:
+            w = self._width
+            if w:
+                rec[0][i * w : i * w + w] = array("d", p)
+            else:
+                rec[0][i] = p
+        except (TypeError, ValueError, OverflowError):
+            if i == 0:
+                self._shm.release(rec[3])
+            w = self._width
+            want = f"a tuple of {w} floats" if w else "a float"
+            raise TypeError(f"aggregation {self.agg.name!r} gave the partial {p!r}; with chunks in shared memory "
+                            f"(process pool) each partial must be {want}, like its identity") from None
+
+    def _drop(self, rec: list | None) -> None:
+        """A chunk leaves the merger: its slot is reused once its lcs task is over."""
+        if rec is not None and len(rec) > 3 and self._shm is not None:
+            self._shm.release(rec[3], rec[1])
+
+    def _drop_all(self) -> None:
+        chunks = getattr(self, "_chunks", None)
+        if chunks and self._shm is not None:
+            for rec in chunks.values():
+                self._drop(rec)
+
+    def _rec_from_rows(self, rows: np.ndarray, ca: Any) -> list:
+        """A chunk record holding kernel rows ``rows`` (its first ``len(rows)`` slices)."""
+        if not self._direct:
+            return [self._store(rows), None, ca]
+        rec = self._new_rec()
+        n = rows.size
+        if n:
+            np.frombuffer(rec[0], dtype=np.float64, count=n)[:] = np.asarray(rows, dtype=np.float64).reshape(-1)
+        rec[2] = ca
+        return rec
+
+    def _export(self, buf: Any, n: int) -> Any:
+        """``n`` rows of a shared-memory buffer in the thread path's format (snapshots never point into shm)."""
+        if self.agg.kernel is not None:
+            return array("d", buf[: n * max(self._width, 1)].tobytes())
+        return [self._row(buf, j) for j in range(n)]
+
+    def _import(self, src: Any, dst: memoryview) -> None:
+        """Copy a snapshot buffer (``array('d')`` or a list of partials) into a shared-memory buffer."""
+        if isinstance(src, (array, memoryview)):
+            flat = array("d", memoryview(src).cast("B").tobytes()) if isinstance(src, memoryview) else src
+        elif self._width:
+            flat = array("d", [x for row in src for x in row])
+        else:
+            flat = array("d", src)
+        dst[: len(flat)] = flat
+
     def _row(self, buf: Any, j: int) -> Any:
         """Partial ``j`` of a chunk buffer (saa or lcs)."""
         w = self._width
@@ -200,6 +310,20 @@ class PBA(SlicedAggregator):
         g = self._g
         b = self._b
         i = g % b
+        if self._direct:
+            rec = self._open if i else self._new_rec()
+            self._put(rec, i, p)
+            if i == 0:
+                self._open = rec
+                self._chunks[g // b] = rec
+                self._csa = p
+            else:
+                self._csa = self.agg.combine(self._csa, p)
+            self._g = g + 1
+            if i == b - 1:
+                rec[2] = self._csa
+                self._close_chunk(rec)
+            return
         if i == 0:
             rec = self._open = [self._new_saa(), None, None]
             self._chunks[g // b] = rec
@@ -220,39 +344,58 @@ class PBA(SlicedAggregator):
         self._chunks_closed += 1
         if self.parallel:
             try:
-                rec[1] = self._pool.submit(build_lcs, self.agg, rec[0])
+                if self._direct:  # the task names the slot; the worker writes the lcs into it
+                    rec[1] = self._shm.submit(rec[3], self._b)
+                else:
+                    rec[1] = self._submit(build_lcs, self.agg, rec[0])
                 self._lcs_tasks += 1
                 return
             except RuntimeError:  # pool closed: fall back to SBA for this chunk
                 self._fallbacks += 1
-        rec[1] = build_lcs(self.agg, rec[0])
+        rec[1] = self._shm.build_here(rec[3], self._b) if self._direct else build_lcs(self.agg, rec[0])
 
     def _lcs(self, c: int) -> Any:
         rec = self._chunks[c]
         lcs = rec[1]
         if lcs is None:
-            lcs = rec[1] = build_lcs(self.agg, rec[0])
+            lcs = rec[1] = self._shm.build_here(rec[3], self._b) if self._direct else build_lcs(self.agg, rec[0])
         elif isinstance(lcs, Future):
+            done = True
             if not lcs.done():
                 self._stalls += 1
                 t0 = time.perf_counter()
-                wait([lcs])
+                done = self._pool.wait_for(lcs)
                 self._stall_time += time.perf_counter() - t0
-            lcs = rec[1] = self._future_result(lcs, rec)
+            lcs = rec[1] = self._future_result(lcs, rec, done)
         return lcs
 
-    def _future_result(self, fut: Future, rec: list) -> Any:
-        try:
-            return fut.result()
-        except Exception as exc:  # a worker fault never loses a result: build it here (SBA fallback)
-            self._fallbacks += 1
-            log.warning("lcs task failed (%s: %s); building it on the main thread", type(exc).__name__, exc)
-            return _build_lcs_here(self.agg, rec[0])
+    def _future_result(self, fut: Future, rec: list, done: bool = True) -> Any:
+        if done:
+            try:
+                res = fut.result()
+                return rec[3].lcs if self._direct else res
+            except Exception as exc:  # a worker fault never loses a result: build it here (SBA fallback)
+                what = f"{type(exc).__name__}: {exc}"
+                restart = isinstance(exc, BrokenProcessPool)
+                if self._direct and type(exc).__name__ == "AggregationUnavailable":
+                    self._shm.use_threads(what)
+        else:
+            what = f"no result after task_timeout={self._pool.task_timeout}s: worker hung"
+            restart = True
+        self._fallbacks += 1
+        log.warning("lcs task failed (%s); building it on the main thread", what)
+        if restart:  # no worker of that generation may still write into the slot (or hog the pool)
+            self._pool.recover(fut, what)
+        if self._direct:
+            return self._shm.build_here(rec[3], self._b)
+        return _build_lcs_here(self.agg, rec[0])
 
     def _pop(self) -> None:
         f = self._f = self._f + 1
         if f % self._b == 0:
-            self._chunks.pop(f // self._b - 1, None)
+            old = self._chunks.pop(f // self._b - 1, None)
+            if self._direct:
+                self._drop(old)
 
     def _query(self) -> Any:
         f, g, b = self._f, self._g, self._b
@@ -295,6 +438,7 @@ class PBA(SlicedAggregator):
         """Rebuild chunks from slice partials ``X`` = slices ``[f, g)`` (relative indices)."""
         kernel = self.agg.kernel
         b = self._b
+        self._drop_all()
         self._chunks = {}
         self._open = None
         self._g, self._f = g, f
@@ -311,9 +455,8 @@ class PBA(SlicedAggregator):
             if lo > c * b:  # evicted slices of the first chunk: identity, never read
                 rows = np.concatenate([kernel.identity_array(lo - c * b), rows])
             if hi == (c + 1) * b:  # complete chunk
-                saa = self._store(rows)
                 ca = kernel.to_partials(kernel.accumulate(rows, axis=0)[-1:])[0]
-                rec = [saa, None, ca]
+                rec = self._rec_from_rows(rows, ca)
                 self._chunks[c] = rec
                 if self.parallel:
                     self._close_chunk(rec)
@@ -327,7 +470,7 @@ class PBA(SlicedAggregator):
         if c is None:
             c = g // b
             rows = kernel.identity_array(g - c * b)
-        rec = [self._store(rows), None, None]
+        rec = self._rec_from_rows(rows, None)
         self._chunks[c] = rec
         self._open = rec
         self._csa = kernel.to_partials(kernel.accumulate(rows, axis=0)[-1:])[0] if len(rows) else self.agg.identity
@@ -396,7 +539,7 @@ class PBA(SlicedAggregator):
             self._pop_to(k_lo)
         hist = self._history() if g0 > self._front else None
         X = new_slices if hist is None or not len(hist) else np.concatenate([hist, new_slices])
-        full = window_merge(kernel, X, q, nwin, self._pool)
+        full = window_merge(kernel, X, q, nwin, self._pool, agg=self.agg)
         if m:
             # head of slice k+q: its first m tuples, at batch offsets (k+q)*s - n0 ...
             h0 = (np.arange(k_lo, k_hi + 1) + q) * s - n0
@@ -510,7 +653,7 @@ class PBA(SlicedAggregator):
         X = np.concatenate(pieces) if len(pieces) > 1 else full
         nwin = K - next_k + 1
         if nwin > 0:
-            agg_full = window_merge(kernel, X[next_k - x0 :], q, nwin, self._pool)
+            agg_full = window_merge(kernel, X[next_k - x0 :], q, nwin, self._pool, agg=self.agg)
             if m:
                 agg_full = kernel.combine(agg_full, head[next_k + q - S0 : K + q + 1 - S0])
             results = kernel.lower(agg_full)
@@ -560,7 +703,11 @@ class PBA(SlicedAggregator):
         for c in list(self._chunks):
             rec = self._chunks[c]
             lcs = self._lcs(c) if rec[1] is not None else None
-            chunks[c] = [rec[0], lcs, rec[2]]
+            if self._direct:  # copies in the thread path's format: a snapshot never points into shm
+                n = self._g - c * self._b if rec is self._open else self._b
+                chunks[c] = [self._export(rec[0], n), None if lcs is None else self._export(lcs, self._b), rec[2]]
+            else:
+                chunks[c] = [rec[0], lcs, rec[2]]
         st["chunks"] = chunks
         st["open"] = next((c for c, rec in self._chunks.items() if rec is self._open), None)
         st["chunk_size"] = self._b
@@ -570,7 +717,19 @@ class PBA(SlicedAggregator):
         if st["chunk_size"] != self._b:
             raise ValueError(f"state was taken with chunk_size {st['chunk_size']}, this operator has {self._b}")
         super()._set_state(st)
-        self._chunks = {c: list(rec) for c, rec in st["chunks"].items()}
+        self._drop_all()
+        if self._direct:
+            self._chunks = {}
+            for c, (saa, lcs, ca) in st["chunks"].items():
+                rec = self._new_rec()
+                self._import(saa, rec[0])
+                if lcs is not None:
+                    self._import(lcs, rec[3].lcs)
+                    rec[1] = rec[3].lcs
+                rec[2] = ca
+                self._chunks[c] = rec
+        else:
+            self._chunks = {c: list(rec) for c, rec in st["chunks"].items()}
         self._open = self._chunks.get(st["open"]) if st["open"] is not None else None
 
     def stats(self) -> dict[str, Any]:
@@ -583,6 +742,7 @@ class PBA(SlicedAggregator):
             stall_time=self._stall_time,
             fallbacks=self._fallbacks,
             pool=None if self._pool is None else self._pool.kind,
+            shared_memory=self._direct,
         )
         return st
 
@@ -590,8 +750,8 @@ class PBA(SlicedAggregator):
         total = 0
         for rec in self._chunks.values():
             for part in rec[:2]:
-                if isinstance(part, array):
-                    total += part.itemsize * len(part)
+                if isinstance(part, (array, memoryview)):
+                    total += part.nbytes if isinstance(part, memoryview) else part.itemsize * len(part)
                 elif isinstance(part, list):
                     total += sizeof(part)
         return total
@@ -601,8 +761,11 @@ class PBA(SlicedAggregator):
             for rec in self._chunks.values():
                 if isinstance(rec[1], Future):
                     rec[1].cancel()
+            self._drop_all()
             self._chunks = {}
             self._open = None
+            if self._shm is not None:
+                self._shm.close()  # unlinks its blocks
         super().close()
 
 

@@ -1,0 +1,614 @@
+"""Shared-memory storage for the process worker pool: blocks, chunk slots and the worker side of lcs tasks.
+
+A process pool never ships a chunk's data to a worker. The main loop writes
+each chunk's slice partials (``saa``) straight into a slot of a POSIX
+shared-memory block; a task names the block, the byte offsets of the slot's
+``saa`` and ``lcs`` regions, the row count and width, and the aggregation
+(see :func:`aggregation_ref`). The worker maps the block (once, then cached),
+builds the lcs into the slot's ``lcs`` region, and returns its pid. The main
+loop reads the lcs in place.
+
+Blocks
+    :class:`ShmBlock` creates ``/dev/shm/pba_<pid>_<n>_<random>`` with
+    ``_posixshmem`` (what :mod:`multiprocessing.shared_memory` uses), reserves
+    its pages with ``posix_fallocate`` (a full ``/dev/shm`` is an ``OSError``
+    here, not a ``SIGBUS`` later), maps it and closes the descriptor, so many
+    keys do not hold many file descriptors. Only the creating process
+    registers a block with :mod:`multiprocessing.resource_tracker` (the safety
+    net if it is SIGKILLed) and unregisters it when it unlinks it. Workers
+    attach without registering: Python 3.11's ``SharedMemory(name)`` registers
+    on attach too, which with spawn workers (they share the parent's tracker)
+    races the parent's unregister and ends in "leaked shared_memory" warnings
+    and double unlinks.
+Cleanup
+    Every block is unlinked by ``close()`` of its owner (a chunk store or the
+    pool's scratch), by a weakref finalizer when its owner is collected, and at
+    interpreter exit (:func:`unlink_all`, registered with :mod:`atexit`); the
+    memory itself is unmapped when the last view of it goes away, so unlinking
+    never invalidates a buffer still in use.
+Chunk stores
+    :class:`ChunkStore` hands one aggregator fixed-size slots (``saa`` and
+    ``lcs`` of one chunk, ``rows x max(width, 1)`` floats each) carved from a few
+    blocks. A slot whose lcs task is still running is only reused once the task
+    is over (or its worker is dead).
+
+Partials must be fixed-size numeric: a kernel (numpy) aggregation, or a
+Python-callable one whose ``identity`` is a float or a non-empty tuple of floats
+(:func:`partial_width`). Anything else (for example ``collect``) is built in
+the pool's thread workers instead.
+
+Examples
+--------
+>>> import numpy as np
+>>> blk = ShmBlock.create(64)
+>>> blk.name.startswith("pba_")
+True
+>>> a = blk.ndarray(0, (4,))
+>>> a[:] = [1.0, 2.0, 3.0, 4.0]
+>>> other = ShmBlock.attach(blk.name)  # what a worker does
+>>> other.floats(8, 2).tolist()
+[2.0, 3.0]
+>>> del a, other
+>>> blk.unlink()
+>>> partial_width(get_aggregation("mean")), partial_width(get_aggregation("collect"))
+(2, None)
+"""
+
+from __future__ import annotations
+
+import atexit
+import itertools
+import logging
+import mmap
+import os
+import pickle
+import re
+import secrets
+import sys
+import threading
+import time
+import weakref
+from array import array
+from collections import OrderedDict
+from typing import Any, Callable
+
+import numpy as np
+
+from .aggregations import BUILTIN_AGGREGATIONS, Aggregation, get_aggregation, moment_sketch
+
+try:  # POSIX shared memory, as multiprocessing.shared_memory uses it
+    import _posixshmem
+except ImportError:  # pragma: no cover - Windows
+    _posixshmem = None
+
+__all__ = [
+    "SHM_PREFIX",
+    "ShmBlock",
+    "ChunkStore",
+    "Slot",
+    "AggregationUnavailable",
+    "aggregation_ref",
+    "partial_width",
+    "lcs_into",
+    "live_blocks",
+    "unlink_all",
+    "run_lcs_task",
+    "run_merge_task",
+]
+
+log = logging.getLogger("pba_runtime")
+
+#: Every block this project creates is named ``SHM_PREFIX + ...`` (``/dev/shm/pba_...``).
+SHM_PREFIX = "pba_"
+_ALIGN = 64  # byte alignment of slot regions (a cache line)
+
+# names created by this process and not yet unlinked: name -> creator pid
+_live: dict[str, int] = {}
+_live_lock = threading.Lock()
+_counter = itertools.count()
+
+
+def _require_posix() -> None:
+    if _posixshmem is None:  # pragma: no cover
+        raise NotImplementedError("shared-memory buffers need POSIX shared memory (_posixshmem)")
+
+
+def _tracker(op: str, name: str) -> None:
+    """Register/unregister ``/name`` with multiprocessing's resource tracker (crash safety net)."""
+    try:
+        from multiprocessing import resource_tracker
+
+        getattr(resource_tracker, op)("/" + name, "shared_memory")
+    except Exception:  # pragma: no cover - the tracker is a safety net only
+        pass
+
+
+def _unlink_name(name: str, pid: int) -> bool:
+    """Unlink block ``name`` if this process created it and has not unlinked it yet."""
+    if pid != os.getpid():  # a forked child never unlinks its parent's blocks
+        return False
+    with _live_lock:
+        if _live.pop(name, None) is None:
+            return False
+    try:
+        _posixshmem.shm_unlink("/" + name)
+    except FileNotFoundError:
+        pass
+    _tracker("unregister", name)
+    return True
+
+
+def live_blocks() -> list[str]:
+    """Names of the blocks this process created and has not unlinked yet.
+
+    >>> isinstance(live_blocks(), list)
+    True
+    """
+    pid = os.getpid()
+    with _live_lock:
+        return [n for n, p in _live.items() if p == pid]
+
+
+@atexit.register
+def unlink_all() -> int:
+    """Unlink every block this process still owns (also run at interpreter exit); returns how many."""
+    return sum(_unlink_name(n, os.getpid()) for n in live_blocks())
+
+
+class ShmBlock:
+    """One POSIX shared-memory block, mapped in this process.
+
+    Use :meth:`create` (owner: registers, unlinks) or :meth:`attach` (a worker:
+    maps by name, never unlinks).
+    """
+
+    __slots__ = ("name", "size", "mm", "owner", "_finalizer", "__weakref__")
+
+    def __init__(self, name: str, mm: mmap.mmap, owner: bool):
+        self.name = name
+        self.mm = mm
+        self.size = len(mm)
+        self.owner = owner
+        self._finalizer = weakref.finalize(self, _unlink_name, name, os.getpid()) if owner else None
+
+    @classmethod
+    def create(cls, nbytes: int) -> "ShmBlock":
+        """A new block of at least ``nbytes`` bytes (zero-filled), named ``pba_<pid>_<n>_<random>``."""
+        _require_posix()
+        nbytes = max(int(nbytes), 1)
+        while True:
+            name = f"{SHM_PREFIX}{os.getpid()}_{next(_counter)}_{secrets.token_hex(4)}"
+            try:
+                fd = _posixshmem.shm_open("/" + name, os.O_CREAT | os.O_EXCL | os.O_RDWR, mode=0o600)
+            except FileExistsError:  # pragma: no cover
+                continue
+            break
+        with _live_lock:
+            _live[name] = os.getpid()
+        try:
+            try:
+                os.posix_fallocate(fd, 0, nbytes)  # a full /dev/shm fails here, not with SIGBUS on a write
+            except (AttributeError, OSError) as exc:
+                if isinstance(exc, OSError) and exc.errno not in (95, 22):  # EOPNOTSUPP, EINVAL: no fallocate
+                    raise
+                os.ftruncate(fd, nbytes)
+            mm = mmap.mmap(fd, nbytes)
+        except BaseException:
+            os.close(fd)
+            _unlink_name(name, os.getpid())
+            raise
+        os.close(fd)
+        _tracker("register", name)
+        return cls(name, mm, owner=True)
+
+    @classmethod
+    def anonymous(cls, nbytes: int) -> "ShmBlock":
+        """Private memory with the same interface (``name`` is ``None``): used when /dev/shm is full or closed."""
+        return cls(None, mmap.mmap(-1, max(int(nbytes), 1)), owner=False)
+
+    @classmethod
+    def attach(cls, name: str) -> "ShmBlock":
+        """Map an existing block by name (no resource-tracker registration, never unlinked here)."""
+        _require_posix()
+        fd = _posixshmem.shm_open("/" + name, os.O_RDWR, mode=0o600)
+        try:
+            mm = mmap.mmap(fd, os.fstat(fd).st_size)
+        finally:
+            os.close(fd)
+        return cls(name, mm, owner=False)
+
+    def floats(self, offset: int, count: int) -> memoryview:
+        """``count`` float64 items from byte ``offset`` as a ``memoryview`` (item access gives Python floats)."""
+        return memoryview(self.mm)[offset : offset + 8 * count].cast("d")
+
+    def ndarray(self, offset: int, shape: tuple) -> np.ndarray:
+        """A float64 numpy view of the block from byte ``offset``."""
+        return np.ndarray(shape, dtype=np.float64, buffer=self.mm, offset=offset)
+
+    @property
+    def unlinked(self) -> bool:
+        return not self.owner or self.name not in _live
+
+    def unlink(self) -> None:
+        """Remove the name (owner only; idempotent). Mapped views stay valid until dropped."""
+        if self._finalizer is not None:
+            self._finalizer()
+
+    def close(self) -> None:
+        """Unlink (owner) and unmap if no view is left; otherwise the mapping goes with its last view."""
+        self.unlink()
+        try:
+            self.mm.close()
+        except BufferError:
+            pass
+
+    def __repr__(self) -> str:
+        return f"ShmBlock({self.name!r}, {self.size} bytes{', owner' if self.owner else ''})"
+
+
+# ----------------------------------------------------------------------------- what a task may carry
+class AggregationUnavailable(RuntimeError):
+    """A worker process could not rebuild the aggregation a task names."""
+
+
+def partial_width(agg: Aggregation) -> int | None:
+    """Floats per partial if ``agg``'s partials are fixed-size numeric: 0 for a scalar, ``k`` for a k-tuple.
+
+    Kernel aggregations use their kernel's shape; Python-callable ones are
+    inferred from ``identity`` (a float, or a non-empty tuple of floats), and
+    their ``lift``/``combine`` must then return floats (tuples of ``k`` floats).
+    ``None``: not storable in shared memory (the thread pool builds its lcs).
+    """
+    kernel = agg.kernel
+    if kernel is not None:
+        return kernel.shape[0] if kernel.shape else 0
+    ident = agg.identity
+    if type(ident) is float:
+        return 0
+    if type(ident) is tuple and ident and all(type(x) is float for x in ident):
+        return len(ident)
+    return None
+
+
+_refs: "weakref.WeakKeyDictionary[Aggregation, tuple | None]" = weakref.WeakKeyDictionary()
+
+
+def aggregation_ref(agg: Aggregation) -> tuple | None:
+    """How a task names ``agg`` so that a worker process can rebuild it; ``None`` if it cannot.
+
+    * ``("builtin", name)`` for a built-in, ``("moment_sketch", k)`` for ``moment_sketch(k)``;
+    * ``("ref", module, attribute)`` for an :class:`Aggregation` bound to a module-level name
+      (found in the module of its ``combine``/``lift``/``lower``): pickled by reference;
+    * ``("pickle", bytes)`` when the object pickles (its callables are module-level functions).
+
+    >>> aggregation_ref(get_aggregation("max"))
+    ('builtin', 'max')
+    >>> aggregation_ref(moment_sketch(3))
+    ('moment_sketch', 3)
+    >>> aggregation_ref(Aggregation(lift=float, combine=lambda a, b: a + b, lower=float, identity=0.0)) is None
+    True
+    """
+    try:
+        return _refs[agg]
+    except KeyError:
+        pass
+    ref = _find_ref(agg)
+    _refs[agg] = ref
+    return ref
+
+
+def _find_ref(agg: Aggregation) -> tuple | None:
+    if BUILTIN_AGGREGATIONS.get(agg.name) is agg:
+        return ("builtin", agg.name)
+    m = re.fullmatch(r"moment_sketch(?:\[(\d+)\])?", agg.name)
+    if m and getattr(agg.lift, "__qualname__", "").startswith("moment_sketch.<locals>"):
+        return ("moment_sketch", int(m.group(1) or 10))
+    for fn in (agg.combine, agg.lift, agg.lower):
+        mod = sys.modules.get(getattr(fn, "__module__", None) or "")
+        if mod is None:
+            continue
+        for attr, value in list(vars(mod).items()):
+            if value is agg:
+                return ("ref", mod.__name__, attr)
+    try:
+        data = pickle.dumps(agg)
+        pickle.loads(data)
+    except Exception:
+        return None
+    return ("pickle", data)
+
+
+_resolved: dict[Any, Aggregation] = {}
+
+
+def resolve_ref(ref: tuple) -> Aggregation:
+    """The aggregation a task names (worker side; cached)."""
+    key = ref if ref[0] != "pickle" else ("pickle", hash(ref[1]), ref[1])
+    agg = _resolved.get(key)
+    if agg is not None:
+        return agg
+    try:
+        if ref[0] == "builtin":
+            agg = get_aggregation(ref[1])
+        elif ref[0] == "moment_sketch":
+            agg = moment_sketch(ref[1])
+        elif ref[0] == "ref":
+            import importlib
+
+            agg = getattr(importlib.import_module(ref[1]), ref[2])
+        elif ref[0] == "pickle":
+            agg = pickle.loads(ref[1])
+        else:
+            raise ValueError(f"unknown aggregation reference {ref!r}")
+        if not isinstance(agg, Aggregation):
+            raise TypeError(f"{ref!r} is a {type(agg).__name__}, not a pba_runtime.Aggregation")
+    except Exception as exc:
+        raise AggregationUnavailable(f"worker pid {os.getpid()} cannot rebuild aggregation {ref[:3]!r}: "
+                                     f"{type(exc).__name__}: {exc}") from None
+    _resolved[key] = agg
+    return agg
+
+
+# ----------------------------------------------------------------------------- the lcs arithmetic
+def lcs_into(agg: Aggregation, saa: Any, lcs: Any, n: int, width: int) -> None:
+    """Write the lcs of ``n`` partials (flat float buffer ``saa``) into ``lcs``: ``lcs[j] = saa[j] (+) ... (+) saa[n-1]``.
+
+    The same arithmetic as :func:`pba_runtime.algorithms.pba.build_lcs`, so a
+    worker, a thread or the main thread (fallback) give the same bits: a
+    kernel's reverse ``accumulate``, or a Python loop of ``combine`` from the right.
+
+    >>> from array import array
+    >>> saa, lcs = array("d", [3.0, 1.0, 2.0]), array("d", bytes(24))
+    >>> lcs_into(get_aggregation("max"), saa, lcs, 3, 0); lcs.tolist()
+    [3.0, 2.0, 2.0]
+    """
+    if n <= 0:
+        return
+    kernel = agg.kernel
+    k = max(width, 1)
+    if kernel is not None:
+        shape = (n,) + kernel.shape
+        src = np.frombuffer(saa, dtype=np.float64, count=n * k).reshape(shape)
+        dst = np.frombuffer(lcs, dtype=np.float64, count=n * k).reshape(shape)
+        kernel.accumulate(src, axis=0, reverse=True, out=dst)
+        return
+    combine = agg.combine
+    flat = memoryview(saa).cast("B").cast("d")[: n * k].tolist()
+    if width:
+        out = [tuple(flat[i : i + width]) for i in range(0, n * width, width)]
+    else:
+        out = flat
+    acc = out[-1]
+    for j in range(n - 2, -1, -1):
+        acc = combine(out[j], acc)
+        out[j] = acc
+    if width:
+        out = list(itertools.chain.from_iterable(out))
+    memoryview(lcs).cast("B").cast("d")[: n * k] = array("d", out)
+
+
+# ----------------------------------------------------------------------------- main side: chunk slots
+class Slot:
+    """One chunk's ``saa`` and ``lcs`` regions in a block (``memoryview`` of floats each)."""
+
+    __slots__ = ("block", "saa_off", "lcs_off", "saa", "lcs", "fut")
+
+    def __init__(self, block: ShmBlock, saa_off: int, lcs_off: int, floats: int):
+        self.block = block
+        self.saa_off = saa_off
+        self.lcs_off = lcs_off
+        self.saa = block.floats(saa_off, floats)
+        self.lcs = block.floats(lcs_off, floats)
+        self.fut = None
+
+
+def _aligned(n: int) -> int:
+    return -(-n // _ALIGN) * _ALIGN
+
+
+class ChunkStore:
+    """Shared-memory chunk slots of one aggregator (made by :meth:`pba_runtime.WorkerPool.chunk_store`).
+
+    Parameters
+    ----------
+    agg : Aggregation
+    ref : tuple
+        :func:`aggregation_ref` of ``agg``.
+    rows : int
+        Partials per chunk (the chunk size ``b``).
+    width : int
+        Floats per partial, 0 for a scalar (:func:`partial_width`).
+    submit : callable
+        ``submit(fn, task) -> Future``: runs a task in a worker process.
+    thread_submit : callable
+        ``thread_submit(fn, *args) -> Future``: runs a function in a thread worker
+        (slots in private memory, or an aggregation the workers cannot rebuild).
+    slots_per_block : int
+        Slots carved from each block (more blocks are added when all are busy).
+    on_release : callable, optional
+        Called with a finished task's Future before its slot is reused (the pool
+        makes sure a dead or hung worker's generation is gone).
+    """
+
+    def __init__(self, agg: Aggregation, ref: tuple, rows: int, width: int, submit: Callable,
+                 thread_submit: Callable, slots_per_block: int = 4, on_release: Callable | None = None,
+                 log_config: Callable = lambda: None):
+        self.agg = agg
+        self.ref = ref
+        self.rows = rows
+        self.width = width
+        self.floats = rows * max(width, 1)
+        self.slots_per_block = max(1, slots_per_block)
+        self._submit = submit
+        self._thread_submit = thread_submit
+        self.venue = "process"
+        self._on_release = on_release
+        self._log_config = log_config
+        self._blocks: list[ShmBlock] = []
+        self._free: list[Slot] = []
+        self._busy: list[Slot] = []  # released while their task may still run
+        self._closed = False
+        self._lock = threading.Lock()
+
+    # -- slots
+    def acquire(self) -> Slot:
+        """A slot for a new chunk (its ``saa`` is written by the main loop, ``lcs`` by a worker)."""
+        with self._lock:
+            if not self._free and self._busy:
+                still = []
+                for slot in self._busy:
+                    if slot.fut is None or slot.fut.done():
+                        self._settle(slot)
+                        self._free.append(slot)
+                    else:
+                        still.append(slot)
+                self._busy = still
+            if not self._free:
+                self._grow()
+            return self._free.pop()
+
+    def _settle(self, slot: Slot) -> None:
+        fut, slot.fut = slot.fut, None
+        if fut is not None and self._on_release is not None:
+            self._on_release(fut)
+
+    def _grow(self) -> None:
+        region = _aligned(8 * self.floats)
+        nbytes = 2 * region * self.slots_per_block
+        blk = None
+        if not self._closed:
+            try:
+                blk = ShmBlock.create(nbytes)
+            except OSError as exc:  # /dev/shm full: private memory, lcs in the thread workers
+                log.warning("no shared memory for %d bytes (%s); chunks of %s use private memory and threads",
+                            nbytes, exc, self.agg.name)
+        if blk is None:  # closed (the pool is gone): the aggregator goes on with main-thread lcs
+            blk = ShmBlock.anonymous(nbytes)
+        self._blocks.append(blk)
+        for i in range(self.slots_per_block):
+            off = 2 * region * i
+            self._free.append(Slot(blk, off, off + region, self.floats))
+
+    def release(self, slot: Slot | None, fut: Any = None) -> None:
+        """Give a slot back; if its lcs task (``fut``) may still run, reuse waits for it."""
+        if slot is None:
+            return
+        from concurrent.futures import Future
+
+        slot.fut = fut if isinstance(fut, Future) else None
+        with self._lock:
+            if slot.fut is None or slot.fut.done():
+                self._settle(slot)
+                self._free.append(slot)
+            else:
+                self._busy.append(slot)
+
+    # -- lcs
+    def task(self, slot: Slot, n: int) -> tuple:
+        """The message of one lcs task: names and offsets only."""
+        return ("lcs", slot.block.name, slot.saa_off, slot.lcs_off, n, self.width, self.ref, self._log_config())
+
+    def submit(self, slot: Slot, n: int):
+        """Build the lcs of the ``n`` partials in ``slot`` in a worker process; returns a Future.
+
+        Slots in private memory, and aggregations the workers could not rebuild
+        (:meth:`use_threads`), go to the pool's thread workers instead.
+        """
+        if self.venue != "process" or slot.block.name is None:
+            return self._thread_submit(lcs_into, self.agg, slot.saa, slot.lcs, n, self.width)
+        return self._submit(run_lcs_task, self.task(slot, n))
+
+    def use_threads(self, why: str) -> None:
+        """From now on build this store's lcs in thread workers (the worker processes cannot)."""
+        if self.venue != "thread":
+            self.venue = "thread"
+            log.warning("lcs of aggregation %r moves to thread workers: %s", self.agg.name, why)
+
+    def build_here(self, slot: Slot, n: int) -> memoryview:
+        """Build the lcs on the calling thread (SBA fallback) and return it."""
+        lcs_into(self.agg, slot.saa, slot.lcs, n, self.width)
+        return slot.lcs
+
+    # -- bookkeeping
+    @property
+    def nbytes(self) -> int:
+        return sum(b.size for b in self._blocks if b.name is not None)
+
+    @property
+    def block_names(self) -> list[str]:
+        return [b.name for b in self._blocks if b.name is not None and not b.unlinked]
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def close(self) -> None:
+        """Unlink every block (idempotent).
+
+        Only the names go: slots stay usable (an aggregator whose pool was
+        closed goes on, building its lcs on the main thread), and the memory is
+        unmapped when the last view of it is dropped. New slots then come from
+        private memory.
+        """
+        with self._lock:
+            self._closed = True
+            blocks = list(self._blocks)
+        for blk in blocks:
+            blk.unlink()
+
+    def __repr__(self) -> str:
+        return f"ChunkStore({self.agg.name!r}, rows={self.rows}, width={self.width}, blocks={len(self._blocks)})"
+
+
+# ----------------------------------------------------------------------------- worker side
+_ATTACH_MAX = 64
+_attached: "OrderedDict[str, ShmBlock]" = OrderedDict()
+
+
+def _block(name: str) -> ShmBlock:
+    blk = _attached.get(name)
+    if blk is not None:
+        _attached.move_to_end(name)
+        return blk
+    blk = _attached[name] = ShmBlock.attach(name)
+    while len(_attached) > _ATTACH_MAX:
+        _, old = _attached.popitem(last=False)
+        old.close()
+    return blk
+
+
+def run_lcs_task(task: tuple) -> int:
+    """Worker side of an lcs task (see :meth:`ChunkStore.task`); returns the worker's pid."""
+    from . import logs
+
+    t0 = time.perf_counter()
+    _, name, saa_off, lcs_off, n, width, ref, log_cfg = task
+    logs.apply_config(log_cfg)
+    agg = resolve_ref(ref)
+    blk = _block(name)
+    k = max(width, 1)
+    lcs_into(agg, blk.floats(saa_off, n * k), blk.floats(lcs_off, n * k), n, width)
+    if log.isEnabledFor(logging.DEBUG):
+        log.debug("worker pid %d: lcs task %s+%d, %d rows of %s, %.3f ms", os.getpid(), name, saa_off, n,
+                  agg.name, 1e3 * (time.perf_counter() - t0))
+    return os.getpid()
+
+
+def run_merge_task(task: tuple) -> int:
+    """Worker side of a batch merge task: windows of rows ``[0, rows)`` of a shared body into a shared output."""
+    from . import logs
+    from .batch import _merge_rows
+
+    t0 = time.perf_counter()
+    _, name, body_off, body_shape, out_off, out_shape, rows, ref, log_cfg = task
+    logs.apply_config(log_cfg)
+    agg = resolve_ref(ref)
+    blk = _block(name)
+    body = blk.ndarray(body_off, body_shape)
+    outv = blk.ndarray(out_off, out_shape)
+    _merge_rows(agg.kernel, body, outv, 0, rows)
+    del body, outv
+    if log.isEnabledFor(logging.DEBUG):
+        log.debug("worker pid %d: merge task %s, %d rows of %d slices (%s), %.3f ms", os.getpid(), name, rows,
+                  body_shape[1], agg.name, 1e3 * (time.perf_counter() - t0))
+    return os.getpid()
