@@ -43,13 +43,29 @@ import pba_runtime as pr
 
 from . import runtime as rt
 
-__all__ = ["RunnerConfig", "run_keyed_batches", "VALUE_COL", "ORDER_COL", "result_arrow_type", "order_to_int64"]
+__all__ = ["RunnerConfig", "run_keyed_batches", "VALUE_COL", "ORDER_COL", "COUNT_COL", "NULLS_COL", "PREAGGREGATABLE",
+           "result_arrow_type", "order_to_int64"]
 
 log = logging.getLogger("spark_integration")
 
 VALUE_COL = "__pba_value"
 ORDER_COL = "__pba_order"
+COUNT_COL = "__pba_count"
+NULLS_COL = "__pba_nulls"
 NULL_POLICIES = ("fail", "skip")
+
+#: Time-window aggregations whose rows Spark may pre-aggregate per key and sub-slice
+#: (a slide, cut at ``range % slide`` when it is not 0, so every window boundary is a
+#: sub-slice boundary): agg -> [(core aggregation, input column)] channels, one
+#: operator each. ``mean`` runs two (sum of sums, sum of counts), ``count`` sums counts.
+PREAGGREGATABLE: dict[str, list[tuple[str, str]]] = {
+    "max": [("max", VALUE_COL)],
+    "min": [("min", VALUE_COL)],
+    "sum": [("sum", VALUE_COL)],
+    "argmax": [("argmax", VALUE_COL)],
+    "count": [("sum", COUNT_COL)],
+    "mean": [("sum", VALUE_COL), ("sum", COUNT_COL)],
+}
 
 
 @dataclass
@@ -82,6 +98,13 @@ class RunnerConfig:
         Overrides :data:`spark_integration.runtime.SPARK_PBA_MIN_SLICES`.
     log_level : str or int, optional
         Configure the ``spark_integration`` logger in the worker (to stderr).
+    out_rows : int
+        Rows per output batch (about).
+    preaggregated : bool
+        The input holds one row per key and *sub-slice* (see :data:`PREAGGREGATABLE`):
+        :data:`VALUE_COL` the sub-slice's partial, :data:`COUNT_COL` its row count,
+        :data:`NULLS_COL` (``nulls="fail"``) its null values, :data:`ORDER_COL` its
+        representative timestamp (integers).
     """
 
     key_names: tuple[str, ...]
@@ -100,6 +123,7 @@ class RunnerConfig:
     min_slices: int | None = None
     log_level: Any = None
     out_rows: int = 1 << 16
+    preaggregated: bool = False
     _agg_obj: Any = field(default=None, repr=False, compare=False)
 
     @property
@@ -202,12 +226,12 @@ def _key_repr(key_row: list[pa.Array], names: tuple[str, ...]) -> str:
 
 # --------------------------------------------------------------------------- the runner
 class _KeyState:
-    __slots__ = ("key_row", "kop", "vals", "ts", "buffered", "rows", "last_t")
+    __slots__ = ("key_row", "kops", "vals", "ts", "buffered", "rows", "last_t")
 
     def __init__(self, key_row: list[pa.Array]):
         self.key_row = key_row
-        self.kop: rt.KeyOperator | None = None
-        self.vals: list[np.ndarray] = []
+        self.kops: list[rt.KeyOperator] = []  # one per channel
+        self.vals: list[list[np.ndarray]] = []  # pieces, each one array per channel
         self.ts: list[np.ndarray] = []
         self.buffered = 0
         self.rows = 0
@@ -219,8 +243,13 @@ class _Runner:
         self.cfg = cfg
         self.agg = cfg.aggregation
         self.rtype = result_arrow_type(self.agg)
-        w = cfg.window
-        self.slide = w.slide
+        if cfg.preaggregated:
+            if not cfg.is_time or not isinstance(cfg.agg, str) or cfg.agg not in PREAGGREGATABLE:
+                raise ValueError(f"pre-aggregated input needs a time window and one of {sorted(PREAGGREGATABLE)}")
+            self.channels = PREAGGREGATABLE[cfg.agg]
+        else:
+            self.channels = [(cfg.agg, VALUE_COL)]
+        self.slide = cfg.window.slide
         local = rt.local_cores()  # a worker pinned to one CPU is a one-core executor whatever the conf says
         self.cores = 1 if local == 1 else (local if cfg.executor_cores is None else cfg.executor_cores)
         self.min_piece = max(int(cfg.batch_rows), 1)
@@ -228,75 +257,100 @@ class _Runner:
         self.pending: list[tuple[list[pa.Array], np.ndarray, Any, str]] = []
         self.pending_rows = 0
         self.counts: dict[str, int] = {}
-        self.key_type_names = cfg.key_names
 
     # ---------------------------------------------------------------- algorithm and operator
     def _open(self, st: _KeyState, key_slices: int | None) -> None:
         cfg = self.cfg
-        st.kop = rt.KeyOperator.open(cfg.algorithm, cfg.window, cfg.agg, executor_cores=self.cores,
-                                    key_slices=key_slices, min_slices=cfg.min_slices,
-                                    pool_workers=cfg.pool_workers, pool_factory=cfg.pool_factory)
+        for agg, _ in self.channels:
+            st.kops.append(rt.KeyOperator.open(cfg.algorithm, cfg.window, agg, executor_cores=self.cores,
+                                               key_slices=key_slices, min_slices=cfg.min_slices,
+                                               pool_workers=cfg.pool_workers, pool_factory=cfg.pool_factory))
         log.debug("spark_integration: key %s runs %s (%s)", _key_repr(st.key_row, cfg.key_names),
-                  st.kop.algorithm, st.kop.reason)
+                  st.kops[0].algorithm, st.kops[0].reason)
 
     def _feed(self, st: _KeyState, final: bool) -> None:
         if not st.buffered:
-            if final and st.kop is None:
+            if final and not st.kops:
                 self._open(st, 0)
             return
-        v = st.vals[0] if len(st.vals) == 1 else np.concatenate(st.vals)
+        nch = len(self.channels)
+        if len(st.vals) == 1:
+            vs = st.vals[0]
+        else:
+            vs = [np.concatenate([piece[c] for piece in st.vals]) for c in range(nch)]
         t = None
         if self.cfg.is_time:
             t = st.ts[0] if len(st.ts) == 1 else np.concatenate(st.ts)
         st.vals, st.ts, st.buffered = [], [], 0
-        if st.kop is None:
+        if not st.kops:
             key_slices = None
             if final:  # the whole key is here: its size is known
-                key_slices = len(v) // self.slide if t is None else int((t[-1] - t[0]) // self.slide) + 1
+                key_slices = len(vs[0]) // self.slide if t is None else int((t[-1] - t[0]) // self.slide) + 1
             self._open(st, key_slices)
-        ends, res = st.kop.op.insert_many(v, t)
-        self._emit(st, ends, res)
+        outs = [k.op.insert_many(v, t) for k, v in zip(st.kops, vs)]
+        self._emit(st, outs)
 
-    def _emit(self, st: _KeyState, ends: np.ndarray, res: Any) -> None:
-        if len(ends):
-            self.pending.append((st.key_row, ends, res, st.kop.algorithm))
-            self.pending_rows += len(ends)
+    def _emit(self, st: _KeyState, outs: list[tuple[np.ndarray, Any]]) -> None:
+        ends, res = outs[0]
+        if not len(ends):
+            return
+        if self.cfg.preaggregated:
+            if self.cfg.agg == "mean":
+                res = res / outs[1][1]
+            elif self.cfg.agg == "count":
+                res = res.astype(np.int64)
+        self.pending.append((st.key_row, ends, res, st.kops[0].algorithm))
+        self.pending_rows += len(ends)
 
     def _finish(self, st: _KeyState) -> None:
         try:
             self._feed(st, final=True)
             if self.cfg.is_time:
-                ends, res = st.kop.op.flush()
-                self._emit(st, ends, res)
+                self._emit(st, [k.op.flush() for k in st.kops])
         finally:
-            if st.kop is not None:
-                st.kop.close(self.counts, st.rows)
+            for i, k in enumerate(st.kops):  # the key counts once, whatever its channels
+                k.close(self.counts if i == 0 else {}, st.rows)
 
     # ---------------------------------------------------------------- input
-    def _columns(self, batch: pa.RecordBatch) -> tuple[list[pa.Array], np.ndarray, np.ndarray | None, np.ndarray | None]:
+    def _columns(self, batch: pa.RecordBatch) -> tuple[list[pa.Array], list[np.ndarray], np.ndarray | None,
+                                                        np.ndarray | None, np.ndarray | None]:
+        """Key columns; one float64 array per channel; timestamps; rows to keep; rows each row stands for."""
         cfg = self.cfg
         names = batch.schema.names
         for k in cfg.key_names:
             if k not in names:
                 raise ValueError(f"key column {k!r} is not in the batch (columns: {names})")
-        if VALUE_COL not in names:
-            raise ValueError(f"value column {VALUE_COL!r} is not in the batch (columns: {names})")
+        needed = {col for _, col in self.channels} | ({ORDER_COL} if cfg.is_time else set())
+        for col in needed:
+            if col not in names:
+                raise ValueError(f"column {col!r} is not in the batch (columns: {names})")
         keys = [batch.column(k) for k in cfg.key_names]
-        vcol = batch.column(VALUE_COL)
-        t = pa.types
-        if not (t.is_integer(vcol.type) or t.is_floating(vcol.type) or t.is_boolean(vcol.type)
-                or t.is_decimal(vcol.type) or t.is_null(vcol.type)):
-            raise TypeError(f"value column {cfg.value_label!r} must be numeric, got Arrow type {vcol.type}")
         keep = None
-        if vcol.null_count:
-            if cfg.nulls == "fail":
-                i = int(np.flatnonzero(vcol.is_null().to_numpy(zero_copy_only=False))[0])
-                raise ValueError(
-                    f"value column {cfg.value_label!r} holds nulls (first at key "
-                    f"{_key_repr([c.slice(i, 1) for c in keys], cfg.key_names)}); nulls='fail' is the policy: "
-                    "pass nulls='skip' to drop rows whose value is null"
-                )
-            keep = vcol.is_valid().to_numpy(zero_copy_only=False)
+        weights = None
+        if cfg.preaggregated:
+            weights = batch.column(COUNT_COL).to_numpy(zero_copy_only=False)
+            if cfg.nulls == "fail" and NULLS_COL in names:
+                nn = batch.column(NULLS_COL).to_numpy(zero_copy_only=False)
+                if nn.any():
+                    i = int(np.flatnonzero(nn)[0])
+                    self._null_error([c.slice(i, 1) for c in keys])
+        vs = []
+        for _, col in self.channels:
+            vcol = batch.column(col)
+            t = pa.types
+            if not (t.is_integer(vcol.type) or t.is_floating(vcol.type) or t.is_boolean(vcol.type)
+                    or t.is_decimal(vcol.type) or t.is_null(vcol.type)):
+                raise TypeError(f"value column {cfg.value_label!r} must be numeric, got Arrow type {vcol.type}")
+            if vcol.null_count:
+                if cfg.nulls == "fail" and not cfg.preaggregated:
+                    i = int(np.flatnonzero(vcol.is_null().to_numpy(zero_copy_only=False))[0])
+                    self._null_error([c.slice(i, 1) for c in keys])
+                valid = vcol.is_valid().to_numpy(zero_copy_only=False)
+                keep = valid if keep is None else keep & valid
+                vcol = vcol.fill_null(0)
+            if vcol.type != pa.float64():
+                vcol = vcol.cast(pa.float64())
+            vs.append(vcol.to_numpy(zero_copy_only=False))
         ts = None
         if cfg.is_time:
             ocol = batch.column(ORDER_COL)
@@ -308,14 +362,15 @@ class _Runner:
                     )
                 valid = ocol.is_valid().to_numpy(zero_copy_only=False)
                 keep = valid if keep is None else keep & valid
-                ocol = ocol.fill_null(0) if not pa.types.is_timestamp(ocol.type) else ocol.fill_null(pa.scalar(0, ocol.type))
+                ocol = ocol.fill_null(pa.scalar(0, ocol.type))
             ts = order_to_int64(ocol, cfg.order_label)
-        if vcol.null_count:
-            vcol = vcol.fill_null(0)
-        if not t.is_floating(vcol.type) or vcol.type != pa.float64():
-            vcol = vcol.cast(pa.float64())
-        v = vcol.to_numpy(zero_copy_only=False)
-        return keys, v, ts, keep
+        return keys, vs, ts, keep, weights
+
+    def _null_error(self, key_row: list[pa.Array]) -> None:
+        raise ValueError(
+            f"value column {self.cfg.value_label!r} holds nulls (first at key {_key_repr(key_row, self.cfg.key_names)}); "
+            "nulls='fail' is the policy: pass nulls='skip' to drop rows whose value is null"
+        )
 
     def process(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         cfg = self.cfg
@@ -323,7 +378,7 @@ class _Runner:
             n = batch.num_rows
             if n == 0:
                 continue
-            keys, v, ts, keep = self._columns(batch)
+            keys, vs, ts, keep, weights = self._columns(batch)
             cps = _change_points(keys)
             starts = np.concatenate([[0], cps]).astype(np.int64)
             stops = np.concatenate([cps, [n]]).astype(np.int64)
@@ -336,19 +391,21 @@ class _Runner:
                 st = self.cur
                 if keep is not None:
                     m = keep[a:b]
-                    vv = v[a:b][m]
+                    piece = [v[a:b][m] for v in vs]
                     tt = ts[a:b][m] if ts is not None else None
+                    w = weights[a:b][m] if weights is not None else None
                 else:
-                    vv = v[a:b]
+                    piece = [v[a:b] for v in vs]
                     tt = ts[a:b] if ts is not None else None
-                if len(vv):
+                    w = weights[a:b] if weights is not None else None
+                rows = len(piece[0])
+                if rows:
                     if tt is not None:
                         self._check_sorted(st, tt)
-                    st.vals.append(vv)
-                    if tt is not None:
                         st.ts.append(tt)
-                    st.buffered += len(vv)
-                    st.rows += len(vv)
+                    st.vals.append(piece)
+                    st.buffered += rows
+                    st.rows += int(w.sum()) if w is not None else rows
                     if st.buffered >= self.min_piece:
                         self._feed(st, final=False)
             if self.pending_rows >= cfg.out_rows:
@@ -440,8 +497,9 @@ def run_keyed_batches(cfg: RunnerConfig, batches: Iterable[pa.RecordBatch]) -> I
     try:
         yield from runner.process(batches)
     finally:
-        if runner.cur is not None and runner.cur.kop is not None:
-            runner.cur.kop.op.close()
+        if runner.cur is not None:
+            for k in runner.cur.kops:
+                k.op.close()
         if cfg.metrics is not None and runner.counts:
             cfg.metrics.add(runner.counts)
         if runner.counts:

@@ -27,7 +27,17 @@ import pyarrow as pa
 import pba_runtime as pr
 
 from . import runtime as rt
-from .arrow_runner import NULL_POLICIES, ORDER_COL, VALUE_COL, RunnerConfig, result_arrow_type, run_keyed_batches
+from .arrow_runner import (
+    COUNT_COL,
+    NULL_POLICIES,
+    NULLS_COL,
+    ORDER_COL,
+    PREAGGREGATABLE,
+    VALUE_COL,
+    RunnerConfig,
+    result_arrow_type,
+    run_keyed_batches,
+)
 from .intervals import as_window
 
 __all__ = ["sliding_window_aggregate", "executor_cores_of"]
@@ -82,6 +92,60 @@ def _spark_result_type(agg: pr.Aggregation) -> Any:
     return T.DoubleType()
 
 
+def _order_ms(col: Any, otype: Any) -> Any:
+    """The order column as an integer Spark expression: milliseconds (floored) for timestamps and dates."""
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+
+    if isinstance(otype, T.TimestampType):
+        us = F.unix_micros(col)
+        return ((us - F.pmod(us, F.lit(1000))) / 1000).cast("long")  # exact: a multiple of 1000 divided by 1000
+    if isinstance(otype, T.DateType):
+        return F.unix_date(col).cast("long") * F.lit(86_400_000)
+    return col.cast("long")
+
+
+def _preaggregated(src: Any, keys: tuple[str, ...], order_name: str, otype: Any, value_name: str,
+                   win: pr.TimeWindow, agg_name: str, nulls: str) -> Any:
+    """One row per key and sub-slice: its partial (VALUE_COL), rows (COUNT_COL), nulls, representative time.
+
+    Sub-slice of time ``o``: its slide starts at ``o - pmod(o - offset, slide)``; with
+    ``m = range % slide`` the slide is cut in two at ``m`` (units below ``m`` are the
+    *head* a window borrows from the next slide). The representative time is the
+    sub-slice's start, or for argmax the time of its largest value (the oldest on ties).
+    """
+    from pyspark.sql import functions as F
+
+    o = F.col(ORDER_COL)
+    unit = F.pmod(o - F.lit(win.offset), F.lit(win.slide))
+    sub = o - unit
+    m = win.range % win.slide
+    if m:
+        sub = sub + F.when(unit >= F.lit(m), F.lit(m)).otherwise(F.lit(0))
+    d = src.select(*[F.col(k) for k in keys], _order_ms(F.col(order_name), otype).alias(ORDER_COL),
+                   F.col(value_name).cast("double").alias("__pba_v"))
+    d = d.select(*keys, o, sub.alias("__pba_sub"), "__pba_v")
+    v = F.col("__pba_v")
+    aggs = [F.count(F.lit(1)).alias(COUNT_COL)]
+    if nulls == "fail":
+        aggs.append((F.count(F.lit(1)) - F.count(v)).alias(NULLS_COL))
+    rep = F.col("__pba_sub")
+    if agg_name == "argmax":  # largest value, oldest time on ties
+        best = F.max(F.struct(v.alias("v"), (-o).alias("neg_t")))
+        aggs.append(best.alias("__pba_best"))
+    elif agg_name in ("max", "min", "sum", "mean"):
+        fn = {"max": F.max, "min": F.min, "sum": F.sum, "mean": F.sum}[agg_name]
+        aggs.append(fn(v).alias(VALUE_COL))
+    g = d.groupBy(*keys, "__pba_sub").agg(*aggs)
+    if agg_name == "argmax":
+        g = g.select(*keys, (-F.col("__pba_best.neg_t")).alias(ORDER_COL), F.col("__pba_best.v").alias(VALUE_COL),
+                     COUNT_COL, *([NULLS_COL] if nulls == "fail" else []))
+    else:
+        g = g.select(*keys, rep.alias(ORDER_COL), *([VALUE_COL] if agg_name != "count" else []), COUNT_COL,
+                     *([NULLS_COL] if nulls == "fail" else []))
+    return g
+
+
 def _arrow_udf(cfg: RunnerConfig) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     def pba_windows(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         return run_keyed_batches(cfg, batches)
@@ -109,6 +173,7 @@ def sliding_window_aggregate(
     min_slices: int | None = None,
     log_level: str | int | None = None,
     transport: str = "mapInArrow",
+    preaggregate: bool | None = None,
 ) -> Any:
     """Sliding-window aggregation per key: one row per window, exactly as ``shared/spec/semantics.md``.
 
@@ -166,6 +231,14 @@ def sliding_window_aggregate(
         Log level of the ``spark_integration`` logger in the Python workers (stderr,
         i.e. the executor log); INFO prints one line per partition with the counts.
     transport : {"mapInArrow", "applyInArrow"}
+    preaggregate : bool, optional
+        Time windows with ``max``, ``min``, ``sum``, ``count``, ``mean`` or
+        ``argmax``: let Spark aggregate each key's rows per *sub-slice* first
+        (a slide, cut at ``range % slide``; every window boundary is a sub-slice
+        boundary, so the windows and results are the same), with its partial
+        aggregation before the shuffle, and run PBA/SBA over the sub-slice
+        partials. ``None`` (default): on where it applies. ``False``: every row
+        goes to Python.
 
     Returns
     -------
@@ -250,18 +323,33 @@ def sliding_window_aggregate(
         log_level=log_level,
     )
 
+    agg_name = agg if isinstance(agg, str) else None
+    can_preagg = is_time and agg_name in PREAGGREGATABLE and not isinstance(otype, T.TimestampNTZType)
+    if preaggregate and not can_preagg:
+        raise ValueError(
+            "preaggregate=True needs a time window, an order_by that is integral, a timestamp or a date, and "
+            f"one of {sorted(PREAGGREGATABLE)}; got {win!r} over {otype.simpleString()} with {aggregation.name!r}"
+        )
+    use_preagg = can_preagg if preaggregate is None else bool(preaggregate)
+
     src = df
     if nulls == "skip":
         cond = F.col(value_name).isNotNull()
         if is_time:
             cond = cond & F.col(order_name).isNotNull()
         src = src.where(cond)
-    d = src.select(*[F.col(k) for k in keys], F.col(order_name).alias(ORDER_COL),
-                   F.col(value_name).cast("double").alias(VALUE_COL))
-    d = d.repartition(num_partitions, *keys) if num_partitions else d.repartition(*keys)
-    d = d.sortWithinPartitions(*keys, ORDER_COL)
-    if not is_time:
-        d = d.select(*keys, VALUE_COL)
+    if use_preagg:
+        d = _preaggregated(src, keys, order_name, otype, value_name, win, agg_name, nulls)
+        d = d.repartition(num_partitions, *keys) if num_partitions else d.repartition(*keys)
+        d = d.sortWithinPartitions(*keys, ORDER_COL)
+    else:
+        d = src.select(*[F.col(k) for k in keys], F.col(order_name).alias(ORDER_COL),
+                       F.col(value_name).cast("double").alias(VALUE_COL))
+        d = d.repartition(num_partitions, *keys) if num_partitions else d.repartition(*keys)
+        d = d.sortWithinPartitions(*keys, ORDER_COL)
+        if not is_time:
+            d = d.select(*keys, VALUE_COL)
+    cfg.preaggregated = use_preagg
 
     out_fields = [fields[k] for k in keys] + [
         T.StructField("window_end", T.LongType(), False),

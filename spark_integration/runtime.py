@@ -353,7 +353,7 @@ class KeyOperator:
         return cls(op, alg, why, guard)
 
     def close(self, counts: dict[str, int], rows: int) -> None:
-        """Close the operator and add its counters to ``counts``."""
+        """Close the operator and add its counters (``rows``: the input rows it stood for) to ``counts``."""
         try:
             stats = self.op.stats()
         finally:

@@ -106,21 +106,27 @@ def test_count_windows_match_spark_window_function(spark, df, agg):
     assert metrics.value["windows"] == n and metrics.value["rows.sba"] == sum(SIZES)
 
 
+@pytest.mark.parametrize("preaggregate", [True, False], ids=["preagg", "rows"])
 @pytest.mark.parametrize("agg", ["max", "sum", "mean", "argmax"])
-def test_time_windows_match_spark_window_grouping(df, agg):
+def test_time_windows_match_spark_window_grouping(spark, df, agg, preaggregate):
+    metrics = si.algorithm_metrics(spark)
     out = si.sliding_window_aggregate(df, key="k", order_by="ts", value="v", window=("10 seconds", "3 seconds"),
-                                      agg=agg)
+                                      agg=agg, preaggregate=preaggregate, metrics=metrics)
     _assert_same(out, _native_time(df, 10_000, 3_000, agg), agg)
+    assert metrics.value["rows.sba"] == sum(SIZES)  # pre-aggregated or not, every input row is counted
 
 
-def test_time_windows_with_offset_and_long_order(df):
+@pytest.mark.parametrize("preaggregate", [True, False], ids=["preagg", "rows"])
+@pytest.mark.parametrize("agg", ["count", "min", "argmax"])
+def test_time_windows_with_offset_and_long_order(df, agg, preaggregate):
     from pyspark.sql import functions as F
 
     win = pr.TimeWindow(range=7_000, slide=2_000, offset=500)  # order_by t is a long: the window is in its unit (ms)
-    out = si.sliding_window_aggregate(df, key="k", order_by="t", value="v", window=win, agg="count")
-    assert dict(out.dtypes)["result"] == "bigint"
-    _assert_same(out, _native_time(df.withColumn("tts", F.timestamp_millis("t")), 7_000, 2_000, "count", 500,
-                                   ts="tts"), "count")
+    out = si.sliding_window_aggregate(df, key="k", order_by="t", value="v", window=win, agg=agg,
+                                      preaggregate=preaggregate)
+    assert dict(out.dtypes)["result"] == ("double" if agg == "min" else "bigint")
+    _assert_same(out, _native_time(df.withColumn("tts", F.timestamp_millis("t")), 7_000, 2_000, agg, 500,
+                                   ts="tts"), agg)
 
 
 def test_tumbling_time_window_one_hour(df):
@@ -256,12 +262,22 @@ def test_bad_input_on_the_driver(spark, df):
         si.sliding_window_aggregate(df, **{**kw, "nulls": "zero"})
 
 
-def test_null_values_fail_or_skip(spark, df):
+@pytest.mark.parametrize("preaggregate", [True, False], ids=["preagg", "rows"])
+def test_null_values_fail_or_skip(spark, df, preaggregate):
     from pyspark.sql import functions as F
 
     with_nulls = df.withColumn("v", F.when(F.col("t") % 5 == 0, F.lit(None)).otherwise(F.col("v")))
-    kw = dict(key="k", order_by="ts", value="v", window=("4 seconds", "1 second"), agg="max")
+    kw = dict(key="k", order_by="ts", value="v", window=("4 seconds", "1 second"), agg="max", preaggregate=preaggregate)
     with pytest.raises(Exception, match="value column 'v' holds nulls"):
         si.sliding_window_aggregate(with_nulls, **kw).collect()
     out = si.sliding_window_aggregate(with_nulls, nulls="skip", **kw)
     _assert_same(out, _native_time(with_nulls.where("v IS NOT NULL"), 4_000, 1_000, "max"), "max")
+
+
+def test_count_window_nulls_fail_names_the_column(df):
+    from pyspark.sql import functions as F
+
+    with_nulls = df.withColumn("load", F.when(F.col("t") % 7 == 0, F.lit(None)).otherwise(F.col("v")))
+    with pytest.raises(Exception, match="value column 'load' holds nulls"):
+        si.sliding_window_aggregate(with_nulls, key="k", order_by="t", value="load",
+                                    window=pr.CountWindow(range=3, slide=1), agg="sum").collect()
