@@ -98,6 +98,7 @@ def main() -> None:
         "pba_p2_batch_256k": dict(parallelism=2, batch_size=262_144),
     }
     runs: dict[str, list[dict]] = {k: [] for k in configs}
+    load_before = os.getloadavg()
     run(200_000, 2)  # warm-up: forkserver, imports
     with tempfile.TemporaryDirectory() as tmp:
         for rep in range(args.repeats):
@@ -138,7 +139,9 @@ def main() -> None:
         "what": "pba-run default job: DEBS'14-like, 84 plugs, count W[1024, 1], max, sink none unless stated",
         "tuples": args.tuples,
         "repeats": args.repeats,
-        "machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0], "platform": platform.platform()},
+        "machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0], "platform": platform.platform(),
+                    "load_average_before": load_before, "load_average_after": os.getloadavg(),
+                    "note": "shared machine: other engineers' jobs run beside; compare configurations within one run"},
         "date": time.strftime("%Y-%m-%d %H:%M:%S"),
         "results": results,
         "profiles_top_tottime": profiles,
