@@ -71,7 +71,8 @@ def window_merge(kernel: Kernel, X: np.ndarray, q: int, nwin: int, pool: WorkerP
         outv = out[: R * q].reshape((R, q) + shape)
         if pool is not None and not pool.closed and R >= 2 and R * q >= PARALLEL_BATCH_MIN:
             half = R // 2
-            if not (pool.kind == "process" and _merge_in_process(kernel, agg, body, outv, half, R, pool)):
+            # a worker process also costs the main thread a copy of its rows: give it 3/5 of them
+            if not (pool.kind == "process" and _merge_in_process(kernel, agg, body, outv, (3 * R) // 5, R, pool)):
                 _merge_in_threads(kernel, body, outv, half, R, pool)
         else:
             _merge_rows(kernel, body, outv, 0, R)

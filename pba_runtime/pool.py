@@ -271,6 +271,7 @@ class WorkerPool:
             return None
         store = ChunkStore(agg, ref, rows, width, self.submit, self.submit_thread, slots_per_block=slots,
                            on_release=self._settle, log_config=logs.current_config)
+        store.reserve()  # the first block now, not in the first insert
         self._stores.add(store)
         return store
 

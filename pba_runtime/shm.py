@@ -451,6 +451,12 @@ class ChunkStore:
         self._lock = threading.Lock()
 
     # -- slots
+    def reserve(self) -> None:
+        """Map the first block now, so the first chunk of the stream does not pay for it."""
+        with self._lock:
+            if not self._blocks:
+                self._grow()
+
     def acquire(self) -> Slot:
         """A slot for a new chunk (its ``saa`` is written by the main loop, ``lcs`` by a worker)."""
         with self._lock:
@@ -545,14 +551,16 @@ class ChunkStore:
     def close(self) -> None:
         """Unlink every block (idempotent).
 
-        Only the names go: slots stay usable (an aggregator whose pool was
-        closed goes on, building its lcs on the main thread), and the memory is
-        unmapped when the last view of it is dropped. New slots then come from
-        private memory.
+        Only the names go: slots in use stay valid (an aggregator whose pool
+        was closed goes on, building its lcs on the main thread) and the memory
+        is unmapped when the last view of it is dropped. New slots then come
+        from private memory.
         """
         with self._lock:
             self._closed = True
-            blocks = list(self._blocks)
+            blocks, self._blocks = self._blocks, []
+            self._free = []
+            self._busy = []
         for blk in blocks:
             blk.unlink()
 
@@ -561,11 +569,18 @@ class ChunkStore:
 
 
 # ----------------------------------------------------------------------------- worker side
-_ATTACH_MAX = 64
+_ATTACH_MAX = 64  # blocks a worker keeps mapped
+_SWEEP_EVERY = 64  # tasks between checks for blocks the main process unlinked
 _attached: "OrderedDict[str, ShmBlock]" = OrderedDict()
+_tasks_seen = itertools.count(1)
 
 
 def _block(name: str) -> ShmBlock:
+    """A worker's mapping of block ``name`` (cached; mappings of unlinked blocks are dropped now and then)."""
+    if next(_tasks_seen) % _SWEEP_EVERY == 0:
+        for other in list(_attached):
+            if other != name and not os.path.exists("/dev/shm/" + other):  # unlinked: free its memory
+                _attached.pop(other).close()
     blk = _attached.get(name)
     if blk is not None:
         _attached.move_to_end(name)
@@ -595,7 +610,12 @@ def run_lcs_task(task: tuple) -> int:
 
 
 def run_merge_task(task: tuple) -> int:
-    """Worker side of a batch merge task: windows of rows ``[0, rows)`` of a shared body into a shared output."""
+    """Worker side of a batch merge task: windows of rows ``[0, rows)`` of a shared body into a shared output.
+
+    Both live in a scratch block the main process reuses from batch to batch
+    (its pages stay resident: fresh shared pages cost ~10x more to fault in
+    than the heap pages ``np.empty`` reuses), so the mapping is cached.
+    """
     from . import logs
     from .batch import _merge_rows
 

@@ -155,6 +155,14 @@ def test_batch_and_mixed_paths_equal_sba(pool):
         want = _stream(ref, y.tolist())
         assert op.stats()["shared_memory"]
     _same(got, want, exact=False)
+    # time windows: batches cut into episodes, history reloaded into shared-memory slots
+    ts = np.cumsum(np.random.default_rng(6).integers(0, 3, 20_000))
+    win = pr.TimeWindow(range=500, slide=20)
+    with pr.create("pba", win, "max", pool=pool) as op, pr.create("recal", win, "max") as ref:
+        got = np.concatenate([op.insert_many(y[:9000], ts[:9000])[1], op.insert_many(y[9000:], ts[9000:])[1],
+                              op.flush()[1]])
+        want = np.concatenate([ref.insert_many(y, ts)[1], ref.flush()[1]])
+        assert op.stats()["shared_memory"] and np.array_equal(got, want)
 
 
 def test_snapshot_moves_between_process_and_thread_operators(pool):

@@ -56,14 +56,25 @@ from typing import Any
 import numpy as np
 
 from ..aggregations import BUILTIN_AGGREGATIONS, Aggregation, Kernel, as_float_array
-from ..chunking import plan_chunk_size
+from ..chunking import CostModel, plan_chunk_size
 from ..batch import window_merge
 from ..pool import WorkerPool, default_pool
 from .base import SlicedAggregator, sizeof, validate_timestamps
 
-__all__ = ["PBA", "SBA", "build_lcs"]
+__all__ = ["PBA", "SBA", "build_lcs", "PYTHON_LOOP_COSTS"]
 
 log = logging.getLogger("pba_runtime")
+
+#: Chunk planning costs for aggregations without a kernel. Their lcs is a Python
+#: loop of ``combine`` (0.12-0.16 us per element on the 2-core project machine
+#: under load, bench/bench_process_pool.py), not numpy: about 0.2 of a main-loop
+#: insert (~1 us) rather than :data:`pba_runtime.chunking.DEFAULT_COSTS`' 0.03,
+#: and a hand-off to a worker process and back costs up to ~2 ms (2000 inserts)
+#: when the machine is busy. With the numpy constants a ``W[2^17, 1]`` chunk
+#: (b = 126671) leaves 4400 tuples of slack for a ~15 ms Python lcs: every chunk
+#: stalls. SBA and PBA plan alike, so they still get the same chunks (and the
+#: same bits) for a given window and aggregation.
+PYTHON_LOOP_COSTS = CostModel(worker=0.2, launch=2000.0)
 
 def build_lcs(agg: Aggregation, saa: Any) -> Any:
     """The lcs of one chunk: ``lcs[j] = saa[j] (+) ... (+) saa[b-1]``.
@@ -105,7 +116,8 @@ class PBA(SlicedAggregator):
         fixed-size numeric (see the module doc), else uses its thread workers.
     chunk_size : int, optional
         Slices per chunk, ``1 <= chunk_size <= range // slide``; default from
-        :func:`pba_runtime.chunking.plan_chunk_size`.
+        :func:`pba_runtime.chunking.plan_chunk_size` (with
+        :data:`PYTHON_LOOP_COSTS` for aggregations without a kernel).
     """
 
     name = "pba"
@@ -115,7 +127,8 @@ class PBA(SlicedAggregator):
         super().__init__(window, agg)
         q = self._q
         if chunk_size is None:
-            chunk_size = plan_chunk_size(self.window)
+            chunk_size = plan_chunk_size(self.window) if self.agg.kernel is not None else \
+                plan_chunk_size(self.window, PYTHON_LOOP_COSTS)
         elif isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or not 1 <= chunk_size <= q:
             raise ValueError(f"chunk_size must be an integer in [1, range // slide = {q}], got {chunk_size!r}")
         if pool is not None and not isinstance(pool, WorkerPool):
