@@ -745,7 +745,12 @@ class FiBA(WindowOperator):
         return late
 
     def query(self, t_from: int | None = None, t_to: int | None = None) -> Any:
-        """Lowered aggregate of the held tuples with ``t_from <= key <= t_to`` (window sharing / ad hoc)."""
+        """Lowered aggregate of the held tuples with ``t_from <= key <= t_to`` (window sharing, ad hoc queries).
+
+        A key is the tuple's timestamp (count windows: position) rounded down to
+        the start of its slice, or its exact timestamp when ``slide == 1`` or an
+        out-of-order non-commutative aggregation needs it.
+        """
         return self.agg.lower(self._tree.query(t_from, t_to))
 
     @property
