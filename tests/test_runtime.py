@@ -342,6 +342,28 @@ def test_job_validates_its_configuration(kwargs, match):
 
 
 # ----------------------------------------------------------------------------- units
+@pytest.mark.parametrize("window, lateness", [(pr.TimeWindow(range=5_000, slide=1_000), 0),
+                                              (pr.CountWindow(range=30, slide=1), None)])
+def test_slot_barrier_state_is_frozen_at_the_barrier(window, lateness):
+    """The states sent at a barrier do not change when the slot goes on (the queue pickles later)."""
+    import pickle
+
+    from pba_runtime.runtime.slot import SlotSpec, TaskSlot
+
+    spec = SlotSpec(index=0, window=window, agg="max", algorithm="pba", allowed_lateness=lateness,
+                    sink_format="csv")
+    k, v, t = Debs14Source(plugs=3, tuples=600).take(0, 600)  # (these broke a state sent unpickled)
+    a = TaskSlot(spec)
+    a.on_data(k[:300], v[:300], t[:300], 0.0)
+    payload = a.on_barrier(1)[3]
+    first = a.on_data(k[300:], v[300:], t[300:], 0.0)
+    b = TaskSlot(spec, pickle.loads(payload["states"]))
+    again = b.on_data(k[300:], v[300:], t[300:], 0.0)
+    assert first[2] == again[2] and first[3] == again[3] > 0
+    a.close()
+    b.close()
+
+
 def test_stable_hash_is_the_same_in_another_process():
     keys = np.array(["plug-1", "mf02", "é"])
     ints = np.arange(-3, 50)

@@ -5,8 +5,9 @@ The runtime takes *aligned* checkpoints, as Flink does:
 1. The coordinator puts a barrier ``n`` into every task slot's input queue
    right after the batch that ends at source position ``X``.
 2. A slot that meets the barrier has applied exactly the tuples before ``X``;
-   it snapshots every key's operator (``op.snapshot()``) and passes the
-   snapshots on its output queue, behind the results it already produced.
+   it snapshots every key's operator (``op.snapshot()``), pickles the
+   snapshots at once (a snapshot may share objects with the live operator)
+   and passes them on its output queue, behind the results it already produced.
 3. The sink writes results as they come, but once slot ``i`` has delivered
    barrier ``n`` it holds slot ``i``'s later messages (:class:`BarrierAligner`)
    until every slot has delivered it. At that moment the sink files hold

@@ -288,11 +288,14 @@ class _Run:
         job = self.job
         P = job.parallelism
         states: list[dict[Any, Any]] = [{} for _ in range(P)]
-        if ckpt is not None and ckpt["states"]:
-            keys = list(ckpt["states"])
+        saved: dict[Any, Any] = {}
+        for blob in (ckpt or {}).get("states", []):
+            saved.update(pickle.loads(blob))
+        if saved:
+            keys = list(saved)
             owners = slot_of(np.array(keys), P).tolist()  # re-partition: the parallelism may have changed
             for k, s in zip(keys, owners):
-                states[s][k] = ckpt["states"][k]
+                states[s][k] = saved[k]
         ctx = job._ctx
         self.out_q = ctx.Queue(maxsize=job.queue_size * P)
         for i in range(P):
@@ -384,12 +387,13 @@ class _Run:
             self.done.add(slot)
 
     def _complete_checkpoint(self, cid: int, parts: dict[int, Any], finished: bool = False) -> None:
+        if self.failure is not None:  # the job is being torn down: keep the last good checkpoint
+            return
         t0 = time.perf_counter()
         self.sink_clock.mark()
         position, tuples = self.positions.pop(cid)
-        states: dict[Any, Any] = {}
-        for payload in parts.values():
-            states.update(payload["states"])
+        states = [payload["states"] for _, payload in sorted(parts.items())]  # pickled {key: snapshot} per slot
+        n_keys = sum(payload["keys"] for payload in parts.values())
         m = self.metrics
         data = {
             "id": cid,
@@ -411,7 +415,7 @@ class _Run:
         dt = time.perf_counter() - t0
         m.checkpoint_seconds += dt
         self.sink_clock.lap("checkpoint")
-        log.info("checkpoint %d: position %s, %d keys, %.1f ms", cid, position, len(states), dt * 1000)
+        log.info("checkpoint %d: position %s, %d keys, %.1f ms", cid, position, n_keys, dt * 1000)
 
     # ------------------------------------------------------------------ coordinator
     def _put(self, i: int, msg: tuple) -> None:
@@ -545,6 +549,9 @@ class _Run:
         finally:
             self.stopped.set()
             self.report_now.set()
+            if sink_thread is not None:
+                # it stops at its next message once a failure is set; let it, before the files are closed
+                sink_thread.join(timeout=10)
             if profiler is not None:
                 profiler.dump_stats(os.path.join(job.profile_dir, "coordinator.prof"))
             _restore_sigusr1(old_usr1)

@@ -167,6 +167,7 @@ class FileSink:
         self.lazy = lazy
         self.rewindable = path != "-"
         self._f: BinaryIO | None = None
+        self._closed = False
         self._offset = 0
         self.bytes_written = 0
         if self.rewindable:
@@ -219,7 +220,9 @@ class FileSink:
         """Append ``data`` (whole lines)."""
         if not data:
             return
-        if self._f is None:
+        if self._closed:
+            raise ValueError(f"sink {self.path} is closed")
+        if self._f is None:  # a lazy file, at its first write
             self._create()
         self._write_raw(data)
         self.bytes_written += len(data)
@@ -238,6 +241,7 @@ class FileSink:
         return self._offset
 
     def close(self) -> None:
+        self._closed = True
         if self._f is not None:
             try:
                 self._f.flush()

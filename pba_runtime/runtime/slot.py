@@ -10,7 +10,10 @@ A slot reads messages from its bounded input queue, in order:
   batch are formatted here, in parallel with the other slots, and sent to the
   sink as one ``("out", slot, result_bytes, windows, arrival, late_bytes, late)``.
 * ``("barrier", checkpoint_id)``: snapshot every key's operator and send
-  ``("barrier", slot, checkpoint_id, {"states": {key: snapshot}, ...})``.
+  ``("barrier", slot, checkpoint_id, {"states": pickle.dumps({key: snapshot}), ...})``.
+  The snapshots are pickled right away: ``op.snapshot()`` may share objects
+  with the live operator, and the queue would pickle them later, after the
+  next batch has changed them.
 * ``("end", arrival)``: end of stream: ``flush()`` every operator, send the
   last results, the final statistics and ``("done", slot, stats)``.
 
@@ -39,6 +42,7 @@ import inspect
 import logging
 import multiprocessing
 import os
+import pickle
 import queue
 import signal
 import time
@@ -196,8 +200,9 @@ class TaskSlot:
     def on_barrier(self, checkpoint_id: int) -> tuple:
         """Snapshot every key: the ``("barrier", ...)`` message."""
         self.clock.mark()
-        states = {k: op.snapshot() for k, op in self.ops.items()}
-        payload = {"states": states, "tuples": self.tuples, "windows": self.windows, "late": self.late}
+        states = pickle.dumps({k: op.snapshot() for k, op in self.ops.items()}, protocol=pickle.HIGHEST_PROTOCOL)
+        payload = {"states": states, "keys": len(self.ops), "tuples": self.tuples, "windows": self.windows,
+                   "late": self.late}
         self.clock.lap("snapshot")
         return ("barrier", self.spec.index, checkpoint_id, payload)
 
