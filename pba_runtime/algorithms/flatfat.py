@@ -146,6 +146,11 @@ class FlatFAT:
     def repair(self, slots: Iterable[int]) -> None:
         """Recompute the ancestors of the written ``slots``, one level at a time (each node once)."""
         t, c, cap = self._t, self._combine, self._cap
+        if not isinstance(slots, (list, tuple)):
+            slots = list(slots)
+        if len(slots) <= 2:  # the per-tuple case (one push, one pop): two paths that meet at their LCA
+            self._repair_paths(slots)
+            return
         level = {(cap + i) >> 1 for i in slots}
         n = 0
         while level:
@@ -162,6 +167,30 @@ class FlatFAT:
                 if v > 1:
                     nxt.add(v >> 1)
             level = nxt
+        self.combines += n
+
+    def _repair_paths(self, slots) -> None:
+        t, c, cap = self._t, self._combine, self._cap
+        it = iter(slots)
+        u = next(it, None)
+        if u is None:
+            return
+        u = (cap + u) >> 1
+        v = next(it, None)
+        v = u if v is None else (cap + v) >> 1
+        n = 0
+        while u:
+            for w in ((u,) if u == v else (u, v)):
+                a, b = t[2 * w], t[2 * w + 1]
+                if a is EMPTY:
+                    t[w] = b
+                elif b is EMPTY:
+                    t[w] = a
+                else:
+                    t[w] = c(a, b)
+                    n += 1
+            u >>= 1
+            v >>= 1
         self.combines += n
 
     # ------------------------------------------------------------------ queries

@@ -66,15 +66,17 @@ __all__ = ["PBA", "SBA", "build_lcs", "PYTHON_LOOP_COSTS"]
 log = logging.getLogger("pba_runtime")
 
 #: Chunk planning costs for aggregations without a kernel. Their lcs is a Python
-#: loop of ``combine`` (0.12-0.16 us per element on the 2-core project machine
-#: under load, bench/bench_process_pool.py), not numpy: about 0.2 of a main-loop
-#: insert (~1 us) rather than :data:`pba_runtime.chunking.DEFAULT_COSTS`' 0.03,
-#: and a hand-off to a worker process and back costs up to ~2 ms (2000 inserts)
-#: when the machine is busy. With the numpy constants a ``W[2^17, 1]`` chunk
-#: (b = 126671) leaves 4400 tuples of slack for a ~15 ms Python lcs: every chunk
-#: stalls. SBA and PBA plan alike, so they still get the same chunks (and the
-#: same bits) for a given window and aggregation.
-PYTHON_LOOP_COSTS = CostModel(worker=0.2, launch=2000.0)
+#: loop of ``combine``, not numpy: on the 2-core project machine 0.12-0.16 us per
+#: element when a core is free, and 0.2-0.45 us (a 107560-row lcs in 22-50 ms)
+#: when it is shared, against 1-2.5 us per main-loop insert
+#: (bench/bench_process_pool.py): about 0.3 of an insert rather than
+#: :data:`pba_runtime.chunking.DEFAULT_COSTS`' 0.03 for numpy; and a hand-off to a
+#: worker process and back costs up to ~2 ms (2000 inserts) on a busy machine.
+#: With the numpy constants a ``W[2^17, 1]`` chunk (b = 126671) leaves 4400
+#: tuples of slack for a 15-50 ms Python lcs, so every chunk stalls; these give
+#: b = 99286 (31786 tuples of slack). SBA and PBA plan alike, so they still get
+#: the same chunks (and the same bits) for a given window and aggregation.
+PYTHON_LOOP_COSTS = CostModel(worker=0.3, launch=2000.0)
 
 def build_lcs(agg: Aggregation, saa: Any) -> Any:
     """The lcs of one chunk: ``lcs[j] = saa[j] (+) ... (+) saa[b-1]``.

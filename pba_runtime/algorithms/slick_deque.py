@@ -31,7 +31,7 @@ from __future__ import annotations
 from typing import Any
 
 from .base import SlicedAggregator, sizeof
-from .two_stacks import grow_ring, ring_capacity
+from .two_stacks import fast_path_flags, grow_ring, ring_capacity
 
 __all__ = ["SlickDeque"]
 
@@ -64,7 +64,32 @@ class SlickDeque(SlicedAggregator):
         self._cap = ring_capacity(self._q + 2)
         self._vals: list = [None] * self._cap  # deque of candidate partials
         self._idx: list = [0] * self._cap  # their slice numbers
+        self._fast, self._passthrough, self._lower_float = fast_path_flags(self)
         self._reset_merger()
+
+    def insert(self, value: Any, timestamp: int | None = None) -> list[tuple[int, Any]]:
+        if not self._fast or self._flushed or self._closed:
+            return super().insert(value, timestamp)
+        # count window, slide 1: push, pop, query inlined (the same steps as the slicing layer)
+        p = value if self._passthrough and value.__class__ is float else self.agg.lift(value)
+        self._push(p)
+        n = self._n = self._n + 1
+        self._back = self._back + 1
+        k = n - self._r
+        if k < 0:
+            return []
+        mask = self._cap - 1
+        while self._front < k:
+            h = self._h
+            if h < self._t and self._idx[h & mask] == self._popped:
+                self._vals[h & mask] = None
+                self._h = h + 1
+            self._popped += 1
+            self._front += 1
+        res = self._vals[self._h & mask] if self._h < self._t else self._ident
+        self._next_k = k + 1
+        self._emitted += 1
+        return [(n, res if self._lower_float and res.__class__ is float else self.agg.lower(res))]
 
     def _reset_merger(self) -> None:
         self._h = self._t = 0  # deque = ring positions [h, t)

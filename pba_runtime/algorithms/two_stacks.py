@@ -24,9 +24,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..aggregations import BUILTIN_AGGREGATIONS
 from .base import SlicedAggregator, sizeof
 
-__all__ = ["TwoStacks", "ring_capacity"]
+__all__ = ["TwoStacks", "ring_capacity", "grow_ring", "fast_path_flags"]
 
 #: Largest ring preallocated up front; bigger windows grow it by doubling while they fill.
 PREALLOC_MAX = 1 << 12
@@ -44,6 +45,19 @@ def ring_capacity(slots: int) -> int:
     while cap < slots and cap < PREALLOC_MAX:
         cap <<= 1
     return cap
+
+
+def fast_path_flags(op: SlicedAggregator) -> tuple[bool, bool, bool]:
+    """``(fast, passthrough, lower_float)`` for a fused per-tuple ``insert``.
+
+    *fast*: count window with slide 1 and a non-positional aggregation (one slice
+    per tuple: push, pop, query); *passthrough*: built-in max/min/sum lift a
+    Python float to itself; *lower_float*: ``lower`` is ``float``.
+    """
+    agg = op.agg
+    fast = not op._is_time and op._s == 1 and not agg.positional
+    passthrough = agg is BUILTIN_AGGREGATIONS.get(agg.name) and agg.name in ("max", "min", "sum")
+    return fast, passthrough, agg.lower is float
 
 
 def grow_ring(bufs: list[list], lo: int, hi: int, cap: int) -> int:
@@ -87,7 +101,41 @@ class TwoStacks(SlicedAggregator):
         self._vals: list = [None] * self._cap
         self._aggs: list = [None] * self._cap
         self._flips = 0
+        self._fast, self._passthrough, self._lower_float = fast_path_flags(self)
         self._reset_merger()
+
+    def insert(self, value: Any, timestamp: int | None = None) -> list[tuple[int, Any]]:
+        if not self._fast or self._flushed or self._closed:
+            return super().insert(value, timestamp)
+        # count window, slide 1: push, pop, query inlined (the same steps as the slicing layer)
+        p = value if self._passthrough and value.__class__ is float else self.agg.lift(value)
+        e = self._e
+        if e - self._f == self._cap:
+            self._grow()
+        mask = self._cap - 1
+        self._vals[e & mask] = p
+        self._bagg = p if e == self._b else self._combine(self._bagg, p)
+        e = self._e = e + 1
+        n = self._n = self._n + 1
+        self._back = self._back + 1
+        k = n - self._r
+        if k < 0:
+            return []
+        while self._front < k:
+            if self._f == self._b:
+                self._flip()
+            self._f += 1
+            self._front += 1
+        f, b = self._f, self._b
+        if f == b:
+            res = self._bagg
+        else:
+            res = self._aggs[f & mask]
+            if b != e:
+                res = self._combine(res, self._bagg)
+        self._next_k = k + 1
+        self._emitted += 1
+        return [(n, res if self._lower_float and res.__class__ is float else self.agg.lower(res))]
 
     # ------------------------------------------------------------------ merger
     def _reset_merger(self) -> None:
