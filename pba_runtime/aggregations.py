@@ -205,8 +205,9 @@ class UfuncKernel(Kernel):
 class StdKernel(Kernel):
     """Partials ``(n, mean, M2)`` merged with Chan et al.'s pairwise update (numerically stable).
 
-    Prefix sums are taken over power sums shifted by each row's own mean, so they
-    stay accurate without a per-element Python loop.
+    Prefix sums are taken over power sums shifted by the first slice of each
+    prefix (the last, for suffixes), so they stay accurate without a per-element
+    Python loop.
     """
 
     shape = (3,)
@@ -247,9 +248,18 @@ class StdKernel(Kernel):
     def accumulate(self, parts, axis, reverse=False, out=None):
         if out is None:
             out = np.empty_like(parts)
+        if parts.shape[axis] == 0:
+            return out
         cnt, mean, m2 = parts[..., 0], parts[..., 1], parts[..., 2]
-        total = cnt.sum(axis=axis, keepdims=True)
-        ref = np.divide((cnt * mean).sum(axis=axis, keepdims=True), total, out=np.zeros_like(total), where=total > 0)
+        # Shift by a slice that lies inside every prefix (suffix, when reverse) the scan
+        # produces: the first (last) non-empty slice. Cancellation in Q - S*mu is then
+        # bounded by the prefix's own spread, not by far-away values of the same chunk.
+        filled = cnt > 0
+        if reverse:
+            at = cnt.shape[axis] - 1 - np.argmax(np.flip(filled, axis=axis), axis=axis)
+        else:
+            at = np.argmax(filled, axis=axis)
+        ref = np.take_along_axis(mean, np.expand_dims(at, axis), axis=axis)
         dev = mean - ref
         s = cnt * dev
         q = m2 + s * dev

@@ -11,6 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import pba_runtime as pr
+from oracle import time_windows
 from pba_runtime.chunking import CostModel, generalized_chunk_size
 
 
@@ -272,3 +273,19 @@ def test_iterables_and_repeated_flush(alg):
         ends, res = op.insert_many(float(v) for v in range(4))
         assert ends.tolist() == [2, 3, 4] and res.tolist() == [1.0, 3.0, 5.0]
         assert op.flush()[0].tolist() == [] and op.flush()[0].tolist() == []
+
+
+@pytest.mark.parametrize("alg", ["sba", "pba"])
+def test_std_keeps_tiny_variances_beside_large_values(alg):
+    """Reported by the baselines work: a suffix of tiny values must not be shifted by a far-away mean."""
+    win = pr.TimeWindow(range=9, slide=1)
+    values, ts = [567.0, 0.0, 1e-5, 0.0], [-10, -3, -2, 0]
+    _, want = time_windows(values, ts, 9, 1, "std")
+    for run in ("tuples", "batch"):
+        with pr.create(alg, win, "std") as op:
+            if run == "tuples":
+                got = [res for v, t in zip(values, ts) for _, res in op.insert(v, t)]
+            else:
+                got = list(op.insert_many(values, ts)[1])
+            got += list(op.flush()[1])
+        np.testing.assert_allclose(got, want, rtol=1e-9, equal_nan=True)
