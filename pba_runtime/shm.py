@@ -178,13 +178,17 @@ class ShmBlock:
         nbytes = max(int(nbytes), 1)
         while True:
             name = f"{SHM_PREFIX}{os.getpid()}_{next(_counter)}_{secrets.token_hex(4)}"
+            with _live_lock:  # known before it exists: an interrupt right after shm_open cannot leak it
+                _live[name] = os.getpid()
             try:
                 fd = _posixshmem.shm_open("/" + name, os.O_CREAT | os.O_EXCL | os.O_RDWR, mode=0o600)
-            except FileExistsError:  # pragma: no cover
-                continue
+            except BaseException as exc:
+                with _live_lock:
+                    _live.pop(name, None)
+                if isinstance(exc, FileExistsError):  # pragma: no cover
+                    continue
+                raise
             break
-        with _live_lock:
-            _live[name] = os.getpid()
         try:
             try:
                 os.posix_fallocate(fd, 0, nbytes)  # a full /dev/shm fails here, not with SIGBUS on a write
