@@ -21,7 +21,7 @@ TimeWindow(range=3600000, slide=1000, offset=0)
 """
 
 from .arrow_runner import RunnerConfig, run_keyed_batches
-from .dataframe import executor_cores_of, sliding_window_aggregate
+from .dataframe import cores_per_task_of, executor_cores_of, sliding_window_aggregate
 from .intervals import parse_interval, time_window
 from .rdd import pba_partition_function
 from .runtime import (
@@ -44,6 +44,7 @@ __all__ = [
     "algorithm_metrics",
     "choose_algorithm",
     "close_worker_pool",
+    "cores_per_task_of",
     "executor_cores_of",
     "parse_interval",
     "pba_partition_function",

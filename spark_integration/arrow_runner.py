@@ -86,8 +86,8 @@ class RunnerConfig:
         The user's column names, for error messages.
     batch_rows : int
         A key's rows are fed to ``insert_many`` in pieces of at least this many.
-    executor_cores : int, optional
-        Cores of the executor, from the driver (``None``: ask the worker's CPU affinity).
+    cores_per_task : int, optional
+        Cores one task may use, from the driver (``None``: unknown).
     pool_workers : int
     pool_factory : callable, optional
         ``factory(workers) -> pba_runtime.WorkerPool`` (default: a thread pool).
@@ -115,7 +115,7 @@ class RunnerConfig:
     value_label: str = "value"
     order_label: str = "order_by"
     batch_rows: int = 1 << 17
-    executor_cores: int | None = None
+    cores_per_task: int | None = None
     pool_workers: int = 1
     pool_factory: Callable[[int], pr.WorkerPool] | None = None
     metrics: Any = None
@@ -250,8 +250,8 @@ class _Runner:
         else:
             self.channels = [(cfg.agg, VALUE_COL)]
         self.slide = cfg.window.slide
-        local = rt.local_cores()  # a worker pinned to one CPU is a one-core executor whatever the conf says
-        self.cores = 1 if local == 1 else (local if cfg.executor_cores is None else cfg.executor_cores)
+        local = rt.local_cores()  # a worker pinned to one CPU has one core whatever the conf says
+        self.cores = 1 if local == 1 else cfg.cores_per_task
         self.min_piece = max(int(cfg.batch_rows), 1)
         self.cur: _KeyState | None = None
         self.pending: list[tuple[list[pa.Array], np.ndarray, Any, str]] = []
@@ -262,7 +262,7 @@ class _Runner:
     def _open(self, st: _KeyState, key_slices: int | None) -> None:
         cfg = self.cfg
         for agg, _ in self.channels:
-            st.kops.append(rt.KeyOperator.open(cfg.algorithm, cfg.window, agg, executor_cores=self.cores,
+            st.kops.append(rt.KeyOperator.open(cfg.algorithm, cfg.window, agg, cores=self.cores,
                                                key_slices=key_slices, min_slices=cfg.min_slices,
                                                pool_workers=cfg.pool_workers, pool_factory=cfg.pool_factory))
         log.debug("spark_integration: key %s runs %s (%s)", _key_repr(st.key_row, cfg.key_names),

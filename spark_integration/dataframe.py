@@ -40,7 +40,7 @@ from .arrow_runner import (
 )
 from .intervals import as_window
 
-__all__ = ["sliding_window_aggregate", "executor_cores_of"]
+__all__ = ["sliding_window_aggregate", "executor_cores_of", "cores_per_task_of"]
 
 TRANSPORTS = ("mapInArrow", "applyInArrow")
 
@@ -66,6 +66,20 @@ def executor_cores_of(spark: Any) -> int | None:
         return int(m.group(1))
     conf = sc.getConf().get("spark.executor.cores")
     return int(conf) if conf else None
+
+
+def cores_per_task_of(spark: Any) -> int | None:
+    """Cores one task of ``spark`` may use: ``spark.task.cpus`` (default 1), at most an executor's cores.
+
+    Examples
+    --------
+    >>> cores_per_task_of(spark)  # doctest: +SKIP
+    1
+    """
+    sc = getattr(spark, "sparkContext", spark)
+    task = int(sc.getConf().get("spark.task.cpus", "1") or 1)
+    ex = executor_cores_of(sc)
+    return task if ex is None else min(task, ex)
 
 
 def _resolve(df: Any, name: Any, what: str) -> str:
@@ -167,7 +181,7 @@ def sliding_window_aggregate(
     metrics: rt.AlgorithmMetrics | None = None,
     algorithm_column: bool = False,
     batch_rows: int = 1 << 17,
-    executor_cores: int | None = None,
+    cores_per_task: int | None = None,
     pool_workers: int = 1,
     pool_factory: Callable[[int], pr.WorkerPool] | None = None,
     min_slices: int | None = None,
@@ -218,8 +232,9 @@ def sliding_window_aggregate(
         Add a string column ``algorithm`` (the algorithm that computed each row).
     batch_rows : int
         A key's rows go to ``insert_many`` in pieces of at least this many.
-    executor_cores : int, optional
-        Overrides the executor core count found from the master URL / ``spark.executor.cores``.
+    cores_per_task : int, optional
+        Cores one task may use; default :func:`cores_per_task_of` (``spark.task.cpus``,
+        at most the executor's cores). Below 2, ``"auto"`` runs SBA (reason ``one_core``).
     pool_workers : int
         Threads of the per-process worker pool.
     pool_factory : callable, optional
@@ -314,7 +329,7 @@ def sliding_window_aggregate(
         value_label=value_name,
         order_label=order_name,
         batch_rows=batch_rows,
-        executor_cores=executor_cores if executor_cores is not None else executor_cores_of(df.sparkSession),
+        cores_per_task=cores_per_task if cores_per_task is not None else cores_per_task_of(df.sparkSession),
         pool_workers=pool_workers,
         pool_factory=pool_factory,
         metrics=metrics,

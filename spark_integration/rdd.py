@@ -108,7 +108,7 @@ def pba_partition_function(
     nulls: str = "fail",
     batch_size: int = 4096,
     metrics: rt.AlgorithmMetrics | None = None,
-    executor_cores: int | None = None,
+    cores_per_task: int | None = None,
     pool_workers: int = 1,
     pool_factory: Callable[[int], pr.WorkerPool] | None = None,
     min_slices: int | None = None,
@@ -136,8 +136,8 @@ def pba_partition_function(
         Records buffered per key before ``insert_many``.
     metrics : AlgorithmMetrics, optional
         Counts which algorithm ran (a Spark accumulator; see :func:`spark_integration.algorithm_metrics`).
-    executor_cores : int, optional
-        Cores of the executor (``1`` forces SBA under ``"auto"``); default: unknown.
+    cores_per_task : int, optional
+        Cores one task may use (below 2, ``"auto"`` runs SBA: reason ``one_core``); default: unknown.
     pool_workers, pool_factory, min_slices
         As in :func:`spark_integration.sliding_window_aggregate`.
 
@@ -184,7 +184,7 @@ def pba_partition_function(
             if final:  # the whole key is buffered: its size is known
                 n = len(st.vals)
                 key_slices = (n // slide) if not is_time else ((st.ts[-1] - st.ts[0]) // slide + 1 if n else 0)
-            st.kop = rt.KeyOperator.open(algorithm, win, aggregation, executor_cores=state["cores"],
+            st.kop = rt.KeyOperator.open(algorithm, win, aggregation, cores=state["cores"],
                                          key_slices=key_slices, min_slices=min_slices,
                                          pool_workers=pool_workers, pool_factory=pool_factory)
         op = st.kop.op
@@ -202,7 +202,7 @@ def pba_partition_function(
 
     def partition(records: Iterable[Any]) -> Iterator[tuple[Any, int, Any]]:
         local = rt.local_cores()
-        state = {"cores": 1 if local == 1 else (executor_cores if executor_cores is not None else None),
+        state = {"cores": 1 if local == 1 else cores_per_task,
                  "counts": {}}
         keys: dict[Any, _Key] = {}
         try:

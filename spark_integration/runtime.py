@@ -15,8 +15,12 @@ together with the process, so nothing outlives the worker either way.
 
 * ``small_window``: the window has fewer than :data:`SPARK_PBA_MIN_SLICES`
   slices (``range // slide``);
-* ``one_core``: the executor has one core (``local[1]``, ``spark.executor.cores=1``,
-  or a worker process pinned to one CPU);
+* ``one_core``: a task has fewer than two cores to itself: ``spark.task.cpus``
+  is 1 (the default: every core runs a task of its own, so PBA's worker thread
+  would only compete with another task), the executor has one core
+  (``local[1]``, ``spark.executor.cores=1``), or the worker process is pinned to
+  one CPU. Measured on local[2] (``bench/bench_spark.py``): forced PBA was slower
+  than SBA there; set ``spark.task.cpus=2`` to give each task a core for its pool;
 * ``small_key``: the key's whole stream has fewer slices than a batch needs
   before PBA hands work to the pool (``pba_runtime.batch.PARALLEL_BATCH_MIN``),
   so PBA could only add overhead;
@@ -37,13 +41,13 @@ the counts, one WARNING when the pool cannot start or dies.
 Examples
 --------
 >>> import pba_runtime as pr
->>> choose_algorithm("auto", pr.CountWindow(range=64, slide=1), executor_cores=2)
+>>> choose_algorithm("auto", pr.CountWindow(range=64, slide=1), cores=2)
 ('sba', 'small_window')
->>> choose_algorithm("auto", pr.CountWindow(range=8192, slide=1), executor_cores=1)
+>>> choose_algorithm("auto", pr.CountWindow(range=8192, slide=1), cores=1)
 ('sba', 'one_core')
->>> choose_algorithm("auto", pr.CountWindow(range=8192, slide=1), executor_cores=2)
+>>> choose_algorithm("auto", pr.CountWindow(range=8192, slide=1), cores=2)
 ('pba', 'large_window')
->>> choose_algorithm("auto", pr.CountWindow(range=8192, slide=1), executor_cores=2, key_slices=1000)
+>>> choose_algorithm("auto", pr.CountWindow(range=8192, slide=1), cores=2, key_slices=1000)
 ('sba', 'small_key')
 """
 
@@ -97,7 +101,7 @@ def local_cores() -> int:
         return os.cpu_count() or 1
 
 
-def choose_algorithm(requested: str, window: pr.CountWindow | pr.TimeWindow, *, executor_cores: int | None = None,
+def choose_algorithm(requested: str, window: pr.CountWindow | pr.TimeWindow, *, cores: int | None = None,
                      key_slices: int | None = None, pool_ok: bool = True, pool_died: bool = False,
                      min_slices: int | None = None) -> tuple[str, str]:
     """``(algorithm, reason)`` for one key partition; see the module docstring for the rules.
@@ -107,8 +111,8 @@ def choose_algorithm(requested: str, window: pr.CountWindow | pr.TimeWindow, *, 
     requested : str
         ``"auto"`` or an algorithm name.
     window : CountWindow or TimeWindow
-    executor_cores : int, optional
-        Cores of the executor (``None``: unknown, not a reason to fall back).
+    cores : int, optional
+        Cores one task may use (``None``: unknown, not a reason to fall back).
     key_slices : int, optional
         Slices in the key's whole stream when it is known to be that short.
     pool_ok, pool_died : bool
@@ -124,7 +128,7 @@ def choose_algorithm(requested: str, window: pr.CountWindow | pr.TimeWindow, *, 
     threshold = SPARK_PBA_MIN_SLICES if min_slices is None else min_slices
     if window.range // window.slide < threshold:
         return "sba", "small_window"
-    if executor_cores is not None and executor_cores < 2:
+    if cores is not None and cores < 2:
         return "sba", "one_core"
     if key_slices is not None and key_slices < PBA_MIN_KEY_SLICES:
         return "sba", "small_key"
@@ -318,7 +322,7 @@ class KeyOperator:
 
     Examples
     --------
-    >>> k = KeyOperator.open("auto", pr.CountWindow(range=3, slide=1), "max", executor_cores=2, key_slices=4)
+    >>> k = KeyOperator.open("auto", pr.CountWindow(range=3, slide=1), "max", cores=2, key_slices=4)
     >>> k.algorithm, k.reason
     ('sba', 'small_window')
     >>> k.op.insert_many([1.0, 5.0, 2.0, 0.0])[1].tolist()
@@ -336,16 +340,16 @@ class KeyOperator:
 
     @classmethod
     def open(cls, requested: str, window: pr.CountWindow | pr.TimeWindow, agg: Any, *,
-             executor_cores: int | None = None, key_slices: int | None = None, min_slices: int | None = None,
+             cores: int | None = None, key_slices: int | None = None, min_slices: int | None = None,
              pool_workers: int = 1, pool_factory: Callable[[int], pr.WorkerPool] | None = None) -> "KeyOperator":
         """Choose the algorithm (:func:`choose_algorithm`), get the process's pool if PBA, build the operator."""
-        alg, why = choose_algorithm(requested, window, executor_cores=executor_cores, key_slices=key_slices,
+        alg, why = choose_algorithm(requested, window, cores=cores, key_slices=key_slices,
                                     min_slices=min_slices)
         guard = None
         if alg == "pba":
             pool, failed = worker_pool(pool_workers, pool_factory)
             if pool is None:
-                alg, why = choose_algorithm(requested, window, executor_cores=executor_cores, key_slices=key_slices,
+                alg, why = choose_algorithm(requested, window, cores=cores, key_slices=key_slices,
                                             min_slices=min_slices, pool_ok=False, pool_died=failed == "pool_died")
             else:
                 guard = GuardedPool(pool)

@@ -209,13 +209,13 @@ def test_intervals():
 # --------------------------------------------------------------------------- algorithm choice and the pool
 def test_choose_algorithm_rules():
     big, small = pr.CountWindow(range=8192, slide=1), pr.CountWindow(range=64, slide=1)
-    assert rt.choose_algorithm("auto", small, executor_cores=4) == ("sba", "small_window")
-    assert rt.choose_algorithm("auto", big, executor_cores=1) == ("sba", "one_core")
-    assert rt.choose_algorithm("auto", big, executor_cores=2, key_slices=10) == ("sba", "small_key")
-    assert rt.choose_algorithm("auto", big, executor_cores=2, pool_ok=False) == ("sba", "pool_unavailable")
-    assert rt.choose_algorithm("auto", big, executor_cores=2, pool_ok=False, pool_died=True) == ("sba", "pool_died")
-    assert rt.choose_algorithm("auto", big, executor_cores=None) == ("pba", "large_window")
-    assert rt.choose_algorithm("pba", small, executor_cores=1) == ("pba", "requested")
+    assert rt.choose_algorithm("auto", small, cores=4) == ("sba", "small_window")
+    assert rt.choose_algorithm("auto", big, cores=1) == ("sba", "one_core")
+    assert rt.choose_algorithm("auto", big, cores=2, key_slices=10) == ("sba", "small_key")
+    assert rt.choose_algorithm("auto", big, cores=2, pool_ok=False) == ("sba", "pool_unavailable")
+    assert rt.choose_algorithm("auto", big, cores=2, pool_ok=False, pool_died=True) == ("sba", "pool_died")
+    assert rt.choose_algorithm("auto", big, cores=None) == ("pba", "large_window")
+    assert rt.choose_algorithm("pba", small, cores=1) == ("pba", "requested")
     assert rt.choose_algorithm("pba", small, pool_ok=False) == ("sba", "pool_unavailable")
     assert rt.choose_algorithm("sba", big) == ("sba", "requested")
     assert rt.choose_algorithm("auto", small, min_slices=8) == ("pba", "large_window")
@@ -268,7 +268,7 @@ def test_dying_pool_loses_no_window():
     n = 3 * rt.PBA_MIN_KEY_SLICES  # large enough for the batch path to use the pool
     v = rng.random(n)
     m = si.AlgorithmMetrics()
-    cfg = RunnerConfig(key_names=("key",), window=pr.CountWindow(range=1024, slide=1), agg="max", executor_cores=2,
+    cfg = RunnerConfig(key_names=("key",), window=pr.CountWindow(range=1024, slide=1), agg="max", cores_per_task=2,
                        pool_factory=_dying_pool, metrics=m, batch_rows=n)
     batches = [pa.RecordBatch.from_pydict({"key": [k] * n, VALUE_COL: v}) for k in ("a", "b")]
     out = pa.Table.from_batches(list(run_keyed_batches(cfg, batches)))

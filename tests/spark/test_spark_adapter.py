@@ -197,7 +197,7 @@ def test_sba_fallback_is_chosen_and_equal(spark, df, case):
     kwargs = {"algorithm_column": True}
     window = pr.CountWindow(range=64, slide=5)
     if case == "one_core":
-        kwargs["executor_cores"] = 1
+        kwargs["cores_per_task"] = 1
         kwargs["min_slices"] = 1  # the window alone would run PBA
     elif case == "pool_unavailable":
         def cannot_start(workers):  # nested: pickled by value to the workers
@@ -227,7 +227,7 @@ def test_pba_runs_for_a_large_window_and_key(spark):
     d = d.cache()
     metrics = si.algorithm_metrics(spark)
     out = si.sliding_window_aggregate(d, key="k", order_by="t", value="v", window=pr.CountWindow(range=2048, slide=1),
-                                      agg="max", metrics=metrics, algorithm_column=True, executor_cores=2)
+                                      agg="max", metrics=metrics, algorithm_column=True, cores_per_task=2)
     try:
         spark.conf.set("spark.sql.window.segmentTree.enabled", "true")
         _assert_same(out.drop("algorithm"), _native_count(d, 2048, 1, "max"), "max")
