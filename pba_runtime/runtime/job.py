@@ -578,13 +578,27 @@ class _Run:
             q.cancel_join_thread()
 
     def _close_queues(self) -> None:
-        for q in [*self.in_qs, self.out_q]:
-            if q is not None:
-                q.close()
+        """Close the queues and wait for their feeder threads.
+
+        A feeder thread (a daemon) drops the last references to its queue's
+        semaphores when it ends; if that happens during interpreter shutdown,
+        the thread can be stopped between unlinking a semaphore and telling the
+        resource tracker, which then warns about a "leaked semaphore". Joining
+        the feeders here ends them while the interpreter is fully alive (after
+        a normal end they have nothing left to send; after an abort the joins
+        were cancelled and return at once).
+        """
+        queues = [q for q in [*self.in_qs, self.out_q] if q is not None]
+        for q in queues:
+            q.close()
+        for q in queues:
+            q.join_thread()
         for p in self.procs:
             if p.exitcode is None:
                 p.join(timeout=1)
-            p.close() if p.exitcode is not None else None
+            if p.exitcode is not None:
+                p.close()
+        self.in_qs, self.out_q, self.procs = [], None, []
 
 
 def _install_sigusr1(event: threading.Event) -> Any:
