@@ -19,15 +19,34 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci" if os.environ.ge
 
 def _shm() -> set[str]:
     try:
-        return {n for n in os.listdir("/dev/shm") if n.startswith(("pba", "psm_"))}
+        return {n for n in os.listdir("/dev/shm") if n.startswith("pba_")}
     except FileNotFoundError:
         return set()
 
 
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _ours(name: str) -> bool:
+    """Blocks are named pba_<creator pid>_...: ours, or left by a process that has died."""
+    try:
+        pid = int(name.split("_")[1])
+    except (IndexError, ValueError):
+        return True
+    return pid == os.getpid() or not _alive(pid)
+
+
 @pytest.fixture(scope="session", autouse=True)
 def no_leaked_shared_memory():
-    """Fail the session if it leaves shared-memory segments behind."""
+    """Fail the session if it leaves shared-memory segments behind (other live sessions' are not ours)."""
     before = _shm()
     yield
-    leaked = _shm() - before
+    leaked = {n for n in _shm() - before if _ours(n)}
     assert not leaked, f"shared-memory segments left in /dev/shm: {sorted(leaked)}"

@@ -289,3 +289,23 @@ def test_std_keeps_tiny_variances_beside_large_values(alg):
                 got = list(op.insert_many(values, ts)[1])
             got += list(op.flush()[1])
         np.testing.assert_allclose(got, want, rtol=1e-9, equal_nan=True)
+
+
+@pytest.mark.parametrize("alg", ["recal", "sba", "pba", "two_stacks", "daba", "flatfat", "fiba"])
+def test_snapshot_is_a_copy_not_a_view(alg):
+    """Reported by the runtime work: later inserts must not change an earlier snapshot."""
+    win = pr.TimeWindow(range=2000, slide=500)
+    t = np.arange(0, 60_000, 7)
+    v = np.random.default_rng(0).random(len(t))
+    for lateness in (None, 0):
+        opts = {} if lateness is None else {"allowed_lateness": lateness}
+        with pr.create(alg, win, "max", **opts) as op:
+            op.insert_many(v[:5000], t[:5000])
+            for i in range(5000, 5050):
+                op.insert(float(v[i]), int(t[i]))
+            snap = op.snapshot()
+            before = pickle.dumps(snap)
+            op.insert_many(v[5050:5400], t[5050:5400])
+            for i in range(5400, 5500):
+                op.insert(float(v[i]), int(t[i]))
+            assert pickle.dumps(snap) == before

@@ -20,6 +20,7 @@ so its result is ``lower(query() (+) head)``.
 
 from __future__ import annotations
 
+import copy
 import numbers
 import sys
 from typing import Any, ClassVar
@@ -170,7 +171,8 @@ class WindowOperator:
             "algorithm": self.name,
             "window": self.window,
             "aggregation": self.agg.name,
-            "state": self._get_state(),
+            # a copy: buffers the operator keeps mutating must not leak into the snapshot
+            "state": copy.deepcopy(self._get_state()),
         }
 
     def restore(self, state: dict[str, Any]) -> "WindowOperator":
@@ -180,7 +182,7 @@ class WindowOperator:
         for key, mine in (("algorithm", self.name), ("window", self.window), ("aggregation", self.agg.name)):
             if state.get(key) != mine:
                 raise ValueError(f"state was taken with {key} {state.get(key)!r}, this operator has {mine!r}")
-        self._set_state(state["state"])
+        self._set_state(copy.deepcopy(state["state"]))
         return self
 
     def __repr__(self) -> str:
