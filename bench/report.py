@@ -1,0 +1,495 @@
+"""Regenerate ``bench/BENCHMARKS.md`` from the experiments' JSON files (issue 7).
+
+Reads ``exp_throughput.json``, ``exp_latency.json`` and ``exp_scaling.json``
+from ``--results`` (default ``bench/results``; a missing file leaves its
+sections out) and writes the Markdown report: the machine and its load, each
+claim of the PBA paper marked **holds** / **does not hold** here with the figure
+and the reason (computed from the numbers, criteria stated), the issue's goals
+measured side by side, the tables behind the figures, links to the PNGs, and
+why the results differ from the paper's.
+
+    python bench/report.py
+    python bench/report.py --results /tmp/smoke --out /tmp/smoke/BENCHMARKS.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import exp_common as C  # noqa: E402
+
+PER_TUPLE = ["recal", "two_stacks", "daba", "slick_deque", "flatfat", "sba", "pba"]
+LAT_ALGS = ["two_stacks", "slick_deque", "daba", "sba", "pba"]
+PAPER_NAMES = {"two_stacks": "TS", "slick_deque": "SD", "daba": "DABA", "sba": "SBA", "pba": "PBA"}
+LARGE = 1 << 15
+
+
+# --------------------------------------------------------------------------- small helpers
+def med(cell: dict | None) -> float | None:
+    """The median of a spread cell (``None`` when missing)."""
+    return None if not cell else cell.get("median")
+
+
+def paired(a: dict | None, b: dict | None) -> float | None:
+    """Median over repetitions of ``a / b`` measured in the same repetition; ratio of medians otherwise."""
+    if not a or not b or not med(a) or not med(b):
+        return None
+    xa, xb = a.get("all") or [], b.get("all") or []
+    if len(xa) == len(xb) and xa:
+        return statistics.median(x / y for x, y in zip(xa, xb))
+    return med(a) / med(b)
+
+
+def rate(x: float | None) -> str:
+    """Millions per second, 2-3 significant digits."""
+    if x is None:
+        return "-"
+    v = x / 1e6
+    return f"{v:.3g}" if v < 100 else f"{v:.0f}"
+
+
+def ratio(x: float | None) -> str:
+    return "-" if x is None else f"{x:.2f}x"
+
+
+def range_label(r: int) -> str:
+    return f"2^{r.bit_length() - 1}" if r & (r - 1) == 0 else str(r)
+
+
+def minutes(ms: int) -> str:
+    return f"{ms / 60_000:g} min" if ms >= 60_000 else f"{ms / 1000:g} s"
+
+
+def verdict(ok: bool | None) -> str:
+    return "n/a (not measured)" if ok is None else ("**holds**" if ok else "**does not hold**")
+
+
+def met(ok: bool | None) -> str:
+    return "n/a" if ok is None else ("**met**" if ok else "**not met**")
+
+
+def img(name: str | None, alt: str) -> str:
+    return f"![{alt}](results/{name})" if name else f"_({alt}: no plot, matplotlib missing)_"
+
+
+def table(head: list[str], rows: list[list[Any]]) -> list[str]:
+    out = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
+    out += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
+    return out + [""]
+
+
+def points(tp: dict, section: str, datasets=("uniform", "debs12"), field: str = "per_tuple", min_x: int = 0):
+    """``(dataset, x, {name: cell})`` for every point of a throughput section with ``x >= min_x``."""
+    sec = tp.get(section) or {}
+    if "x" in sec:  # time sections: one data set
+        sec = {"debs12": sec}
+    for d in datasets:
+        if d not in sec:
+            continue
+        row = sec[d]
+        for i, x in enumerate(row["x"]):
+            if x >= min_x:
+                yield d, x, {a: cells[i] for a, cells in row.get(field, {}).items() if i < len(cells)}
+
+
+# --------------------------------------------------------------------------- claims and goals
+def claim_pba_best(tp: dict) -> tuple[bool | None, str]:
+    """(1) PBA's per-tuple throughput is the highest at every large window (count >= 2^15; time ranges)."""
+    pts = ([(d, range_label(x), c) for d, x, c in points(tp, "count_range", min_x=LARGE)]
+           + [("time windows", minutes(x), c) for _, x, c in points(tp, "time_range")])
+    if not pts:
+        return None, "no data"
+    wins, worst = 0, None
+    for d, x, cells in pts:
+        others = {a: med(c) for a, c in cells.items() if a != "pba" and med(c)}
+        best_other = max(others, key=others.get)
+        r = med(cells.get("pba")) / others[best_other] if med(cells.get("pba")) else 0.0
+        wins += r >= 1.0
+        if worst is None or r < worst[0]:
+            worst = (r, d, x, best_other)
+    ok = wins == len(pts)
+    r, d, x, who = worst
+    return ok, (f"PBA has the highest median at {wins} of {len(pts)} large-window points (count ranges >= 2^15 "
+                f"on both data sets, time ranges 6-60 min); its worst point is {r:.2f}x of {who} ({d}, {x}).")
+
+
+def claim_sba_above(tp: dict) -> tuple[bool | None, str]:
+    """(2) SBA's per-tuple throughput above Two-Stacks' and SlickDeque's at every count range."""
+    pts = list(points(tp, "count_range"))
+    if not pts:
+        return None, "no data"
+    r_ts = [paired(c.get("sba"), c.get("two_stacks")) for _, _, c in pts]
+    r_sd = [paired(c.get("sba"), c.get("slick_deque")) for _, _, c in pts]
+    above = sum(1 for a, b in zip(r_ts, r_sd) if a and b and a > 1 and b > 1)
+    return above == len(pts), (f"SBA is above both at {above} of {len(pts)} points (count windows, slide 1, "
+                               f"2^3-2^20, both data sets); SBA / Two-Stacks median {statistics.median(r_ts):.2f}x "
+                               f"(range {min(r_ts):.2f}-{max(r_ts):.2f}), SBA / SlickDeque median "
+                               f"{statistics.median(r_sd):.2f}x ({min(r_sd):.2f}-{max(r_sd):.2f}).")
+
+
+def _lat_rows(lat: dict, group: str, kind: str):
+    for r, kinds in (lat.get(group) or {}).items():
+        yield int(r), kinds.get(kind, {})
+
+
+def claim_pba_no_spikes(lat: dict) -> tuple[bool | None, str]:
+    """(3) PBA has no latency spikes: CPU-time spike height <= 5x its median and Max <= 1/5 of Two-Stacks'."""
+    rows = [(g, r, row) for g in ("count", "time") for r, row in _lat_rows(lat, g, "cpu")]
+    if not rows:
+        return None, "no data"
+    parts, ok = [], True
+    for g, r, row in rows:
+        p, ts = row["pba"]["stats"], row["two_stacks"]["stats"]
+        spike = p["spike"] / p["med"]
+        mx = p["max"] / ts["max"]
+        ok &= spike <= 5 and mx <= 0.2
+        stalls = row["pba"].get("extra", {}).get("stalls")
+        label = range_label(r) if g == "count" else minutes(r)
+        parts.append(f"{label}: spike/median {spike:.1f}, Max/TS Max {mx:.2f}"
+                     + (f", {stalls} stalls" if stalls is not None else ""))
+    return ok, ("criterion (CPU time, thread_time_ns): PBA's typical spike (median of the windows/range largest "
+                "latencies) <= 5x its median and its Max <= 1/5 of Two-Stacks'. " + "; ".join(parts) + ".")
+
+
+def claim_ts_growing(lat: dict) -> tuple[bool | None, str]:
+    """(4) Two-Stacks' spikes grow with the range (CPU-time spike height, larger range over smaller)."""
+    parts, ok, any_ = [], True, False
+    for g in ("count", "time"):
+        rows = sorted(_lat_rows(lat, g, "cpu"))
+        if len(rows) < 2:
+            continue
+        any_ = True
+        (r1, a), (r2, b) = rows[0], rows[-1]
+        growth = b["two_stacks"]["stats"]["spike"] / a["two_stacks"]["stats"]["spike"]
+        ok &= growth > 1.3
+        lab = (lambda r: range_label(r)) if g == "count" else minutes
+        parts.append(f"{lab(r1)} -> {lab(r2)}: {a['two_stacks']['stats']['spike'] / 1e3:.0f} -> "
+                     f"{b['two_stacks']['stats']['spike'] / 1e3:.0f} us ({growth:.2f}x; range {r2 / r1:.0f}x)")
+    if not any_:
+        return None, "no data"
+    return ok, ("Two-Stacks' typical flip spike (CPU time) grows by more than 1.3x when the range doubles: "
+                + "; ".join(parts) + ".")
+
+
+def claim_25x(tp: dict) -> tuple[bool | None, str]:
+    """(5) Per-tuple PBA >= 2.5x Two-Stacks at every count range >= 2^15."""
+    pts = list(points(tp, "count_range", min_x=LARGE))
+    if not pts:
+        return None, "no data"
+    rs = [paired(c.get("pba"), c.get("two_stacks")) for _, _, c in pts]
+    batch = [paired(c.get("batch_pba"), c2.get("two_stacks")) for (_, _, c), (_, _, c2)
+             in zip(points(tp, "count_range", field="batch", min_x=LARGE), pts)]
+    batch = [b for b in batch if b]
+    extra = (f" (the batch path, not the paper's setting, is {min(batch):.0f}-{max(batch):.0f}x per-tuple "
+             "Two-Stacks)" if batch else "")
+    return min(rs) >= 2.5, (f"per-tuple PBA / Two-Stacks at 2^15-2^20: {min(rs):.2f}-{max(rs):.2f}x "
+                            f"(median {statistics.median(rs):.2f}x){extra}.")
+
+
+def goals(tp: dict | None, lat: dict | None) -> list[list[str]]:
+    """The issue's three goals: measured values and met / not met."""
+    rows = []
+    if lat:
+        r = (lat.get("ratios", {}).get("count") or {})
+        key = str(1 << 14) if str(1 << 14) in r else (max(r, key=int) if r else None)
+        if key:
+            for kind in ("wall", "cpu"):
+                g = r[key].get(kind)
+                if not g:
+                    continue
+                mx, sd = g["pba_max_over_two_stacks"], g["pba_std_over_two_stacks"]
+                rows.append([f"PBA per-tuple Max latency <= 1/5 and Std <= 1/3 of Two-Stacks' at "
+                             f"{range_label(int(key))} ({'wall clock' if kind == 'wall' else 'CPU time'})",
+                             f"Max {mx:.3f}, Std {sd:.3f}", met(mx <= 0.2 and sd <= 1 / 3)])
+    if tp:
+        pts = list(points(tp, "count_range", min_x=1 << 10))
+        if pts:
+            rs = [(paired(c.get("sba"), c.get("two_stacks")), d, x) for d, x, c in pts]
+            lo = min(rs)
+            rows.append(["SBA per-tuple throughput >= Two-Stacks' at every range >= 2^10",
+                         f"SBA / Two-Stacks {lo[0]:.2f}x (lowest, {lo[1]} {range_label(lo[2])}) to "
+                         f"{max(rs)[0]:.2f}x; >= 1 at {sum(r >= 1 for r, _, _ in rs)} of {len(rs)} points",
+                         met(lo[0] >= 1)])
+        sec = tp.get("count_range") or {}
+        bs = [(v, d, x) for d, row in sec.items() for x, v in zip(row["x"], row.get("ratio_vs_bottleneck", {})
+                                                                    .get("batch_pba", [])) if v and x >= 1 << 10]
+        if bs:
+            lo = min(bs)
+            rows.append(["batch PBA >= 2x bottleneck at every range >= 2^10",
+                         f"batch PBA / bottleneck {lo[0]:.2f}x (lowest, {lo[1]} {range_label(lo[2])}) to "
+                         f"{max(bs)[0]:.2f}x", met(lo[0] >= 2)])
+    return rows
+
+
+# --------------------------------------------------------------------------- sections
+def machine_section(res: dict[str, dict]) -> list[str]:
+    out = ["## Machine and load", ""]
+    rows, busy = [], []
+    for name, d in res.items():
+        m = d["machine"]
+        ld = m.get("load", {})
+        marks = ", ".join(f"{k['what']} {k['loadavg'][0]:.1f}" for k in ld.get("marks", []))
+        rows.append([name, m.get("time", "-"), f"{d.get('wall_s', 0) / 60:.1f} min", m.get("cpus"),
+                     f"{ld.get('load1_max', '-')}", marks])
+        if ld.get("busy"):
+            busy.append(name)
+    out += [f"Python {next(iter(res.values()))['machine'].get('python')}, numpy "
+            f"{next(iter(res.values()))['machine'].get('numpy')}, "
+            f"{next(iter(res.values()))['machine'].get('platform')}.", ""]
+    out += table(["experiment", "finished", "duration", "cores", "max 1-min load", "1-min load at each section end"],
+                 rows)
+    if busy:
+        out += [f"**The machine was loaded** during {', '.join(busy)}: the 1-minute load average went above the "
+                "core count (our own run accounts for about 1 of it; 2 while PBA's worker or Spark local[2] runs; "
+                "the rest is other engineers' jobs on the same 2 cores). Absolute figures are therefore low and "
+                "noisy; the algorithms were interleaved and repeated so that **ratios measured in one run** are "
+                "meaningful, and the spreads (min-max bands in the plots) show how noisy each point is. Wall-clock "
+                "latency maxima are set by preemption here, hence the CPU-time columns.", ""]
+    return out
+
+
+def claims_section(tp: dict | None, lat: dict | None) -> list[str]:
+    out = ["## The paper's claims, here", "",
+           "Each claim of the paper (section 5.1) checked on this run's numbers, with the criterion used.", ""]
+    rows = []
+    specs = [
+        (1, "PBA is best for large windows (throughput)", "Fig. 4, Fig. 6", tp and claim_pba_best(tp),
+         "[fig4](results/exp_throughput_fig4.png), [fig6](results/exp_throughput_fig6.png)"),
+        (2, "SBA above Two-Stacks and SlickDeque in throughput", "Fig. 4", tp and claim_sba_above(tp),
+         "[fig4](results/exp_throughput_fig4.png)"),
+        (3, "PBA has no latency spikes", "Fig. 7, Tables 2-3", lat and claim_pba_no_spikes(lat),
+         "[fig7 cpu](results/exp_latency_fig7_cpu.png), [wall](results/exp_latency_fig7_wall.png)"),
+        (4, "Two-Stacks' spikes grow with the range", "Fig. 7, Tables 2-3", lat and claim_ts_growing(lat),
+         "[fig7 cpu](results/exp_latency_fig7_cpu.png)"),
+        (5, "PBA 2.5x Two-Stacks' throughput at r >= 2^15", "Fig. 4", tp and claim_25x(tp),
+         "[fig4](results/exp_throughput_fig4.png)"),
+    ]
+    for n, claim, fig, got, link in specs:
+        ok, why = got if got else (None, "experiment not run")
+        rows.append([n, claim, verdict(ok), f"{fig}: {link}", why + " " + WHY.get(n, "")])
+    return out + table(["#", "claim (paper)", "here", "figure", "measured, and why"], rows)
+
+
+WHY = {
+    1: ("Why: per tuple, every algorithm here costs 0.5-2 us of interpreter work per insert (the call, the "
+        "window bookkeeping, the result tuple), against 50-80 ns in the paper's Java, so the merge that PBA saves is "
+        "a small share; PBA's worker builds an lcs with one numpy call (~1-3 ns per slice), so SBA, which builds it "
+        "on the main thread, loses little, and PBA pays the hand-off to a thread that needs the GIL.  On 2 shared "
+        "cores there is no idle core for the worker anyway."),
+    2: ("Why: Two-Stacks and SlickDeque here have fused slide-1 inserts (compares inline, no generic combine call); "
+        "SBA's per-tuple step does more Python bookkeeping (chunk position, csa, lcs lookup) per insert than it "
+        "saves in merges; in Java the merge cost that SBA saves is a larger share of the total."),
+    3: ("Why: with a numpy lcs, PBA's per-window work is constant; the chunk boundary costs one task submission. "
+        "Wall-clock maxima are preemptions by the scheduler (milliseconds) and say nothing about the algorithm."),
+    4: ("Why: Two-Stacks' flip moves every partial of the window in a Python loop: linear in the range, as in Java "
+        "but ~10-20x slower per element."),
+    5: ("Why: the same interpreter overhead as (1): per tuple, PBA cannot be faster than the per-insert floor that "
+        "every algorithm pays, and Two-Stacks' amortised merge is already cheap next to it. The 2.5x of the paper "
+        "comes from Java, where the merges are most of the cost and a second core is free."),
+}
+
+
+def goals_section(tp: dict | None, lat: dict | None) -> list[str]:
+    rows = goals(tp, lat)
+    if not rows:
+        return []
+    return ["## Goals of issue 7, measured side by side", ""] + table(["goal", "measured (this run)", ""], rows)
+
+
+def throughput_section(tp: dict) -> list[str]:
+    out = ["## Throughput (Fig. 4-6)", "",
+           f"Sliding max, float64. Per tuple: M tuples/s (median of {tp['reps']} interleaved repetitions) of one "
+           "`insert` per tuple after a warm-up that fills the window; batch: M values/s of `sliding_aggregate` / "
+           "bottleneck / pandas over one array. Sizes: " + ", ".join(f"{k}={v}" for k, v in tp["sizes"].items()
+                                                                    if not isinstance(v, list)) + ".", ""]
+    names = {"uniform": "uniform synthetic", "debs12": "DEBS'12-like series"}
+    if "count_range" in tp:
+        out += ["### Fig. 4: count windows, slide 1, range 2^3 ... 2^20", "",
+                img("exp_throughput_fig4.png" if "exp_throughput_fig4.png" in tp.get("plots", []) else None,
+                    "Fig. 4 per tuple"),
+                img("exp_throughput_fig4_batch.png" if "exp_throughput_fig4_batch.png" in tp.get("plots", [])
+                    else None, "Fig. 4 batch"), ""]
+        for d, row in tp["count_range"].items():
+            algs = [a for a in PER_TUPLE if a in row["per_tuple"]]
+            bat = list(row.get("batch", {}))
+            rows = [[range_label(x)] + [rate(med(row["per_tuple"][a][i])) for a in algs]
+                    + [rate(med(row["batch"][b][i])) if i < len(row["batch"][b]) else "-" for b in bat]
+                    + [ratio(paired(row["per_tuple"]["pba"][i], row["per_tuple"]["two_stacks"][i]))]
+                    for i, x in enumerate(row["x"])]
+            out += [f"**{names.get(d, d)}** (per tuple M tuples/s | batch M values/s | PBA/TS per tuple)", ""]
+            out += table(["range"] + algs + bat + ["PBA/TS"], rows)
+    if "count_slide" in tp:
+        out += ["### Fig. 5: count windows, range 2^17, slide 1 ... 10", "",
+                img("exp_throughput_fig5.png" if "exp_throughput_fig5.png" in tp.get("plots", []) else None,
+                    "Fig. 5 per tuple"),
+                img("exp_throughput_fig5_batch.png" if "exp_throughput_fig5_batch.png" in tp.get("plots", [])
+                    else None, "Fig. 5 batch"), ""]
+        for d, row in tp["count_slide"].items():
+            algs = list(row["per_tuple"])
+            bat = list(row.get("batch", {}))
+            rows = [[x] + [rate(med(row["per_tuple"][a][i])) for a in algs]
+                    + [rate(med(row["batch"][b][i])) for b in bat] for i, x in enumerate(row["x"])]
+            out += [f"**{names.get(d, d)}**", ""] + table(["slide"] + algs + bat, rows)
+    for key, title, xl in (("time_range", "### Fig. 6a: time windows, slide 10 ms, range 6 ... 60 min", "range"),
+                           ("time_slide", "### Fig. 6b: time windows, range 1 h, slide 10 ... 100 ms", "slide")):
+        if key not in tp:
+            continue
+        row = tp[key]
+        if key == "time_range":
+            out += [title.replace("###", "###"), "",
+                    img("exp_throughput_fig6.png" if "exp_throughput_fig6.png" in tp.get("plots", []) else None,
+                        "Fig. 6 per tuple"),
+                    img("exp_throughput_fig6_batch.png" if "exp_throughput_fig6_batch.png" in tp.get("plots", [])
+                        else None, "Fig. 6 batch"), ""]
+        else:
+            out += [title, ""]
+        algs = list(row["per_tuple"])
+        bat = list(row.get("batch", {}))
+        rows = [[minutes(x) if key == "time_range" else f"{x} ms"] + [rate(med(row["per_tuple"][a][i])) for a in algs]
+                + [rate(med(row["batch"][b][i])) for b in bat] for i, x in enumerate(row["x"])]
+        out += table([xl] + algs + bat, rows)
+    return out
+
+
+def latency_section(lat: dict) -> list[str]:
+    out = ["## Latency (Fig. 7, Tables 2-3)", "",
+           "Latency of each window-completing `insert`, ns. Count windows: 1M windows, the first 30k dropped; time "
+           f"windows: {lat['sizes']['time_windows']:,} windows (100 tuples each), the first "
+           f"{lat['sizes']['time_drop']} dropped. Median of each statistic over the repetitions. *spike*: median of "
+           "the (windows / range-in-slices) largest latencies, the typical height of a periodic spike such as "
+           "Two-Stacks' flip. The paper's Java values (Tables 2-3) are 40-400 ns typical, 0.5-13 us Max for PBA and "
+           "75-934 us Max for Two-Stacks.", ""]
+    for kind, what in (("cpu", "CPU time of the inserting thread (`thread_time_ns`): preemption excluded"),
+                       ("wall", "wall clock (`perf_counter_ns`), as the paper")):
+        out += [f"### {what}", ""]
+        for group, title in (("count", "Table 2-like: max over count windows, slide 1"),
+                             ("time", "Table 3-like: moment_sketch over time windows, slide 1 s")):
+            rows = []
+            for r, row in sorted(_lat_rows(lat, group, kind)):
+                for a in LAT_ALGS:
+                    cell = row.get(a, {})
+                    s = cell.get("stats")
+                    label = range_label(r) if group == "count" else minutes(r)
+                    if not s:
+                        rows.append([PAPER_NAMES[a], label, "n/a"] + [""] * 6 + [cell.get("note", "")])
+                        continue
+                    ex = cell.get("extra", {})
+                    note = ", ".join(f"{k} {v:.3g}" for k, v in ex.items() if k in ("stalls", "flips", "missed"))
+                    rows.append([PAPER_NAMES[a], label, f"{s['min']:.0f}", f"{s['max']:.0f}", f"{s['avg']:.0f}",
+                                 f"{s['std']:.0f}", f"{s['lq']:.0f}, {s['med']:.0f}, {s['hq']:.0f}",
+                                 f"{s['p999']:.0f}", f"{s['spike']:.0f}", note])
+            out += [f"**{title}**", ""]
+            out += table(["Algo.", "Range", "Min", "Max", "Avg", "Std", "LQ, Med, HQ", "p99.9", "spike",
+                          "notes (summed over repetitions)"], rows)
+    for f in lat.get("plots", []):
+        out += [img(f, f), ""]
+    return out
+
+
+def scaling_section(sc: dict) -> list[str]:
+    out = ["## Scaling (Fig. 8a)", "",
+           "Sliding max over count windows W[1024, 1], 84 keys (DEBS'14-like), at parallelism 1 and 2 (the machine "
+           "has 2 cores). Median (min-max) over the repetitions.", ""]
+    rows = []
+    for master, cases in (sc.get("spark", {}).get("masters") or {}).items():
+        for name, cell in cases.items():
+            s = cell["rows_per_s"]
+            rows.append([f"Spark {master}", name, f"{rate(s['median'])} ({rate(s['min'])}-{rate(s['max'])})"])
+    for name, cell in (sc.get("runtime", {}).get("configs") or {}).items():
+        s = cell["tuples_per_s"]
+        rows.append(["pba-run", name, f"{rate(s['median'])} ({rate(s['min'])}-{rate(s['max'])})"])
+    out += table(["system", "case", "M rows (tuples)/s"], rows)
+    sp = sc.get("speedup_p2_over_p1", {})
+    if sp:
+        out += ["Speed-up from parallelism 1 to 2: " + ", ".join(f"{k} {v:.2f}x" for k, v in sp.items()) + ".", ""]
+    for f in sc.get("plots", []):
+        out += [img(f, "Fig. 8a-like"), ""]
+    out += ["The paper's Fig. 8a shows FPBA and Flink scaling linearly up to 3 parallel instances on 6 cores (each "
+            "instance has a source task and a SWAG task). Here each parallel instance competes with the source "
+            "(the coordinator process or Spark's own tasks), PBA's lcs worker and the other engineers' jobs for 2 "
+            "cores, so 2x is out of reach and PBA's worker thread has no core of its own.", ""]
+    return out
+
+
+DIFFERENCES = """## Why the results differ from the paper
+
+* **Interpreter overhead, not merges, dominates per tuple.** One `insert` costs 0.5-2 us of CPython
+  bytecode (the call, the window and slice bookkeeping, building the result list) whatever the algorithm;
+  the paper's Java spends 40-80 ns per tuple in total, most of it in the merges the algorithms differ in.
+  Here the differences between algorithms shrink to the few extra Python operations each does per tuple:
+  the fused slide-1 inserts of Two-Stacks and SlickDeque run fewest, FlatFAT's tree walk most.
+* **The GIL.** PBA's worker is a thread. It needs the GIL to start each lcs; the main loop holds it while it
+  interprets inserts and gives it up only at the switch interval (5 ms), so a hand-off costs milliseconds of
+  waiting on a busy loop. The lcs itself is one numpy `accumulate` (GIL released, ~1-3 ns per slice), which
+  is also why SBA, building the same lcs on the main thread, pays little for it: PBA's parallelism buys almost
+  nothing per tuple. (A process pool, `WorkerPool(kind="process")`, helps only for Python-loop
+  aggregations: see `bench/bench_process_pool.py`.)
+* **2 shared cores** against the paper's 6 dedicated vCPUs: PBA's second thread, Spark's second task and
+  the runtime's second slot compete with the source, the coordinator and other engineers' runs. The load
+  average is recorded for every run above.
+* **numpy workers and the batch path.** With a whole array at hand, `sliding_aggregate` runs PBA as a few
+  numpy calls (slice aggregation by `reduceat`, csa/lcs by `accumulate`, one vectorised merge), 20-100x
+  faster than any per-tuple loop; that is where PBA's two-buffer layout pays off in Python, and it is
+  compared with bottleneck's C monotonic deque and pandas there.
+* **Time windows and moment_sketch.** Per-tuple time windows cost 2-4x count windows here (timestamp
+  checks, slice boundaries in Python); `moment_sketch` combines 23-element numpy vectors, ~5-10 us per
+  window-completing insert against the paper's 130-400 ns. SlickDeque needs a selective aggregation and
+  cannot run `moment_sketch` (Table 3 has no SlickDeque row here).
+* **Scaled-down sizes** (documented per experiment): per-tuple throughput over 300k timed tuples (at least
+  one range) rather than 130-200M; Table 3 over 20k windows rather than 1M.
+"""
+
+
+def build(res_dir: Path) -> str:
+    """The Markdown report for the JSON files in ``res_dir``."""
+    tp = C.read_json(res_dir / "exp_throughput.json")
+    lat = C.read_json(res_dir / "exp_latency.json")
+    sc = C.read_json(res_dir / "exp_scaling.json")
+    present = {k: v for k, v in (("throughput", tp), ("latency", lat), ("scaling", sc)) if v}
+    out = ["# Benchmarks: the PBA paper's experiments, reproduced in Python on this machine", "",
+           "_Generated by `python bench/report.py` from `bench/results/exp_*.json`; do not edit by hand._", "",
+           "The PBA paper (Zhang, Akbarinia, Toumani, KDD'21) measures Java implementations on 6 vCPUs. Issue 7 "
+           "re-runs its experiments (Fig. 4-8, Tables 2-3) with this runtime's Python algorithms on the project "
+           "machine. Commands:", "",
+           "```",
+           "python bench/exp_throughput.py   # Fig. 4-6",
+           "python bench/exp_latency.py      # Fig. 7, Tables 2-3",
+           "python bench/exp_scaling.py      # Fig. 8a (Spark local[1]/local[2], pba-run parallelism 1/2)",
+           "python bench/report.py           # this file",
+           "```", "",
+           "Each takes `--smoke` (tiny sizes, seconds; the test suite runs it) and `--out-dir`.", ""]
+    if any(v.get("smoke") for v in present.values()):
+        out += ["**Smoke-mode results (tiny sizes): these numbers mean nothing.**", ""]
+    if present:
+        out += machine_section(present)
+    out += claims_section(tp, lat)
+    out += goals_section(tp, lat)
+    out += DIFFERENCES.splitlines() + [""]
+    if tp:
+        out += throughput_section(tp)
+    if lat:
+        out += latency_section(lat)
+    if sc:
+        out += scaling_section(sc)
+    return "\n".join(out).rstrip() + "\n"
+
+
+def main(argv: list[str] | None = None) -> Path:
+    """Write the report; return its path."""
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--results", type=Path, default=C.RESULTS)
+    ap.add_argument("--out", type=Path, default=C.HERE / "BENCHMARKS.md")
+    args = ap.parse_args(argv)
+    args.out.write_text(build(args.results))
+    print(f"wrote {args.out}")
+    return args.out
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,177 @@
+"""Smoke runs of the paper-reproduction experiments (issue 7) so the harness cannot rot.
+
+Each experiment's ``--smoke`` mode (tiny sizes) runs into a temporary
+directory; the tests check the JSON's shape, that every measured point has a
+positive figure, that the harness timed exactly the window-completing inserts,
+and that ``bench/report.py`` builds a report with a verdict for every claim.
+Nothing here asserts on time. The Spark part of the scaling experiment runs in
+a subprocess (its own JVM: ``getOrCreate`` would otherwise hand it the Spark
+tests' session, and stopping that would break them).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+BENCH = Path(__file__).resolve().parent.parent / "bench"
+sys.path.insert(0, str(BENCH))
+
+import exp_common as C  # noqa: E402
+
+HAS_MPL = importlib.util.find_spec("matplotlib") is not None
+
+
+@pytest.fixture(scope="module")
+def smoke_dir(tmp_path_factory):
+    """One smoke run of throughput, latency and scaling (runtime part) into a shared directory."""
+    import exp_latency
+    import exp_scaling
+    import exp_throughput
+
+    out = tmp_path_factory.mktemp("exp_smoke")
+    exp_throughput.main(["--smoke", "--out-dir", str(out)])
+    exp_latency.main(["--smoke", "--out-dir", str(out)])
+    exp_scaling.main(["--smoke", "--no-spark", "--out-dir", str(out)])
+    return out
+
+
+def _load(d: Path, name: str) -> dict:
+    return json.loads((d / name).read_text())
+
+
+def _check_machine(res: dict) -> None:
+    m = res["machine"]
+    assert m["cpus"] >= 1 and len(m["loadavg"]) == 3
+    assert m["load"]["marks"] and all(len(k["loadavg"]) == 3 for k in m["load"]["marks"])
+
+
+def test_throughput_smoke(smoke_dir):
+    res = _load(smoke_dir, "exp_throughput.json")
+    _check_machine(res)
+    assert res["smoke"] is True
+    for d in ("uniform", "debs12"):
+        row = res["count_range"][d]
+        for alg, cells in row["per_tuple"].items():
+            assert len(cells) == len(row["x"])
+            for x, c in zip(row["x"], cells):
+                if alg == "recal" and x > res["recal_max_range"]:
+                    assert c is None
+                else:
+                    assert c["median"] > 0 and c["min"] <= c["median"] <= c["max"]
+        assert {"batch_pba", "batch_sba", "pandas"} <= set(row["batch"])
+        slide = res["count_slide"][d]
+        assert all(len(v) == len(slide["x"]) for v in slide["per_tuple"].values())
+    for key in ("time_range", "time_slide"):
+        t = res[key]
+        assert set(t["per_tuple"]) == {"two_stacks", "daba", "slick_deque", "flatfat", "sba", "pba"}
+        assert all(c["median"] > 0 for cells in t["per_tuple"].values() for c in cells)
+        assert all(c["median"] > 0 for cells in t["batch"].values() for c in cells)
+    if HAS_MPL:
+        assert set(res["plots"]) >= {"exp_throughput_fig4.png", "exp_throughput_fig5.png", "exp_throughput_fig6.png"}
+        assert all((smoke_dir / f).stat().st_size > 0 for f in res["plots"])
+
+
+def test_latency_smoke(smoke_dir):
+    res = _load(smoke_dir, "exp_latency.json")
+    _check_machine(res)
+    for group in ("count", "time"):
+        assert len(res[group]) == 2
+        for r, kinds in res[group].items():
+            for kind in ("wall", "cpu"):
+                row = kinds[kind]
+                for alg in res["algorithms"]:
+                    s = row[alg]["stats"]
+                    if alg == "slick_deque" and group == "time":
+                        assert s is None  # not selective: cannot run moment_sketch
+                        continue
+                    assert 0 < s["min"] <= s["lq"] <= s["med"] <= s["hq"] <= s["max"]
+                    if group == "time":
+                        assert row[alg]["extra"]["missed"] == 0  # exactly the window-completing inserts were timed
+                width, trace = res["traces"][group][r][kind]["pba"]
+                assert width >= 1 and trace
+    assert res["ratios"]["count"] and res["ratios"]["time"]
+    if HAS_MPL:
+        assert set(res["plots"]) == {"exp_latency_fig7_wall.png", "exp_latency_fig7_cpu.png"}
+
+
+def test_scaling_runtime_smoke(smoke_dir):
+    res = _load(smoke_dir, "exp_scaling.json")
+    _check_machine(res)
+    assert set(res["runtime"]["configs"]) == {"pba_p1", "pba_p2", "sba_p1", "sba_p2"}
+    assert all(c["tuples_per_s"]["median"] > 0 for c in res["runtime"]["configs"].values())
+    assert set(res["speedup_p2_over_p1"]) == {"runtime_pba", "runtime_sba"}
+
+
+@pytest.mark.spark
+def test_scaling_spark_smoke(tmp_path):
+    if not (shutil.which("java") or os.environ.get("JAVA_HOME")):
+        pytest.skip("Spark needs Java")
+    pytest.importorskip("pyspark")
+    env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
+    proc = subprocess.run([sys.executable, str(BENCH / "exp_scaling.py"), "--smoke", "--no-runtime",
+                           "--out-dir", str(tmp_path)], env=env, capture_output=True, text=True, timeout=110)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    res = _load(tmp_path, "exp_scaling.json")
+    masters = res["spark"]["masters"]
+    assert set(masters) == {"local[1]", "local[2]"}
+    for cases in masters.values():
+        assert set(cases) == {"ceiling", "ours", "native_segtree"}
+        assert all(c["rows_per_s"]["median"] > 0 for c in cases.values())
+    assert {"spark_ours", "spark_native_segtree", "spark_ceiling"} <= set(res["speedup_p2_over_p1"])
+
+
+def test_report_smoke(smoke_dir, tmp_path):
+    import report
+
+    out = report.main(["--results", str(smoke_dir), "--out", str(tmp_path / "BENCHMARKS.md")])
+    text = out.read_text()
+    assert "Smoke-mode results" in text
+    section = text.split("## The paper's claims")[1].split("\n## ")[0]
+    claims = [line for line in section.splitlines() if line.startswith("| ") and line[2:3].isdigit()]
+    assert len(claims) == 5
+    assert all(("**holds**" in c) or ("**does not hold**" in c) or ("n/a" in c) for c in claims)
+    for goal in ("Max latency <= 1/5", "SBA per-tuple throughput", "batch PBA >= 2x bottleneck"):
+        assert goal in text
+    assert "Table 2-like" in text and "Table 3-like" in text and "Fig. 8a" in text
+
+
+def test_report_without_results(tmp_path):
+    """An empty results directory still gives a report (every claim n/a)."""
+    import report
+
+    text = report.main(["--results", str(tmp_path), "--out", str(tmp_path / "B.md")]).read_text()
+    assert text.count("n/a (not measured)") == 5
+
+
+# --------------------------------------------------------------------------- helpers
+def test_timed_inserts_times_window_completing_inserts():
+    import pba_runtime as pr
+
+    ts = list(range(0, 5000, 10))  # 100 tuples per second
+    vals = [float(i % 7) for i in range(len(ts))]
+    timed = np.flatnonzero(np.diff(np.asarray(ts) // 1000, prepend=-1) != 0)[1:]
+    op = pr.create("two_stacks", pr.TimeWindow(range=2000, slide=1000), "max")
+    lat, missed = C.timed_inserts(op, vals, ts, timed, time.perf_counter_ns)
+    op.close()
+    assert missed == 0 and len(lat) == len(timed) and (lat > 0).all()
+
+
+def test_spike_height_and_binned_max():
+    lat = np.full(10_000, 100, dtype=np.int64)
+    lat[::1000] = 50_000  # a spike every 1000 samples
+    lat[5] = 10**9  # one preemption
+    assert C.spike_height(lat, 1000) == 50_000
+    width, trace = C.binned_max(lat, 10)
+    assert width == 1000 and len(trace) == 10 and max(trace) == 10**9
+    s = C.spread([3, 1, 2])
+    assert (s["median"], s["min"], s["max"]) == (2, 1, 3)
