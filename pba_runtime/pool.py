@@ -25,7 +25,9 @@ that generation of workers, waits for them to exit and starts new ones
 (:meth:`~WorkerPool.recover`), and the aggregator builds the affected lcs on
 the main thread (counted in its ``fallbacks``), so no result is lost or
 duplicated. A task that *raises* leaves its worker healthy: the lcs is built
-on the main thread, no restart.
+on the main thread, no restart. After :data:`MAX_RESTARTS` restarts within
+:data:`RESTART_WINDOW` seconds the pool gives up on processes and runs its
+tasks in threads (``stats()["degraded"]``).
 
 Examples
 --------
@@ -69,6 +71,11 @@ THREAD_SWITCH_INTERVAL = 1e-4
 DEFAULT_TASK_TIMEOUT = 60.0
 #: How long a new generation of worker processes may take to start (import numpy...).
 BOOT_TIMEOUT = 120.0
+#: More restarts than this within :data:`RESTART_WINDOW` seconds and the pool stops
+#: restarting (workers that cannot even start would otherwise be respawned at every
+#: chunk): it is then *degraded* and runs its tasks in its thread workers.
+MAX_RESTARTS = 5
+RESTART_WINDOW = 60.0
 
 log = logging.getLogger("pba_runtime")
 
@@ -146,6 +153,8 @@ class WorkerPool:
         self._ctx = multiprocessing.get_context(start_method)
         self._gen = 0
         self._restarts = 0
+        self._restart_times: list[float] = []
+        self._degraded = False
         self._timeouts = 0
         self._broken = 0
         self._threads: ThreadPoolExecutor | None = None
@@ -167,6 +176,10 @@ class WorkerPool:
             raise RuntimeError("WorkerPool is closed")
         if self.kind == "thread":
             return self._executor.submit(fn, *args)
+        if self._degraded:  # tasks only name shared memory: a thread can run them as well
+            fut = self.submit_thread(fn, *args)
+            fut.pba_gen = -1
+            return fut
         for attempt in (0, 1):
             with self._lock:
                 if self._closed:
@@ -250,7 +263,17 @@ class WorkerPool:
             self._kill(old)
             self._gen += 1
             self._restarts += 1
-            self._executor, self._boot = self._start()
+            now = time.monotonic()
+            self._restart_times = [t for t in self._restart_times if now - t < RESTART_WINDOW] + [now]
+            if len(self._restart_times) > MAX_RESTARTS:
+                self._degraded = True
+                self._boot = []
+            else:
+                self._executor, self._boot = self._start()
+        if self._degraded:
+            log.error("process pool: %d restarts within %.0f s (last: %s); running its tasks in threads from now on",
+                      len(self._restart_times), RESTART_WINDOW, reason)
+            return False
         log.warning("process pool restarted (generation %d -> %d): %s", gen, gen + 1, reason)
         return True
 
@@ -364,7 +387,7 @@ class WorkerPool:
         if self.kind == "process":
             stores = list(self._stores)
             st.update(start_method=self.start_method, generation=self._gen, restarts=self._restarts,
-                      timeouts=self._timeouts, task_timeout=self.task_timeout,
+                      timeouts=self._timeouts, task_timeout=self.task_timeout, degraded=self._degraded,
                       shm_blocks=sum(len(s.block_names) for s in stores) + len(self._scratch),
                       shm_bytes=sum(s.nbytes for s in stores) + sum(b.size for b in self._scratch))
         return st

@@ -576,11 +576,17 @@ class ChunkStore:
 _ATTACH_MAX = 64  # blocks a worker keeps mapped
 _SWEEP_EVERY = 64  # tasks between checks for blocks the main process unlinked
 _attached: "OrderedDict[str, ShmBlock]" = OrderedDict()
+_attached_lock = threading.Lock()  # a degraded pool runs tasks in threads
 _tasks_seen = itertools.count(1)
 
 
 def _block(name: str) -> ShmBlock:
     """A worker's mapping of block ``name`` (cached; mappings of unlinked blocks are dropped now and then)."""
+    with _attached_lock:
+        return _block_locked(name)
+
+
+def _block_locked(name: str) -> ShmBlock:
     if next(_tasks_seen) % _SWEEP_EVERY == 0:
         for other in list(_attached):
             if other != name and not os.path.exists("/dev/shm/" + other):  # unlinked: free its memory

@@ -268,6 +268,26 @@ def test_raising_worker_falls_back_without_restart():
         assert pool.stats()["restarts"] == 0
 
 
+def test_pool_that_keeps_dying_degrades_to_threads(monkeypatch):
+    """Workers that die at every task: after MAX_RESTARTS restarts the tasks run in threads; results still equal."""
+    import pba_runtime.pool as pool_mod
+
+    monkeypatch.setattr(pool_mod, "MAX_RESTARTS", 2)
+    with pr.WorkerPool(kind="process", workers=1) as pool:
+        assert pool.ready(60)
+        win = pr.CountWindow(range=40, slide=1)
+        x = np.random.default_rng(13).uniform(0, 100, 1500).tolist()
+        with pr.create("pba", win, A.FAULTY_MAX, pool=pool) as op, pr.create("recal", win, A.PY_MAX) as ref:
+            got = []
+            for i in range(0, len(x), 100):
+                if not pool.stats()["degraded"]:
+                    A.arm("kill")
+                got += _stream(op, x[i : i + 100])
+            assert got == _stream(ref, x)
+            st = pool.stats()
+            assert st["degraded"] and st["restarts"] == 3 and op.stats()["lcs_tasks"] > 0
+
+
 def test_batch_merge_worker_killed():
     x = np.random.default_rng(11).uniform(0, 100, 200_000)
     win = pr.CountWindow(range=2000, slide=1)
