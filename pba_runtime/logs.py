@@ -69,6 +69,14 @@ def configure_logging(path: str | os.PathLike | None, level: int | str = "INFO",
     -------
     logging.Handler or None
         The installed handler. Calling again replaces it (one handler at a time).
+
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> path = os.path.join(tempfile.mkdtemp(), "run.log")
+    >>> configure_logging(path, "WARNING", max_bytes=1 << 20, backup_count=3).maxBytes
+    1048576
+    >>> configure_logging(None)
     """
     global _config, _handler
     lvl = _level(level)

@@ -116,6 +116,22 @@ class WorkerPool:
         bypassed). ``None``: wait forever. The time counts from when the main
         loop starts to wait, not from the submit (queueing on a shared pool is
         not a hang), and not while a new generation of processes is starting.
+
+    Examples
+    --------
+    >>> import pba_runtime as pr
+    >>> with WorkerPool(kind="thread", workers=2) as pool:
+    ...     with pr.create("pba", pr.CountWindow(range=3, slide=1), "max", pool=pool) as op:
+    ...         op.insert_many([1, 5, 2, 0, 3])[1].tolist()
+    [5.0, 5.0, 3.0]
+
+    One process pool serves many keys; each PBA keeps its chunks in shared memory:
+
+    >>> with WorkerPool(kind="process", workers=1, task_timeout=30) as pool:  # doctest: +SKIP
+    ...     ops = {key: pr.create("pba", pr.CountWindow(range=8192, slide=1), "max", pool=pool)
+    ...            for key in ("a", "b")}
+    ...     ops["a"].stats()["shared_memory"], pool.stats()["restarts"]
+    (True, 0)
     """
 
     def __init__(self, kind: str = "thread", workers: int = 1, *, start_method: str | None = None,
