@@ -15,6 +15,9 @@ range (count windows, slide 1) and each method the same values go through
   (``stall_time``). On a shared machine the wall-clock maximum is set by the
   scheduler (another process holding the core for 5-100 ms), not by the
   algorithm; this one leaves preemption out but keeps every wait for an lcs.
+  It does not see waits for the GIL either, so it flatters PBA(thread), whose
+  Python lcs loop holds the GIL; it is fair to SBA (no other thread) and to
+  PBA(process) (its worker holds no GIL of the main process).
 
 Methods run interleaved, ``--repeat`` times each; the pool's processes are
 started (and warmed up) before any timing. Goal (issue 4): PBA(process) Max
