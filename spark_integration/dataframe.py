@@ -18,6 +18,7 @@ comparison.
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 from typing import Any, Callable, Iterator, Sequence
@@ -41,6 +42,8 @@ from .arrow_runner import (
 from .intervals import as_window
 
 __all__ = ["sliding_window_aggregate", "executor_cores_of", "cores_per_task_of"]
+
+log = logging.getLogger("spark_integration")
 
 TRANSPORTS = ("mapInArrow", "applyInArrow")
 
@@ -76,9 +79,12 @@ def cores_per_task_of(spark: Any) -> int | None:
     >>> cores_per_task_of(spark)  # doctest: +SKIP
     1
     """
-    sc = getattr(spark, "sparkContext", spark)
-    task = int(sc.getConf().get("spark.task.cpus", "1") or 1)
-    ex = executor_cores_of(sc)
+    try:  # Spark Connect has no SparkContext: unknown
+        sc = getattr(spark, "sparkContext", spark)
+        task = int(sc.getConf().get("spark.task.cpus", "1") or 1)
+        ex = executor_cores_of(sc)
+    except Exception:
+        return None
     return task if ex is None else min(task, ex)
 
 
@@ -365,6 +371,13 @@ def sliding_window_aggregate(
         if not is_time:
             d = d.select(*keys, VALUE_COL)
     cfg.preaggregated = use_preagg
+    planned, why = rt.choose_algorithm(algorithm, win, cores=cfg.cores_per_task, min_slices=min_slices)
+    log.info(
+        "spark_integration: %s over %s per key %s via %s%s: %s (%s) unless a key is too small for PBA's pool "
+        "or the pool fails; per-key choices are counted in metrics=%s",
+        aggregation.name, win, list(keys), transport, " on sub-slice partials" if use_preagg else "",
+        planned, why, "an AlgorithmMetrics" if metrics is not None else "None",
+    )
 
     out_fields = [fields[k] for k in keys] + [
         T.StructField("window_end", T.LongType(), False),
