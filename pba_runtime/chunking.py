@@ -71,6 +71,7 @@ __all__ = [
     "calibrate_combine_cost",
     "CostModel",
     "DEFAULT_COSTS",
+    "PYTHON_LOOP_COSTS",
 ]
 
 
@@ -113,6 +114,19 @@ class CostModel:
 # there and back costs up to ~600 inserts.
 DEFAULT_COSTS = CostModel(worker=0.03, launch=600.0)
 
+#: Chunk planning costs for aggregations without a kernel. Their lcs is a Python
+#: loop of ``combine``, not numpy: on the 2-core project machine 0.12-0.16 us per
+#: element when a core is free, and 0.2-0.45 us (a 107560-row lcs in 22-50 ms)
+#: when it is shared, against 1-2.5 us per main-loop insert
+#: (bench/bench_process_pool.py): about 0.3 of an insert rather than
+#: :data:`DEFAULT_COSTS`' 0.03 for numpy; and a hand-off to a
+#: worker process and back costs up to ~2 ms (2000 inserts) on a busy machine.
+#: With the numpy constants a ``W[2^17, 1]`` chunk (b = 126671) leaves 4400
+#: tuples of slack for a 15-50 ms Python lcs, so every chunk stalls; these give
+#: b = 99286 (31786 tuples of slack). SBA and PBA plan alike, so they still get
+#: the same chunks (and the same bits) for a given window and aggregation.
+PYTHON_LOOP_COSTS = CostModel(worker=0.3, launch=2000.0)
+
 
 def generalized_chunk_size(r: int, s: int, costs: CostModel = CostModel()) -> int:
     """Largest stall-free chunk size for unequal main-loop/worker costs (see module doc).
@@ -144,14 +158,24 @@ def optimal_chunk_size(window: CountWindow | TimeWindow, combine_cost: float | N
     return theorem2(window.range, window.slide, combine_cost)
 
 
-def plan_chunk_size(window: CountWindow | TimeWindow, costs: CostModel = DEFAULT_COSTS) -> int:
-    """The chunk size SBA and PBA use by default: deterministic for a given window.
+def plan_chunk_size(window: CountWindow | TimeWindow, agg=None, costs: CostModel | None = None) -> int:
+    """The chunk size SBA and PBA use by default: deterministic for a window and aggregation.
 
-    Count windows use :func:`generalized_chunk_size` with the measured cost model;
-    time windows use Theorem 2 with a microsecond-scale combine against
-    millisecond slides, which always gives ``b* = q`` in practice.
+    Count windows use :func:`generalized_chunk_size` with the measured cost model:
+    :data:`DEFAULT_COSTS` when the aggregation has a numpy kernel (or ``agg`` is
+    None), :data:`PYTHON_LOOP_COSTS` when its lcs is a Python loop. Time windows
+    use Theorem 2 with a microsecond-scale combine against millisecond slides,
+    which always gives ``b* = q`` in practice.
+
+    >>> from pba_runtime import CountWindow, get_aggregation
+    >>> plan_chunk_size(CountWindow(range=8192, slide=1))
+    7370
+    >>> plan_chunk_size(CountWindow(range=8192, slide=1), get_aggregation("collect"))
+    4763
     """
     if isinstance(window, CountWindow):
+        if costs is None:
+            costs = DEFAULT_COSTS if agg is None or agg.kernel is not None else PYTHON_LOOP_COSTS
         return generalized_chunk_size(window.range, window.slide, costs)
     return theorem2(window.range, window.slide, 1e-3)
 

@@ -56,27 +56,15 @@ from typing import Any
 import numpy as np
 
 from ..aggregations import BUILTIN_AGGREGATIONS, Aggregation, Kernel, as_float_array
-from ..chunking import CostModel, plan_chunk_size
+from ..chunking import plan_chunk_size
 from ..batch import window_merge
 from ..pool import WorkerPool, default_pool
 from .base import SlicedAggregator, sizeof, validate_timestamps
 
-__all__ = ["PBA", "SBA", "build_lcs", "PYTHON_LOOP_COSTS"]
+__all__ = ["PBA", "SBA", "build_lcs"]
 
 log = logging.getLogger("pba_runtime")
 
-#: Chunk planning costs for aggregations without a kernel. Their lcs is a Python
-#: loop of ``combine``, not numpy: on the 2-core project machine 0.12-0.16 us per
-#: element when a core is free, and 0.2-0.45 us (a 107560-row lcs in 22-50 ms)
-#: when it is shared, against 1-2.5 us per main-loop insert
-#: (bench/bench_process_pool.py): about 0.3 of an insert rather than
-#: :data:`pba_runtime.chunking.DEFAULT_COSTS`' 0.03 for numpy; and a hand-off to a
-#: worker process and back costs up to ~2 ms (2000 inserts) on a busy machine.
-#: With the numpy constants a ``W[2^17, 1]`` chunk (b = 126671) leaves 4400
-#: tuples of slack for a 15-50 ms Python lcs, so every chunk stalls; these give
-#: b = 99286 (31786 tuples of slack). SBA and PBA plan alike, so they still get
-#: the same chunks (and the same bits) for a given window and aggregation.
-PYTHON_LOOP_COSTS = CostModel(worker=0.3, launch=2000.0)
 
 def build_lcs(agg: Aggregation, saa: Any) -> Any:
     """The lcs of one chunk: ``lcs[j] = saa[j] (+) ... (+) saa[b-1]``.
@@ -118,8 +106,8 @@ class PBA(SlicedAggregator):
         fixed-size numeric (see the module doc), else uses its thread workers.
     chunk_size : int, optional
         Slices per chunk, ``1 <= chunk_size <= range // slide``; default from
-        :func:`pba_runtime.chunking.plan_chunk_size` (with
-        :data:`PYTHON_LOOP_COSTS` for aggregations without a kernel).
+        :func:`pba_runtime.chunking.plan_chunk_size` (numpy or Python-loop
+        lcs costs, depending on the aggregation).
     """
 
     name = "pba"
@@ -129,8 +117,7 @@ class PBA(SlicedAggregator):
         super().__init__(window, agg)
         q = self._q
         if chunk_size is None:
-            chunk_size = plan_chunk_size(self.window) if self.agg.kernel is not None else \
-                plan_chunk_size(self.window, PYTHON_LOOP_COSTS)
+            chunk_size = plan_chunk_size(self.window, self.agg)
         elif isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or not 1 <= chunk_size <= q:
             raise ValueError(f"chunk_size must be an integer in [1, range // slide = {q}], got {chunk_size!r}")
         if pool is not None and not isinstance(pool, WorkerPool):
@@ -471,11 +458,9 @@ class PBA(SlicedAggregator):
                 rows = np.concatenate([kernel.identity_array(lo - c * b), rows])
             if hi == (c + 1) * b:  # complete chunk
                 ca = kernel.to_partials(kernel.accumulate(rows, axis=0)[-1:])[0]
-                rec = self._rec_from_rows(rows, ca)
-                self._chunks[c] = rec
-                if self.parallel:
-                    self._close_chunk(rec)
-                    self._chunks_closed -= 1
+                # lcs left to build on demand: a batch never reads it, and the next
+                # per-tuple window needing it builds it once (_lcs)
+                self._chunks[c] = self._rec_from_rows(rows, ca)
             else:
                 self._start_open_chunk(rows, g, c)
 
