@@ -14,11 +14,13 @@ Sliding max over count windows with slide 1, float64 values, one value per
 
   On a shared 2-core machine a wall-clock Max is mostly the longest time the
   process was descheduled (milliseconds), whatever the algorithm. So the
-  same runs are repeated with ``time.thread_time_ns`` (CPU time of the calling
-  thread: preemption excluded, ~0.5 us per reading added to every sample),
-  which isolates the algorithms' own spikes (Two-Stacks' flip). Waiting for
-  a worker is not CPU time: PBA's stalls are reported next to it (0 means the
-  CPU-time Max is its whole latency).
+  same runs are repeated twice more: *undisturbed* wall clock, dropping every
+  sample during which the thread was preempted (its involuntary context
+  switch count, ``getrusage(RUSAGE_THREAD)``, read outside the timed span,
+  moved; waiting for PBA's worker is a voluntary switch and stays counted);
+  and ``time.thread_time_ns`` (CPU time of the calling thread, ~0.5 us per
+  reading added to every sample), which isolates the algorithms' own spikes
+  (Two-Stacks' flip) but not waits: PBA's stalls are reported beside it.
 
 ``soe`` cannot do max (it needs an inverse) and ``recal`` is O(range) per
 window, so recal only runs up to 2^10. The garbage collector is off inside
@@ -37,6 +39,7 @@ import json
 import os
 import platform
 import random
+import resource
 import statistics
 import sys
 import time
@@ -84,26 +87,40 @@ def throughput(alg: str, w: int, warm: list, xs: list, use_gc: bool) -> float:
     return len(xs) / dt
 
 
-def latencies(alg: str, w: int, warm: list, xs: list, use_gc: bool, clock) -> tuple[np.ndarray, dict]:
+def latencies(alg: str, w: int, warm: list, xs: list, use_gc: bool, mode: str) -> tuple[np.ndarray, dict]:
     op = make_op(alg, w)
     ins = op.insert
     for v in warm:
         ins(v)
     before = op.stats()
     out = np.empty(len(xs), dtype=np.int64)
+    keep = np.ones(len(xs), dtype=bool)
+    clock = time.thread_time_ns if mode == "cpu" else time.perf_counter_ns
     if not use_gc:
         gc.disable()
     try:
-        for i, v in enumerate(xs):
-            t0 = clock()
-            ins(v)
-            out[i] = clock() - t0
+        if mode == "undisturbed":
+            usage, me = resource.getrusage, resource.RUSAGE_THREAD
+            for i, v in enumerate(xs):
+                c0 = usage(me).ru_nivcsw
+                t0 = clock()
+                ins(v)
+                t1 = clock()
+                out[i] = t1 - t0
+                keep[i] = usage(me).ru_nivcsw == c0
+        else:
+            for i, v in enumerate(xs):
+                t0 = clock()
+                ins(v)
+                out[i] = clock() - t0
     finally:
         gc.enable()
         after = op.stats()
         op.close()
     extra = {k: after[k] - before[k] for k in ("stalls", "stall_time", "flips") if k in after}
-    return out, extra
+    if mode == "undisturbed":
+        extra["preempted"] = int((~keep).sum())
+    return out[keep], extra
 
 
 def table2(lat: np.ndarray) -> dict:
@@ -163,11 +180,13 @@ def main(argv: list[str] | None = None) -> dict:
     # ------------------------------------------------------------------ latency
     lat_algs = [a for a in ALGS if a != "recal"]
     stat_keys = ("min", "max", "avg", "std", "lq", "med", "hq")
-    latency: dict[str, dict] = {"wall": {}, "cpu": {}}
-    extras: dict[str, dict] = {"wall": {}, "cpu": {}}
-    clocks = {"wall": time.perf_counter_ns, "cpu": time.thread_time_ns}
+    kinds = {"wall": "perf_counter_ns, wall clock",
+             "undisturbed": "perf_counter_ns, wall clock, preempted samples dropped",
+             "cpu": "thread_time_ns, CPU time"}
+    latency: dict[str, dict] = {k: {} for k in kinds}
+    extras: dict[str, dict] = {k: {} for k in kinds}
     for w in (1 << 13, 1 << 14):
-        for kind, clock in clocks.items():
+        for kind, what in kinds.items():
             per: dict[str, list[dict]] = {a: [] for a in lat_algs}
             ext: dict[str, list[dict]] = {a: [] for a in lat_algs}
             for rep in range(lat_reps):
@@ -176,14 +195,13 @@ def main(argv: list[str] | None = None) -> dict:
                 algs = list(lat_algs)
                 order.shuffle(algs)
                 for alg in algs:
-                    lat, extra = latencies(alg, w, warm, xs, args.gc, clock)
+                    lat, extra = latencies(alg, w, warm, xs, args.gc, kind)
                     per[alg].append(table2(lat))
                     ext[alg].append(extra)
             latency[kind][str(w)] = {a: {k: statistics.median(r[k] for r in rows) for k in stat_keys}
                                      for a, rows in per.items()}
             extras[kind][str(w)] = {a: {k: sum(e[k] for e in rows) for k in rows[0]} for a, rows in ext.items()
                                     if rows and rows[0]}
-            what = "perf_counter_ns, wall clock" if kind == "wall" else "thread_time_ns, CPU time"
             print(f"\nper-window latency at W[2^{w.bit_length() - 1},1], {what} (ns; median over {lat_reps} "
                   f"repeats of {lat_n} windows)")
             print(f"{'':12}" + "".join(f"{k:>10}" for k in stat_keys) + "   notes")
@@ -191,14 +209,14 @@ def main(argv: list[str] | None = None) -> dict:
                 s_ = latency[kind][str(w)][a]
                 note = " ".join(f"{k}={v:.4g}" for k, v in extras[kind][str(w)].get(a, {}).items())
                 print(f"{a:12}" + "".join(f"{s_[k]:10.0f}" for k in stat_keys) + "   " + note)
-    ratios: dict[str, dict] = {"wall": {}, "cpu": {}}
+    ratios: dict[str, dict] = {k: {} for k in kinds}
     for kind in ratios:
         for w, tab in latency[kind].items():
             ts = tab["two_stacks"]
             ratios[kind][w] = {f"{a}_{k}_over_two_stacks": tab[a][k] / ts[k]
                                for a in ("pba", "sba", "daba") for k in ("max", "std")}
             r = ratios[kind][w]
-            print(f"{kind:4} W[{w},1]: PBA/Two-Stacks Max {r['pba_max_over_two_stacks']:.3f} (goal <= 0.2), "
+            print(f"{kind:11} W[{w},1]: PBA/Two-Stacks Max {r['pba_max_over_two_stacks']:.3f} (goal <= 0.2), "
                   f"Std {r['pba_std_over_two_stacks']:.3f} (goal <= 0.333); DABA/Two-Stacks Max "
                   f"{r['daba_max_over_two_stacks']:.3f}, Std {r['daba_std_over_two_stacks']:.3f}")
 
