@@ -28,12 +28,7 @@ def _accepts(alg: str, agg: str) -> bool:
         return False
 
 
-# SBA/PBA's std loses precision on tiny variances next to large values, in order too (not a reorder
-# issue): W[9,1] over 567 @-10, 0 @-3, 1e-5 @-2, 0 @0 gives 5.39e-06 for the window ending at 0,
-# recal and every baseline 7.07e-06. Reported to the core; xfail until fixed, not strict.
-_CORE_STD = pytest.mark.xfail(reason="core lcs std precision (see comment above)", strict=False)
-MATRIX = [pytest.param(alg, agg, marks=_CORE_STD) if alg in ("sba", "pba") and agg == "std" else (alg, agg)
-          for alg in pr.ALGORITHMS for agg in AGGS if _accepts(alg, agg)]
+MATRIX = [(alg, agg) for alg in pr.ALGORITHMS for agg in AGGS if _accepts(alg, agg)]
 
 
 def _agg_for(alg: str, *choices: str) -> str:
