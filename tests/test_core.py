@@ -309,3 +309,47 @@ def test_snapshot_is_a_copy_not_a_view(alg):
             for i in range(5400, 5500):
                 op.insert(float(v[i]), int(t[i]))
             assert pickle.dumps(snap) == before
+
+
+@pytest.mark.parametrize("alg", ["sba", "pba"])
+@pytest.mark.parametrize("agg", ["max", "sum", "count", "collect", "mean"])
+@given(data=st.data())
+def test_mixed_inserts_batches_and_snapshots(alg, agg, data):
+    """One stream fed through single inserts, batches, stats() and snapshot/restore in any order."""
+    from oracle import assert_results_equal, count_windows
+
+    r = data.draw(st.integers(1, 40))
+    s = data.draw(st.sampled_from([1, 1, 1, data.draw(st.integers(1, r))]))
+    q = r // s
+    chunk = data.draw(st.one_of(st.none(), st.integers(1, q)))
+    values = data.draw(st.lists(st.integers(-20, 20).map(float), max_size=150))
+    opts = {} if chunk is None else {"chunk_size": chunk}
+    win = pr.CountWindow(range=r, slide=s)
+    op = pr.create(alg, win, agg, **opts)
+    got_ends, got = [], []
+    i = 0
+    while i < len(values):
+        step = data.draw(st.sampled_from(["one", "one", "batch", "snap", "stats"]))
+        if step == "one":
+            for e, res in op.insert(values[i]):
+                got_ends.append(e)
+                got.append(res)
+            i += 1
+        elif step == "batch":
+            j = data.draw(st.integers(i, len(values)))
+            e, res = op.insert_many(values[i:j])
+            got_ends += e.tolist()
+            got += list(res)
+            i = j
+        elif step == "snap":
+            state = pickle.loads(pickle.dumps(op.snapshot()))
+            op.close()
+            op = pr.create(alg, win, agg, **opts).restore(state)
+        else:
+            assert op.stats()["tuples"] == i
+    st_ = op.stats()
+    op.close()
+    want_ends, want = count_windows(values, r, s, agg)
+    assert got_ends == want_ends
+    assert st_["windows"] == len(want_ends) and st_["tuples"] == len(values)
+    assert_results_equal(agg, got, want, values)

@@ -153,6 +153,8 @@ class PBA(SlicedAggregator):
         # built-in max/min/sum lift a float to itself
         self._float_passthrough = self._lower_float and self.agg is BUILTIN_AGGREGATIONS.get(self.agg.name) \
             and self.agg.name in ("max", "min", "sum")
+        self._lift, self._combine, self._lower = self.agg.lift, self.agg.combine, self.agg.lower
+        self._lean = False
 
     # ------------------------------------------------------------------ merger
     def _reset_merger(self) -> None:
@@ -164,8 +166,13 @@ class PBA(SlicedAggregator):
         self._csa = self.agg.identity
 
     def insert(self, value: Any, timestamp: int | None = None) -> list[tuple[int, Any]]:
+        if self._lean:
+            return self._lean_insert(value)
         if not self._fast or self._flushed or self._closed:
             return super().insert(value, timestamp)
+        if not self._direct and not self._width:
+            self._enter_lean()
+            return self._lean_insert(value)
         # one slice per tuple: push, pop one, query, with the attribute traffic inlined
         p = value if self._float_passthrough and type(value) is float else self.agg.lift(value)
         b = self._b
@@ -235,6 +242,85 @@ class PBA(SlicedAggregator):
                 first = combine(first, chunks[c][2])
             res = combine(first, csa)
         return [(g, res if self._lower_float else self.agg.lower(res))]
+
+    # ------------------------------------------------------------------ lean per-tuple path
+    # Count windows, slide 1, scalar partials, thread pool or none: the paper's main
+    # experiment. While ``_lean`` is set only _g, _f, _csa and the chunk bookkeeping
+    # below are kept up to date per tuple; every other entry point calls _leave_lean()
+    # first, which derives the slicing layer's counters.
+    def _enter_lean(self) -> None:
+        g, f, b = self._g, self._f, self._b
+        self._ob = g - g % b if g % b else g - b  # first slice of the open chunk (g - b: none open)
+        self._fb = f - f % b  # first slice of the front chunk
+        self._flcs = None  # the front chunk's lcs, once resolved
+        self._app = self._open[0].append if g % b else None
+        self._lean_w0 = max(0, g - self._r + 1)
+        self._lean_e0 = self._emitted
+        self._lean = True
+
+    def _leave_lean(self) -> None:
+        if not self._lean:
+            return
+        self._lean = False
+        g, f = self._g, self._f
+        self._n = self._back = g
+        self._front = f
+        windows = max(0, g - self._r + 1)
+        self._emitted = self._lean_e0 + windows - self._lean_w0
+        if windows:
+            self._next_k = g - self._r + 1
+
+    def _lean_insert(self, value: Any) -> list[tuple[int, Any]]:
+        p = value if value.__class__ is float and self._float_passthrough else self._lift(value)
+        g = self._g
+        b = self._b
+        i = g - self._ob
+        if i == b:  # open the next chunk
+            rec = self._open = [self._new_saa(), None, None]
+            self._chunks[g // b] = rec
+            self._ob = g
+            self._app = rec[0].append
+            csa = self._csa = p
+            i = 0
+        else:
+            csa = self._csa = self._combine(self._csa, p)
+        self._app(p)
+        if i == b - 1:
+            rec = self._open
+            rec[2] = csa
+            self._close_chunk(rec)
+        g += 1
+        self._g = g
+        k = g - self._r
+        if k < 0:
+            return []
+        fb = self._fb
+        j = k - fb
+        if j == b:  # the window left the front chunk
+            self._chunks.pop(fb // b, None)
+            fb = self._fb = fb + b
+            self._flcs = None
+            j = 0
+        self._f = k
+        ob = self._ob
+        if fb == ob:  # the window lies in one chunk
+            res = self._query() if j else csa
+        else:
+            if j:
+                lcs = self._flcs
+                if lcs is None:
+                    lcs = self._flcs = self._lcs(fb // b)
+                first = lcs[j]
+            else:
+                first = self._chunks[fb // b][2]
+            if ob - fb > b:  # a middle chunk: its ca (several only for user chunk sizes below q/2)
+                if ob - fb == 2 * b:
+                    first = self._combine(first, self._chunks[fb // b + 1][2])
+                else:
+                    for c in range(fb // b + 1, ob // b):
+                        first = self._combine(first, self._chunks[c][2])
+            res = self._combine(first, csa)
+        return [(g, res if self._lower_float else self._lower(res))]
 
     def _new_saa(self) -> Any:
         return array("d") if self._flat else []
@@ -480,6 +566,7 @@ class PBA(SlicedAggregator):
 
     # ------------------------------------------------------------------ batch path
     def insert_many(self, values, timestamps=None):
+        self._leave_lean()
         kernel = self.agg.kernel
         if kernel is None:
             return super().insert_many(values, timestamps)
@@ -698,6 +785,7 @@ class PBA(SlicedAggregator):
                                                       "_stalls", "_stall_time", "_fallbacks")
 
     def _get_state(self) -> dict[str, Any]:
+        self._leave_lean()
         st = super()._get_state()
         chunks = {}
         for c in list(self._chunks):
@@ -713,7 +801,12 @@ class PBA(SlicedAggregator):
         st["chunk_size"] = self._b
         return st
 
+    def flush(self):
+        self._leave_lean()
+        return super().flush()
+
     def _set_state(self, st: dict[str, Any]) -> None:
+        self._leave_lean()
         if st["chunk_size"] != self._b:
             raise ValueError(f"state was taken with chunk_size {st['chunk_size']}, this operator has {self._b}")
         super()._set_state(st)
@@ -733,6 +826,7 @@ class PBA(SlicedAggregator):
         self._open = self._chunks.get(st["open"]) if st["open"] is not None else None
 
     def stats(self) -> dict[str, Any]:
+        self._leave_lean()
         st = super().stats()
         st.update(
             chunk_size=self._b,
@@ -747,6 +841,7 @@ class PBA(SlicedAggregator):
         return st
 
     def state_bytes(self) -> int:
+        self._leave_lean()
         total = 0
         for rec in self._chunks.values():
             for part in rec[:2]:
@@ -757,6 +852,7 @@ class PBA(SlicedAggregator):
         return total
 
     def close(self) -> None:
+        self._leave_lean()
         if not self._closed:
             for rec in self._chunks.values():
                 if isinstance(rec[1], Future):
