@@ -353,3 +353,12 @@ def test_mixed_inserts_batches_and_snapshots(alg, agg, data):
     assert got_ends == want_ends
     assert st_["windows"] == len(want_ends) and st_["tuples"] == len(values)
     assert_results_equal(agg, got, want, values)
+
+
+def test_lateness_snapshot_is_refused_by_a_plain_operator():
+    win = pr.TimeWindow(range=10, slide=5)
+    with pr.create("sba", win, "max", allowed_lateness=3) as op:
+        op.insert(1.0, 4)
+        state = op.snapshot()
+    with pr.create("sba", win, "max") as plain, pytest.raises(ValueError, match="allowed_lateness"):
+        plain.restore(state)

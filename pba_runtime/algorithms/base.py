@@ -179,6 +179,11 @@ class WindowOperator:
         """Load a :meth:`snapshot` (of the same algorithm, window and aggregation); returns ``self``."""
         if not isinstance(state, dict) or state.get("version") != STATE_VERSION:
             raise ValueError("state must be a snapshot() of this pba_runtime version")
+        if "reorder" in state:
+            raise ValueError(
+                "state was taken with allowed_lateness (it holds a reorder buffer); restore it into "
+                "pr.create(..., allowed_lateness=...)"
+            )
         for key, mine in (("algorithm", self.name), ("window", self.window), ("aggregation", self.agg.name)):
             if state.get(key) != mine:
                 raise ValueError(f"state was taken with {key} {state.get(key)!r}, this operator has {mine!r}")
