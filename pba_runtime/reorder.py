@@ -229,7 +229,7 @@ class ReorderBuffer(WindowOperator):
             raise ValueError(
                 f"state was taken with allowed_lateness {rb['allowed_lateness']}, this operator has {self._lateness}"
             )
-        self._inner.restore(state)
+        self._inner.restore({k: v for k, v in state.items() if k != "reorder"})
         self._heap = list(rb["heap"])
         heapq.heapify(self._heap)
         self._seq = rb["seq"]
