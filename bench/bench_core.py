@@ -6,7 +6,8 @@ ratios to bottleneck measured side by side (the machine is shared and noisy).
 
     python bench/bench_core.py              # 10M values, ranges 2^10 2^13 2^17 2^20
     python bench/bench_core.py --quick      # 1M values, fewer repeats
-    python bench/bench_core.py --auto       # also: per-tuple SBA vs PBA over ranges (the "auto" threshold)
+    python bench/bench_core.py --auto       # also: per-tuple SBA vs PBA throughput and tail latency by range
+                                            # (the "auto" threshold)
 """
 
 from __future__ import annotations
@@ -108,14 +109,19 @@ def print_row(row: dict) -> None:
     print(f"  r=2^{row['range'].bit_length() - 1:<2}  " + "  ".join(parts), flush=True)
 
 
-def per_tuple(alg: str, w: int, values: list[float], pool: pr.WorkerPool) -> tuple[float, dict]:
+def per_tuple(alg: str, w: int, values: list[float], pool: pr.WorkerPool) -> tuple[float, dict, np.ndarray]:
+    """Tuples/s of ``insert()``, the operator's stats, and each insert's latency (ns)."""
+    clock = time.perf_counter_ns
+    lat = np.empty(len(values), dtype=np.int64)
     with pr.create(alg, pr.CountWindow(range=w, slide=1), "max", **({"pool": pool} if alg == "pba" else {})) as op:
         ins = op.insert
         t0 = time.perf_counter()
-        for v in values:
+        for i, v in enumerate(values):
+            a = clock()
             ins(v)
+            lat[i] = clock() - a
         dt = time.perf_counter() - t0
-        return len(values) / dt, op.stats()
+        return len(values) / dt, op.stats(), lat
 
 
 def bench_per_tuple(n: int, exps: list[int], repeat: int, pool: pr.WorkerPool) -> list[dict]:
@@ -124,18 +130,23 @@ def bench_per_tuple(n: int, exps: list[int], repeat: int, pool: pr.WorkerPool) -
     for e in exps:
         w = 1 << e
         rates: dict[str, list[float]] = {"sba": [], "pba": []}
+        tails: dict[str, list[tuple[float, float]]] = {"sba": [], "pba": []}
         stalls = {}
         for _ in range(repeat):
             for alg in rates:
-                rate, st = per_tuple(alg, w, values, pool)
+                rate, st, lat = per_tuple(alg, w, values, pool)
                 rates[alg].append(rate)
+                steady = lat[min(len(lat) // 2, 2 * w):] / 1e3  # microseconds, after the first windows
+                tails[alg].append((float(np.percentile(steady, 99.99)), float(steady.max())))
                 stalls[alg] = (st["stalls"], st["chunks"])
         med = {a: statistics.median(r) for a, r in rates.items()}
+        tail = {a: [statistics.median(t[0] for t in v), statistics.median(t[1] for t in v)] for a, v in tails.items()}
         row = {"range": w, "n": n, "tuples_per_s": med, "stalls_chunks": stalls,
-               "pba_over_sba": med["pba"] / med["sba"]}
+               "pba_over_sba": med["pba"] / med["sba"], "latency_us_p9999_max": tail}
         rows.append(row)
         print(f"  r=2^{e:<2}  sba {med['sba'] / 1e6:5.2f}M/s  pba {med['pba'] / 1e6:5.2f}M/s"
-              f"  (pba/sba {row['pba_over_sba']:.2f}; pba stalls {stalls['pba'][0]}/{stalls['pba'][1]} chunks)",
+              f"  (pba/sba {row['pba_over_sba']:.2f}; pba stalls {stalls['pba'][0]}/{stalls['pba'][1]} chunks)"
+              f"  p99.99/max us: sba {tail['sba'][0]:.0f}/{tail['sba'][1]:.0f}  pba {tail['pba'][0]:.0f}/{tail['pba'][1]:.0f}",
               flush=True)
     return rows
 
@@ -160,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
         report["per_tuple"] = bench_per_tuple(n_tuple, [13], max(1, args.repeat // 2), pool)
         if args.auto:
             print("per-tuple SBA vs PBA by range (the 'auto' threshold):")
-            report["auto"] = bench_per_tuple(n_tuple, list(range(6, 15)), 3, pool)
+            report["auto"] = bench_per_tuple(n_tuple, [8, 10, 12, 13, 14, 15, 16], 3, pool)
     goal = [r["ratio_vs_bottleneck"]["pba"] for r in report["batch"] if "ratio_vs_bottleneck" in r]
     if goal:
         print(f"goal PBA >= 2x bottleneck at every range >= 2^10: min ratio {min(goal):.2f}x "

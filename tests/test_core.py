@@ -173,8 +173,14 @@ def test_snapshot_is_picklable_and_checked():
 
 def test_auto_picks_sba_for_small_and_pba_for_large_windows():
     assert pr.resolve_auto(pr.CountWindow(range=16, slide=1)) == "sba"
-    assert pr.resolve_auto(pr.CountWindow(range=1 << 14, slide=1)) == "pba"
-    with pr.create("auto", pr.CountWindow(range=1 << 14, slide=1), "max") as op:
+    assert pr.resolve_auto(pr.CountWindow(range=1 << 14, slide=1)) == "sba"
+    assert pr.resolve_auto(pr.CountWindow(range=1 << 15, slide=1)) == "pba"
+    with pr.create("auto", pr.CountWindow(range=1 << 15, slide=1), "max") as op:
+        assert op.name == "pba"
+    # a Python-loop lcs makes SBA's boundary pause long sooner
+    py_max = pr.Aggregation(lift=float, combine=max, lower=float, identity=float("-inf"))
+    assert pr.resolve_auto(pr.CountWindow(range=1 << 13, slide=1), py_max) == "pba"
+    with pr.create("auto", pr.CountWindow(range=1 << 13, slide=1), py_max) as op:
         assert op.name == "pba"
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..aggregations import Aggregation
+from ..aggregations import Aggregation, get_aggregation
 from ..windows import CountWindow, TimeWindow, validate_window
 from .base import SlicedAggregator, WindowOperator
 from .daba import DABA
@@ -21,7 +21,8 @@ from .slick_deque import SlickDeque
 from .soe import SubtractOnEvict
 from .two_stacks import TwoStacks
 
-__all__ = ["ALGORITHMS", "REGISTRY", "register", "create", "resolve_auto", "AUTO_PBA_MIN_SLICES"]
+__all__ = ["ALGORITHMS", "REGISTRY", "register", "create", "resolve_auto", "AUTO_PBA_MIN_SLICES",
+           "AUTO_PBA_MIN_SLICES_PYTHON"]
 
 REGISTRY: dict[str, type[WindowOperator]] = {}
 
@@ -40,15 +41,28 @@ for _cls in (Recal, SBA, PBA, SubtractOnEvict, TwoStacks, DABA, SlickDeque, Flat
     register(_cls)
 
 # "auto" picks PBA from this many slices per window up (q = range // slide), SBA below.
-# Measured on the 2-core project machine (bench/bench_core.py --auto): below ~1024
-# slices a pool hand-off per chunk costs more than the worker saves.
-AUTO_PBA_MIN_SLICES = 1024
+# Measured on the 2-core project machine (bench/bench_core.py --auto, per-tuple max):
+# SBA builds a chunk's lcs with numpy at ~4.4 ns a slice, so its boundary pause grows
+# with the window (0.15 ms at 2^15, 0.29 ms at 2^16), while PBA's tail stays at the
+# hand-off to a worker thread (0.1-0.35 ms with the GIL). Below 2^15 PBA only adds
+# contention (p99.99 55-75 us against SBA's 18-32 us); throughput is within 2%.
+AUTO_PBA_MIN_SLICES = 1 << 15
+# A Python-callable aggregation builds its lcs in a Python loop (100-300 ns a slice),
+# so SBA's boundary pause reaches a millisecond from ~2^12 slices: PBA pays off earlier.
+AUTO_PBA_MIN_SLICES_PYTHON = 1 << 12
 
 
-def resolve_auto(window: CountWindow | TimeWindow, agg: Aggregation | None = None) -> str:
-    """The algorithm ``"auto"`` stands for: SBA for small windows, PBA for large ones."""
+def resolve_auto(window: CountWindow | TimeWindow, agg: str | Aggregation | None = None) -> str:
+    """The algorithm ``"auto"`` stands for: SBA for small windows, PBA for large ones.
+
+    >>> import pba_runtime as pr
+    >>> pr.resolve_auto(pr.CountWindow(range=1024, slide=1)), pr.resolve_auto(pr.CountWindow(range=1 << 16, slide=1))
+    ('sba', 'pba')
+    """
     window = validate_window(window)
-    return "pba" if window.range // window.slide >= AUTO_PBA_MIN_SLICES else "sba"
+    python_loop = agg is not None and get_aggregation(agg).kernel is None
+    threshold = AUTO_PBA_MIN_SLICES_PYTHON if python_loop else AUTO_PBA_MIN_SLICES
+    return "pba" if window.range // window.slide >= threshold else "sba"
 
 
 def create(algorithm: str, window: CountWindow | TimeWindow, agg: str | Aggregation, *,
@@ -79,7 +93,7 @@ def create(algorithm: str, window: CountWindow | TimeWindow, agg: str | Aggregat
     if not isinstance(algorithm, str):
         raise TypeError(f"algorithm must be a name (str), got {type(algorithm).__name__}")
     if algorithm == "auto":
-        algorithm = resolve_auto(window)
+        algorithm = resolve_auto(window, agg)
     try:
         cls = REGISTRY[algorithm]
     except KeyError:
