@@ -19,7 +19,8 @@ Pipelines, each written to Spark's ``noop`` sink:
   (W[1 h, 1 s]: minutes of fixed cost, one run on a few thousand rows);
 * extras: forced ``pba`` vs ``sba``, ``applyInArrow`` vs ``mapInArrow``, Arrow batches of
   100k rows, 8 keys (the anchors' setting), the RDD partition function (Python rows),
-  local[1] vs local[2], and ``spark.task.cpus=2`` (a core per task for PBA's pool).
+  local[1] vs local[2], ``spark.task.cpus=2`` (a core per task for PBA's pool), and the main
+  comparisons again over the same rows cached in memory (the source then costs ~nothing).
 
 Cases of a phase are interleaved and repeated; the summary gives median *paired*
 ratios (time(a)/time(b) measured back to back), which hold up on a shared
@@ -233,6 +234,24 @@ def run(args) -> dict:
             bx.measure({"ours_rdd_count_1024": rdd_case, "ceiling_rdd_rows": ceiling(source(spark, mr))},
                        {"ours_rdd_count_1024": mr, "ceiling_rdd_rows": mr}, reps=1)
             out["local2_extras"] = bx.results
+
+        print("== local[2], the same rows cached in memory (the source costs ~nothing)", flush=True)
+        bc = Bench(spark, args.reps)
+        cached = source(spark, n).cache()
+        cached.count()
+        cached_cases = {
+            "gen": lambda: cached,
+            "ceiling": ceiling(cached),
+            "ceiling_time": ceiling(cached, "ts"),
+            "ours_count_1024": ours(cached, cnt[1024]),
+            "native_count_1024_segtree": lambda: native_count(cached, 1024),
+            "ours_time_60s": ours(cached, w60),
+            "ours_time_60s_rows": ours(cached, w60, preaggregate=False),
+            "native_time_60s": lambda: native_time(cached, 60_000, 1_000),
+        }
+        bc.measure(cached_cases, {k: n for k in cached_cases}, confs={"native_count_1024_segtree": SEGTREE})
+        out["local2_cached"] = bc.results
+        cached.unpersist()
     finally:
         spark.stop()
 
@@ -271,8 +290,8 @@ def run(args) -> dict:
             noop(ours(src3, cnt[8192], metrics=metrics)())
             out["task_cpus2_auto_algorithms"] = metrics.algorithms()
             out["task_cpus2_auto_reasons"] = metrics.reasons()
-            cases = {"ours_count_8192_auto": ours(src3, cnt[8192]), "ours_count_8192_sba": ours(src3, cnt[8192],
-                                                                                                 algorithm="sba")}
+            cases = {f"ours_count_{r}_{a}": ours(src3, cnt[r], **({} if a == "auto" else {"algorithm": a}))
+                     for r in (1024, 8192) for a in ("auto", "sba")}
             b3.measure(cases, {k: n for k in cases})
             out["local2_task_cpus2_8keys"] = b3.results
         finally:
@@ -314,8 +333,19 @@ def summarise(out: dict) -> dict:
         "ours_count_1024_8keys / ceiling_8keys": paired(X, "ours_count_1024_8keys", "ceiling_8keys"),
         "native_count_1024_segtree_8keys / ours_count_1024_8keys": paired(X, "native_count_1024_segtree_8keys",
                                                                           "ours_count_1024_8keys"),
-        "task.cpus=2: auto (PBA) / SBA": paired(out.get("local2_task_cpus2_8keys"), "ours_count_8192_auto",
-                                                "ours_count_8192_sba"),
+        "task.cpus=2: auto (PBA) / SBA, W[2^10, 1]": paired(out.get("local2_task_cpus2_8keys"),
+                                                             "ours_count_1024_auto", "ours_count_1024_sba"),
+        "task.cpus=2: auto (PBA) / SBA, W[2^13, 1]": paired(out.get("local2_task_cpus2_8keys"),
+                                                             "ours_count_8192_auto", "ours_count_8192_sba"),
+    }
+    C = out.get("local2_cached")
+    s["paired_time_ratios_median_cached_source"] = {
+        "ours_count_1024 / ceiling": paired(C, "ours_count_1024", "ceiling"),
+        "native_count_1024_segtree / ours_count_1024": paired(C, "native_count_1024_segtree", "ours_count_1024"),
+        "native_time_60s / ours_time_60s": paired(C, "native_time_60s", "ours_time_60s"),
+        "native_time_60s / ours_time_60s_rows": paired(C, "native_time_60s", "ours_time_60s_rows"),
+        "ours_time_60s / ceiling_time": paired(C, "ours_time_60s", "ceiling_time"),
+        "ours_time_60s_rows / ceiling_time": paired(C, "ours_time_60s_rows", "ceiling_time"),
     }
     s["paired_time_ratios_median"] = p
     s["vs_native_default_rate"] = {r: ratio(rate(L2, f"ours_count_{r}"), rate(L2, f"native_count_{r}_default"))

@@ -81,9 +81,13 @@ __all__ = [
 log = logging.getLogger("spark_integration")
 
 #: ``auto`` runs PBA from this many slices per window (``range // slide``) up.
-#: The core's threshold, measured for the batch path by ``bench/bench_core.py``;
-#: ``bench/bench_spark.py`` compares forced PBA and SBA inside Spark.
-SPARK_PBA_MIN_SLICES = pr.AUTO_PBA_MIN_SLICES
+#: Inside Spark every key goes through the batch path, where what PBA
+#: parallelises (half of the window merge, in the pool) grows with the batch,
+#: not with the window; the core's own threshold
+#: (``pba_runtime.AUTO_PBA_MIN_SLICES``) comes from per-tuple tail latency,
+#: which a Spark batch job does not have. ``bench/bench_spark.py``
+#: (``spark.task.cpus=2`` phase) compares PBA and SBA at 2^10 and 2^13 slices.
+SPARK_PBA_MIN_SLICES = 1 << 10
 
 try:  # the batch size from which vectorised PBA hands half the rows to the pool
     from pba_runtime.batch import PARALLEL_BATCH_MIN as PBA_MIN_KEY_SLICES
@@ -214,34 +218,49 @@ def worker_pool(workers: int = 1, factory: Callable[[int], pr.WorkerPool] | None
         return pool, None
 
 
+_FAILED = object()
+
+
 class _GuardedFuture(Future):
-    """A task's future whose failure is repaired: ``result()`` runs the task on the caller's thread."""
+    """The future of a task whose failure is repaired: ``result()`` then runs the task on the caller's thread.
+
+    It completes when the worker's future does (so ``concurrent.futures.wait``
+    works on it); a failure completes it with a marker that ``result()`` turns
+    into the task's result computed here.
+    """
 
     def __init__(self, inner: Future, fn: Callable[..., Any], args: tuple, owner: "GuardedPool"):
         super().__init__()
         self._inner, self._fn, self._args, self._owner = inner, fn, args, owner
+        self._failure: BaseException | None = None
+        self._repair_lock = threading.Lock()
+        self._repaired: Any = _FAILED
+        inner.add_done_callback(self._relay)
 
-    def done(self) -> bool:
-        return self._inner.done()
-
-    def running(self) -> bool:
-        return self._inner.running()
+    def _relay(self, inner: Future) -> None:
+        try:
+            res = inner.result()
+        except BaseException as exc:  # failed or cancelled: repaired on demand
+            self._failure = exc
+            res = _FAILED
+        self.set_result(res)
 
     def cancel(self) -> bool:
         return self._inner.cancel()
 
-    def cancelled(self) -> bool:
-        return self._inner.cancelled()
+    def result(self, timeout: float | None = None) -> Any:
+        res = super().result(timeout)
+        if res is not _FAILED:
+            return res
+        with self._repair_lock:
+            if self._repaired is _FAILED:
+                self._owner._failed(self._failure)
+                self._repaired = self._fn(*self._args)
+            return self._repaired
 
     def exception(self, timeout: float | None = None) -> BaseException | None:
-        return None  # result() never raises a worker's failure
-
-    def result(self, timeout: float | None = None) -> Any:
-        try:
-            return self._inner.result(timeout)
-        except Exception as exc:  # the worker failed: do its task here (the SBA way), count it
-            self._owner._failed(exc)
-            return self._fn(*self._args)
+        super().result(timeout)
+        return None  # a worker's failure is repaired, never raised
 
 
 class GuardedPool(pr.WorkerPool):
@@ -290,6 +309,11 @@ class GuardedPool(pr.WorkerPool):
 
     def close(self, wait: bool = True) -> None:
         self._closed = True
+
+    def __getattr__(self, name: str) -> Any:  # wait_for, task_timeout, recover, ...: the shared pool's
+        if name == "_inner":
+            raise AttributeError(name)
+        return getattr(self._inner, name)
 
     def __repr__(self) -> str:
         return f"GuardedPool({self._inner!r}, failures={self.failures})"
@@ -351,9 +375,12 @@ class KeyOperator:
             if pool is None:
                 alg, why = choose_algorithm(requested, window, cores=cores, key_slices=key_slices,
                                             min_slices=min_slices, pool_ok=False, pool_died=failed == "pool_died")
-            else:
+            elif pool.kind == "thread":
                 guard = GuardedPool(pool)
-        op = pr.create(alg, window, agg, pool=guard) if guard is not None else pr.create(alg, window, agg)
+        if alg == "pba":  # a process pool (from a pool_factory) goes to PBA as it is: it repairs its own tasks
+            op = pr.create(alg, window, agg, pool=guard if guard is not None else pool)
+        else:
+            op = pr.create(alg, window, agg)
         return cls(op, alg, why, guard)
 
     def close(self, counts: dict[str, int], rows: int) -> None:

@@ -288,3 +288,27 @@ def test_guarded_pool_repairs_failed_tasks():
     assert g.closed
     with pytest.raises(RuntimeError):
         g.submit(max, 1, 2)
+
+
+def test_guarded_future_completes_for_wait_and_repairs_once():
+    from concurrent.futures import wait
+
+    with pr.WorkerPool(kind="thread", workers=1) as inner:
+        g = rt.GuardedPool(inner)
+        ok = g.submit(sum, [1, 2, 3])
+        wait([ok])  # a guarded future completes with its worker's
+        assert ok.done() and ok.result() == 6 and g.failures == 0
+        assert g.wait_for(ok) is True and g.task_timeout is None  # the shared pool's own API, delegated
+        calls = []
+
+        def flaky(x):
+            calls.append(x)
+            if len(calls) == 1:
+                raise MemoryError("worker failed")
+            return x * 2
+
+        bad = g.submit(flaky, 21)
+        wait([bad])
+        assert bad.result() == 42 and bad.result() == 42 and g.failures == 1 and calls == [21, 21]
+        assert bad.exception() is None
+        assert inner.closed  # a failure marks the shared pool dead: the next key starts a new one
