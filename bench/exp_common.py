@@ -45,8 +45,8 @@ from bench_baselines import machine_info  # noqa: E402
 RESULTS = HERE / "results"
 
 __all__ = [
-    "RESULTS", "LoadLog", "machine", "spread", "interleave", "per_tuple_rate", "timed_inserts", "binned_max",
-    "spike_height", "uniform_values", "debs12_series", "write_json", "read_json", "plot_lines", "plot_traces",
+    "RESULTS", "LoadLog", "code_state", "machine", "spread", "interleave", "per_tuple_rate", "timed_inserts", "binned_max",
+    "periodic_spike", "spike_height", "uniform_values", "debs12_series", "write_json", "read_json", "plot_lines", "plot_traces",
     "parse_args", "fmt_rate",
 ]
 
@@ -79,10 +79,27 @@ class LoadLog:
                 "load1_mean": round(statistics.fmean(ones), 2), "busy": max(ones) > cpus}
 
 
-def machine(load: LoadLog) -> dict[str, Any]:
-    """Machine description (``bench_baselines.machine_info``) plus the run's load log."""
+def code_state() -> dict[str, Any]:
+    """The commit measured and the library files modified in the working tree (others edit it concurrently)."""
+    import subprocess
+
+    def git(*args: str) -> str:
+        try:
+            return subprocess.run(["git", *args], cwd=HERE.parent, capture_output=True, text=True,
+                                  timeout=10).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            return ""
+
+    dirty = git("status", "--porcelain", "--", "pba_runtime", "spark_integration", "bench")
+    return {"commit": git("rev-parse", "--short", "HEAD"), "time": time.strftime("%H:%M:%S"),
+            "modified": [line[3:] for line in dirty.splitlines() if line[:2].strip() and not line.startswith("??")]}
+
+
+def machine(load: LoadLog, code_at_start: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Machine description (``bench_baselines.machine_info``), the run's load log, the code at start and end."""
     info = machine_info()
     info["load"] = load.summary()
+    info["code"] = {"start": code_at_start, "end": code_state()}
     return info
 
 
@@ -179,37 +196,49 @@ def per_tuple_rate(make_op: Callable[[], Any], warm: tuple[list, list | None], t
 
 
 def timed_inserts(op: Any, values: list, stamps: list | None, timed: np.ndarray,
-                  clock: Callable[[], int] = time.perf_counter_ns) -> tuple[np.ndarray, int]:
+                  clock: Callable[[], int] = time.perf_counter_ns, drop_preempted: bool = False
+                  ) -> tuple[np.ndarray, int, int]:
     """Latency (``clock`` units) of the inserts at the positions ``timed``; the others run untimed.
 
-    Returns the latencies and how many timed inserts completed no window (0
-    when ``timed`` marks exactly the window-completing inserts). The garbage
-    collector is off for the whole loop.
+    Returns the latencies, how many timed inserts completed no window (0 when
+    ``timed`` marks exactly the window-completing inserts) and how many were
+    dropped as preempted: with ``drop_preempted`` a sample is kept only if the
+    thread's involuntary context switches (``getrusage(RUSAGE_THREAD)``, read
+    outside the timed span) did not move, the *undisturbed* mode of
+    ``bench_baselines.latencies``. The garbage collector is off for the loop.
     """
+    import resource
+
+    usage, me = resource.getrusage, resource.RUSAGE_THREAD
     out = np.empty(len(timed), dtype=np.int64)
+    keep = np.ones(len(timed), dtype=bool)
     ins = op.insert
     missed = 0
     pos = 0
+    c0 = 0
     gc.disable()
     try:
         for j, i in enumerate(timed.tolist()):
             if stamps is None:
                 for v in values[pos:i]:
                     ins(v)
-                t0 = clock()
-                got = ins(values[i])
-                out[j] = clock() - t0
+                args = (values[i],)
             else:
                 for v, t in zip(values[pos:i], stamps[pos:i]):
                     ins(v, t)
-                t0 = clock()
-                got = ins(values[i], stamps[i])
-                out[j] = clock() - t0
+                args = (values[i], stamps[i])
+            if drop_preempted:
+                c0 = usage(me).ru_nivcsw
+            t0 = clock()
+            got = ins(*args)
+            out[j] = clock() - t0
+            if drop_preempted:
+                keep[j] = usage(me).ru_nivcsw == c0
             missed += not got
             pos = i + 1
     finally:
         gc.enable()
-    return out, missed
+    return out[keep], missed, int((~keep).sum())
 
 
 def binned_max(lat: np.ndarray, bins: int) -> tuple[int, list[int]]:
@@ -220,6 +249,34 @@ def binned_max(lat: np.ndarray, bins: int) -> tuple[int, list[int]]:
     if n < len(lat):
         head.append(int(lat[n:].max()))
     return width, head
+
+
+def periodic_spike(lat: np.ndarray, period: int, jitter: int = 2) -> float:
+    """Height of a spike recurring every ``period`` samples at the same phase (Two-Stacks' flip, a chunk boundary).
+
+    The samples are folded by ``p`` (one row per period), the median is taken
+    over the periods for every phase, and the largest of those medians is
+    kept; the result is the largest over ``p`` in ``period +- jitter`` (Two-Stacks
+    flips every ``range + 1`` windows, not every ``range``). A random preemption
+    or interrupt does not survive the median, a spike at the same phase of
+    every period does. With fewer than 3 full periods it is only as robust as
+    the few periods it has.
+
+    Examples
+    --------
+    >>> lat = np.full(4000, 100)
+    >>> lat[7::1000] = 5000  # periodic
+    >>> lat[123] = 10**6      # one-off
+    >>> periodic_spike(lat, 1000)
+    5000.0
+    """
+    lat = np.asarray(lat)
+    best = None
+    for p in range(max(1, period - jitter), period + jitter + 1):
+        m = len(lat) // p
+        h = float(np.max(lat)) if m == 0 else float(np.median(lat[: m * p].reshape(m, p), axis=0).max())
+        best = h if best is None else max(best, h)
+    return best
 
 
 def spike_height(lat: np.ndarray, period: int) -> float:
@@ -280,7 +337,7 @@ STYLE = {"recal": ("tab:gray", ":"), "two_stacks": ("tab:red", "-"), "daba": ("t
 def plot_lines(path: Path, panels: list[dict[str, Any]], title: str) -> str | None:
     """One PNG of side-by-side panels of lines with their spread; returns the file name or ``None``.
 
-    Each panel: ``{"title", "x" (list), "xlabel", "ylabel", "logx", "logy", "xticklabels" (optional),
+    Each panel: ``{"title", "x" (list), "xlabel", "ylabel", "logx", "logy", "ymin0", "xticklabels" (optional),
     "series": {name: [spread dict or None per x]}}``; a line is drawn through the medians
     and a band from min to max.
     """
@@ -301,6 +358,8 @@ def plot_lines(path: Path, panels: list[dict[str, Any]], title: str) -> str | No
             ax.set_xscale("log", base=2)
         if p.get("logy"):
             ax.set_yscale("log")
+        elif p.get("ymin0"):
+            ax.set_ylim(bottom=0)
         if p.get("xticklabels"):
             ax.set_xticks(p["x"], p["xticklabels"])
         ax.set_xlabel(p["xlabel"])

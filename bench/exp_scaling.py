@@ -124,13 +124,13 @@ def plots(res: dict, out: Path) -> list[str]:
         series = {name: [sp.get(f"local[{p}]", {}).get(name, {}).get("rows_per_s") for p in PARALLELISM]
                   for name in ("ours", "native_segtree", "ceiling")}
         panels.append({"title": "Spark adapter, local[1] / local[2]", "x": list(PARALLELISM),
-                       "xlabel": "parallelism (local[n])", "ylabel": "rows/s", "logy": False,
+                       "xlabel": "parallelism (local[n])", "ylabel": "rows/s", "ymin0": True,
                        "xticklabels": ["1", "2"], "series": series})
     rt = res.get("runtime", {}).get("configs", {})
     if rt:
         series = {a: [rt.get(f"{a}_p{p}", {}).get("tuples_per_s") for p in PARALLELISM] for a in ("pba", "sba")}
         panels.append({"title": "standalone runtime (pba-run)", "x": list(PARALLELISM), "xlabel": "parallelism",
-                       "ylabel": "tuples/s", "logy": False, "xticklabels": ["1", "2"], "series": series})
+                       "ylabel": "tuples/s", "ymin0": True, "xticklabels": ["1", "2"], "series": series})
     if not panels:
         return []
     f = C.plot_lines(out / "exp_scaling_fig8.png", panels,
@@ -148,6 +148,7 @@ def main(argv: list[str] | None = None) -> dict:
     cfg = dict(SIZES["smoke" if args.smoke else "full"])
     load = C.LoadLog()
     load.mark("start")
+    code = C.code_state()
     t0 = time.time()
     res: dict = {"experiment": "scaling", "sizes": cfg, "smoke": args.smoke}
     if not args.no_runtime:
@@ -159,7 +160,7 @@ def main(argv: list[str] | None = None) -> dict:
         load.mark("spark")
     res["speedup_p2_over_p1"] = speedups(res)
     res["wall_s"] = round(time.time() - t0, 1)
-    res["machine"] = C.machine(load)
+    res["machine"] = C.machine(load, code)
     res["plots"] = plots(res, args.out_dir)
     C.write_json(args.out_dir / "exp_scaling.json", res)
     print("speed-up p2/p1: " + ", ".join(f"{k} {v:.2f}x" for k, v in res["speedup_p2_over_p1"].items()))

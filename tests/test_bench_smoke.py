@@ -52,6 +52,7 @@ def _load(d: Path, name: str) -> dict:
 def _check_machine(res: dict) -> None:
     m = res["machine"]
     assert m["cpus"] >= 1 and len(m["loadavg"]) == 3
+    assert set(m["code"]) == {"start", "end"} and "commit" in m["code"]["start"]
     assert m["load"]["marks"] and all(len(k["loadavg"]) == 3 for k in m["load"]["marks"])
 
 
@@ -76,6 +77,7 @@ def test_throughput_smoke(smoke_dir):
         assert set(t["per_tuple"]) == {"two_stacks", "daba", "slick_deque", "flatfat", "sba", "pba"}
         assert all(c["median"] > 0 for cells in t["per_tuple"].values() for c in cells)
         assert all(c["median"] > 0 for cells in t["batch"].values() for c in cells)
+        assert all(len(v) == len(t["x"]) and min(v) > 0 for v in t["flush_s"].values())  # end-of-stream cost, once
     if HAS_MPL:
         assert set(res["plots"]) >= {"exp_throughput_fig4.png", "exp_throughput_fig5.png", "exp_throughput_fig6.png"}
         assert all((smoke_dir / f).stat().st_size > 0 for f in res["plots"])
@@ -87,7 +89,7 @@ def test_latency_smoke(smoke_dir):
     for group in ("count", "time"):
         assert len(res[group]) == 2
         for r, kinds in res[group].items():
-            for kind in ("wall", "cpu"):
+            for kind in ("wall", "undisturbed", "cpu"):
                 row = kinds[kind]
                 for alg in res["algorithms"]:
                     s = row[alg]["stats"]
@@ -95,13 +97,17 @@ def test_latency_smoke(smoke_dir):
                         assert s is None  # not selective: cannot run moment_sketch
                         continue
                     assert 0 < s["min"] <= s["lq"] <= s["med"] <= s["hq"] <= s["max"]
+                    assert s["min"] <= s["spike"] <= s["max"]
+                    if kind != "undisturbed":  # dropped samples break the phases
+                        assert s["min"] <= s["periodic"] <= s["max"]
                     if group == "time":
                         assert row[alg]["extra"]["missed"] == 0  # exactly the window-completing inserts were timed
                 width, trace = res["traces"][group][r][kind]["pba"]
                 assert width >= 1 and trace
     assert res["ratios"]["count"] and res["ratios"]["time"]
     if HAS_MPL:
-        assert set(res["plots"]) == {"exp_latency_fig7_wall.png", "exp_latency_fig7_cpu.png"}
+        assert set(res["plots"]) == {"exp_latency_fig7_wall.png", "exp_latency_fig7_cpu.png",
+                                     "exp_latency_fig7_undisturbed.png"}
 
 
 def test_scaling_runtime_smoke(smoke_dir):
@@ -161,9 +167,12 @@ def test_timed_inserts_times_window_completing_inserts():
     vals = [float(i % 7) for i in range(len(ts))]
     timed = np.flatnonzero(np.diff(np.asarray(ts) // 1000, prepend=-1) != 0)[1:]
     op = pr.create("two_stacks", pr.TimeWindow(range=2000, slide=1000), "max")
-    lat, missed = C.timed_inserts(op, vals, ts, timed, time.perf_counter_ns)
+    lat, missed, dropped = C.timed_inserts(op, vals, ts, timed, time.perf_counter_ns)
+    assert missed == 0 and dropped == 0 and len(lat) == len(timed) and (lat > 0).all()
+    lat, missed, dropped = C.timed_inserts(op, vals, [t + 5000 for t in ts], timed, time.perf_counter_ns,
+                                           drop_preempted=True)
     op.close()
-    assert missed == 0 and len(lat) == len(timed) and (lat > 0).all()
+    assert missed == 0 and len(lat) + dropped == len(timed)
 
 
 def test_spike_height_and_binned_max():
