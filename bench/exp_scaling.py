@@ -38,9 +38,9 @@ import bench_runtime  # noqa: E402
 
 SIZES = {
     "full": {"runtime_tuples": 4_000_000, "runtime_reps": 3, "spark_rows": 2_000_000, "spark_rounds": 2,
-             "spark_reps_per_round": 2},
+             "spark_reps_per_round": 2, "warm_up": True},
     "smoke": {"runtime_tuples": 30_000, "runtime_reps": 1, "spark_rows": 20_000, "spark_rounds": 1,
-              "spark_reps_per_round": 1},
+              "spark_reps_per_round": 1, "warm_up": False},
 }
 PARALLELISM = (1, 2)
 
@@ -86,7 +86,7 @@ def spark_scaling(cfg: dict) -> dict:
             cases = {"ceiling": lambda: src.select("k", "t", "v").repartition("k").sortWithinPartitions("k", "t"),
                      "ours": ours,
                      "native_segtree": lambda: bench_spark.native_count(src, 1024)}
-            for build in cases.values():  # warm-up: JIT, Python workers
+            for build in cases.values() if cfg["warm_up"] else ():  # warm-up: JIT, Python workers
                 bench_spark.noop(build())
             b = bench_spark.Bench(spark, cfg["spark_reps_per_round"])
             b.measure(cases, {k: n for k in cases},
