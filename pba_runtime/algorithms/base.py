@@ -103,7 +103,20 @@ class WindowOperator:
     # ------------------------------------------------------------------ public API
     def insert(self, value: Any, timestamp: int | None = None) -> list[tuple[int, Any]]:
         """Insert one tuple; return ``(window_end, result)`` for each window it completes."""
-        raise NotImplementedError
+        if self._flushed or self._closed:
+            self._check_open()
+        agg = self.agg
+        if self._is_time:
+            t = _check_timestamp(timestamp)
+            if self._t_last is not None and t < self._t_last:
+                raise ValueError(
+                    f"timestamp {t} is before the last timestamp seen, {self._t_last}: time windows need "
+                    "non-decreasing timestamps (configure allowed_lateness to reorder late tuples)"
+                )
+            p = agg.lift(value, t) if agg.positional else agg.lift(value)
+            return self._step(p, t)
+        p = agg.lift(value, self._n) if agg.positional else agg.lift(value)
+        return self._step(p, None)
 
     def insert_many(self, values: Any, timestamps: Any = None) -> tuple[np.ndarray, Any]:
         """Insert a batch; return ``(ends, results)`` for the windows it completes.
@@ -263,22 +276,6 @@ class SlicedAggregator(WindowOperator):
         raise NotImplementedError
 
     # ------------------------------------------------------------------ per tuple
-    def insert(self, value: Any, timestamp: int | None = None) -> list[tuple[int, Any]]:
-        if self._flushed or self._closed:
-            self._check_open()
-        agg = self.agg
-        if self._is_time:
-            t = _check_timestamp(timestamp)
-            if self._t_last is not None and t < self._t_last:
-                raise ValueError(
-                    f"timestamp {t} is before the last timestamp seen, {self._t_last}: time windows need "
-                    "non-decreasing timestamps (configure allowed_lateness to reorder late tuples)"
-                )
-            p = agg.lift(value, t) if agg.positional else agg.lift(value)
-            return self._step(p, t)
-        p = agg.lift(value, self._n) if agg.positional else agg.lift(value)
-        return self._step(p, None)
-
     def _step(self, p: Any, t: int | None) -> list[tuple[int, Any]]:
         if t is not None:
             return self._step_time(p, t)

@@ -19,7 +19,7 @@ from collections import deque
 from functools import reduce
 from typing import Any
 
-from .base import WindowOperator, _check_timestamp, sizeof
+from .base import WindowOperator, sizeof
 
 
 class Recal(WindowOperator):
@@ -31,22 +31,6 @@ class Recal(WindowOperator):
         self._next_k: int | None = None
 
     _STATE_FIELDS = WindowOperator._STATE_FIELDS + ("_buf", "_next_k")
-
-    def insert(self, value, timestamp=None):
-        self._check_open()
-        agg = self.agg
-        if self._is_time:
-            t = _check_timestamp(timestamp)
-            if self._t_last is not None and t < self._t_last:
-                raise ValueError(
-                    f"timestamp {t} is before the last timestamp seen, {self._t_last}: time windows need "
-                    "non-decreasing timestamps (configure allowed_lateness to reorder late tuples)"
-                )
-            p = agg.lift(value, t) if agg.positional else agg.lift(value)
-        else:
-            t = None
-            p = agg.lift(value, self._n) if agg.positional else agg.lift(value)
-        return self._step(p, t)
 
     def _fold(self, lo: float, hi: float) -> Any:
         parts = [p for x, p in self._buf if lo <= x < hi]
