@@ -31,6 +31,7 @@ Usage::
 
     python bench/bench_spark.py --quick      # 2M rows, main comparisons only
     python bench/bench_spark.py              # 10M rows, everything (~30 min)
+    python bench/bench_spark.py --transports # mapInArrow vs applyInArrow vs applyInPandas
 """
 
 from __future__ import annotations
@@ -213,6 +214,7 @@ def run(args) -> dict:
             extra = {
                 "ours_count_1024": ours(src, cnt[1024]),
                 "ours_count_1024_applyInArrow": ours(src, cnt[1024], transport="applyInArrow"),
+                "ours_count_1024_applyInPandas": ours(src, cnt[1024], transport="applyInPandas"),
                 "ours_count_1024_batch100k": ours(src, cnt[1024]),
                 "ours_count_8192_pba": ours(src, cnt[8192], algorithm="pba"),
                 "ours_count_8192_sba": ours(src, cnt[8192], algorithm="sba"),
@@ -300,6 +302,52 @@ def run(args) -> dict:
     return out
 
 
+def run_transports(args) -> dict:
+    """Only the transports: mapInArrow (the default), applyInArrow, applyInPandas, Arrow batches of 100k rows."""
+    n = args.rows
+    out: dict = {"machine": {"cores": os.cpu_count(), "python": platform.python_version()}, "rows": n, "keys": KEYS,
+                 "reps": args.reps}
+    cnt = pr.CountWindow(range=1024, slide=1)
+    w60 = si.time_window("60 seconds", "1 second")
+    spark = session("local[2]")
+    try:
+        b = Bench(spark, args.reps)
+        src = source(spark, n)
+        for t in ("mapInArrow", "applyInArrow", "applyInPandas"):  # warm-up
+            noop(si.sliding_window_aggregate(source(spark, 300_000), key="k", order_by="t", value="v", window=cnt,
+                                             agg="max", transport=t))
+
+        def ours(window, order, **kw):
+            return lambda: si.sliding_window_aggregate(src, key="k", order_by=order, value="v", window=window,
+                                                       agg="max", **kw)
+
+        cases = {
+            "ceiling": lambda: src.select("k", "t", "v").repartition("k").sortWithinPartitions("k", "t"),
+            "count_mapInArrow": ours(cnt, "t"),
+            "count_applyInArrow": ours(cnt, "t", transport="applyInArrow"),
+            "count_applyInPandas": ours(cnt, "t", transport="applyInPandas"),
+            "count_mapInArrow_batch100k": ours(cnt, "t"),
+            "time60s_rows_mapInArrow": ours(w60, "ts", preaggregate=False),
+            "time60s_rows_applyInPandas": ours(w60, "ts", preaggregate=False, transport="applyInPandas"),
+        }
+        b.measure(cases, {k: n for k in cases},
+                  confs={"count_mapInArrow_batch100k": {"spark.sql.execution.arrow.maxRecordsPerBatch": "100000"}})
+        out["local2"] = b.results
+    finally:
+        spark.stop()
+    res = out["local2"]
+
+    def paired(a, b_):
+        return round(statistics.median(x / y for x, y in zip(res[a]["times_s"], res[b_]["times_s"])), 2)
+
+    out["summary"] = {"paired_time_ratios_median": {
+        f"{a} / {b_}": paired(a, b_) for a, b_ in (
+            ("count_mapInArrow", "ceiling"), ("count_applyInArrow", "count_mapInArrow"),
+            ("count_applyInPandas", "count_mapInArrow"), ("count_mapInArrow_batch100k", "count_mapInArrow"),
+            ("time60s_rows_applyInPandas", "time60s_rows_mapInArrow"))}}
+    return out
+
+
 def summarise(out: dict) -> dict:
     def rate(d, name):
         return d[name]["rows_per_s_best"] if d and name in d else None
@@ -328,6 +376,8 @@ def summarise(out: dict) -> dict:
         "ours_time_60s_rows / ceiling_time": paired(L2, "ours_time_60s_rows", "ceiling_time"),
         "ours_time_1h_rows / ceiling_time": paired(L2, "ours_time_1h_rows", "ceiling_time"),
         "ours_count_1024_applyInArrow / ours_count_1024": paired(X, "ours_count_1024_applyInArrow", "ours_count_1024"),
+        "ours_count_1024_applyInPandas / ours_count_1024": paired(X, "ours_count_1024_applyInPandas",
+                                                                  "ours_count_1024"),
         "ours_count_1024_batch100k / ours_count_1024": paired(X, "ours_count_1024_batch100k", "ours_count_1024"),
         "ours_count_8192_pba / ours_count_8192_sba": paired(X, "ours_count_8192_pba", "ours_count_8192_sba"),
         "ours_count_1024_8keys / ceiling_8keys": paired(X, "ours_count_1024_8keys", "ceiling_8keys"),
@@ -378,15 +428,18 @@ def main(argv=None) -> int:
     ap.add_argument("--rows", type=int, default=None)
     ap.add_argument("--reps", type=int, default=None)
     ap.add_argument("--extras", action="store_true", help="PBA vs SBA, transports etc. also in --quick")
+    ap.add_argument("--transports", action="store_true",
+                    help="only compare mapInArrow / applyInArrow / applyInPandas (spark_transports.json)")
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
     args.rows = args.rows or (2_000_000 if args.quick else 10_000_000)
     args.reps = args.reps or (2 if args.quick else 3)
     args.native_default_rows = 100_000 if args.quick else 400_000
     t0 = time.time()
-    res = run(args)
+    res = run_transports(args) if args.transports else run(args)
     res["wall_s"] = round(time.time() - t0, 1)
-    path = Path(args.out) if args.out else HERE / "results" / ("spark_quick.json" if args.quick else "spark.json")
+    name = "spark_transports.json" if args.transports else ("spark_quick.json" if args.quick else "spark.json")
+    path = Path(args.out) if args.out else HERE / "results" / name
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".json.tmp")
     tmp.write_text(json.dumps(res, indent=2) + "\n")

@@ -9,11 +9,14 @@ Arrow batches in, Arrow batches out, no Python row objects on the way. For
 count windows the order column is dropped after the sort (only the order
 matters, and it is one column less to move).
 
-``mapInArrow`` was chosen over ``groupBy(key).applyInArrow`` (iterator form)
-and ``applyInPandas`` by measurement (``bench/bench_spark.py --transports``):
-the same sort feeds all three, and ``mapInArrow`` makes one Python call per
-partition instead of one per key. ``transport="applyInArrow"`` is kept for
-comparison.
+``mapInArrow`` was chosen over ``groupBy(key).applyInArrow`` (iterator form,
+over the same sorted partitions) and ``groupBy(key).applyInPandas`` (Spark
+sorts by key only; each key's rows arrive as one pandas DataFrame, sorted
+there) by measurement (``bench/bench_spark.py``, extras): see the README's
+Spark section for the figures. ``mapInArrow`` also makes one Python call per
+partition instead of one per key, and streams a key of any size with bounded
+memory, which ``applyInPandas`` cannot (it materialises each key). The other
+two stay available as ``transport=`` for comparison.
 """
 
 from __future__ import annotations
@@ -45,7 +48,7 @@ __all__ = ["sliding_window_aggregate", "executor_cores_of", "cores_per_task_of"]
 
 log = logging.getLogger("spark_integration")
 
-TRANSPORTS = ("mapInArrow", "applyInArrow")
+TRANSPORTS = ("mapInArrow", "applyInArrow", "applyInPandas")
 
 
 def executor_cores_of(spark: Any) -> int | None:
@@ -173,6 +176,29 @@ def _arrow_udf(cfg: RunnerConfig) -> Callable[[Iterator[pa.RecordBatch]], Iterat
     return pba_windows
 
 
+def _pandas_udf(cfg: RunnerConfig, names: list[str]) -> Callable[[Any], Any]:
+    def pba_windows_pandas(pdf: Any) -> Any:
+        import pandas as pd
+
+        pdf = pdf.sort_values(ORDER_COL, kind="stable")  # one key's rows, in order (ties: arrival order)
+        table = pa.Table.from_pandas(pdf, preserve_index=False)
+        out = list(run_keyed_batches(cfg, table.to_batches()))
+        if not out:  # typed empty columns: Spark cannot convert untyped ones
+            import numpy as np
+
+            rtype = result_arrow_type(cfg.aggregation)
+            empty: dict[str, Any] = {k: pdf[k].iloc[:0] for k in cfg.key_names}
+            empty["window_end"] = np.empty(0, dtype=np.int64)
+            empty["result"] = (pd.Series([], dtype=object) if pa.types.is_list(rtype)
+                               else np.empty(0, dtype=np.int64 if rtype == pa.int64() else np.float64))
+            if cfg.algorithm_column:
+                empty["algorithm"] = pd.Series([], dtype=object)
+            return pd.DataFrame(empty)[names]
+        return pa.Table.from_batches(out).to_pandas()
+
+    return pba_windows_pandas
+
+
 def sliding_window_aggregate(
     df: Any,
     *,
@@ -251,7 +277,9 @@ def sliding_window_aggregate(
     log_level : str or int, optional
         Log level of the ``spark_integration`` logger in the Python workers (stderr,
         i.e. the executor log); INFO prints one line per partition with the counts.
-    transport : {"mapInArrow", "applyInArrow"}
+    transport : {"mapInArrow", "applyInArrow", "applyInPandas"}
+        How data reaches Python (see the module docstring); ``applyInPandas``
+        holds each key in memory at once.
     preaggregate : bool, optional
         Time windows with ``max``, ``min``, ``sum``, ``count``, ``mean`` or
         ``argmax``: let Spark aggregate each key's rows per *sub-slice* first
@@ -359,7 +387,16 @@ def sliding_window_aggregate(
         if is_time:
             cond = cond & F.col(order_name).isNotNull()
         src = src.where(cond)
-    if use_preagg:
+    if transport == "applyInPandas":  # Spark groups by key; the UDF sorts each key by order
+        if use_preagg:
+            d = _preaggregated(src, keys, order_name, otype, value_name, win, agg_name, nulls)
+        else:
+            order = _order_ms(F.col(order_name), otype) if is_time else F.col(order_name)
+            d = src.select(*[F.col(k) for k in keys], order.alias(ORDER_COL),
+                           F.col(value_name).cast("double").alias(VALUE_COL))
+        if num_partitions:
+            d = d.repartition(num_partitions, *keys)
+    elif use_preagg:
         d = _preaggregated(src, keys, order_name, otype, value_name, win, agg_name, nulls)
         d = d.repartition(num_partitions, *keys) if num_partitions else d.repartition(*keys)
         d = d.sortWithinPartitions(*keys, ORDER_COL)
@@ -386,6 +423,8 @@ def sliding_window_aggregate(
     if algorithm_column:
         out_fields.append(T.StructField("algorithm", T.StringType(), False))
     schema = T.StructType(out_fields)
+    if transport == "applyInPandas":
+        return d.groupBy(*keys).applyInPandas(_pandas_udf(cfg, schema.names), schema)
     udf = _arrow_udf(cfg)
     if transport == "mapInArrow":
         return d.mapInArrow(udf, schema)

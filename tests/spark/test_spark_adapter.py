@@ -281,3 +281,14 @@ def test_count_window_nulls_fail_names_the_column(df):
     with pytest.raises(Exception, match="value column 'load' holds nulls"):
         si.sliding_window_aggregate(with_nulls, key="k", order_by="t", value="load",
                                     window=pr.CountWindow(range=3, slide=1), agg="sum").collect()
+
+
+@pytest.mark.parametrize("transport", ["applyInArrow", "applyInPandas"])
+def test_other_transports_give_the_same_windows(df, transport):
+    for window, agg, order in ((pr.CountWindow(range=30, slide=4), "argmax", "t"),
+                               (si.time_window("6 seconds", "4 seconds"), "mean", "ts")):
+        want = si.sliding_window_aggregate(df, key="k", order_by=order, value="v", window=window, agg=agg)
+        got = si.sliding_window_aggregate(df, key="k", order_by=order, value="v", window=window, agg=agg,
+                                          transport=transport)
+        assert got.schema == want.schema
+        _assert_same(got, want, agg)
