@@ -86,7 +86,7 @@ def code_state() -> dict[str, Any]:
     def git(*args: str) -> str:
         try:
             return subprocess.run(["git", *args], cwd=HERE.parent, capture_output=True, text=True,
-                                  timeout=10).stdout.strip()
+                                  timeout=10).stdout.rstrip("\n")  # porcelain lines start with a space
         except (OSError, subprocess.SubprocessError):
             return ""
 
