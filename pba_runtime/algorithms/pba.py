@@ -706,7 +706,7 @@ class PBA(SlicedAggregator):
         kernel = self.agg.kernel
         s, r, q, m, off = self._s, self._r, self._q, self._m, self._off
         S0 = self._slice
-        g_last = int(G[-1])
+        g_last = int(G[-1]) if len(G) else S0  # no tuples: drain the open slice (end of stream)
         next_k = self._next_k
         K = (int(ts[-1]) - off - r) // s if last else g_last  # last window this episode completes
         S_end = max(g_last + 1, K + q + 1)
@@ -803,7 +803,16 @@ class PBA(SlicedAggregator):
 
     def flush(self):
         self._leave_lean()
-        return super().flush()
+        kernel = self.agg.kernel
+        if not self._is_time or kernel is None or self._slice is None or self._flushed or self._closed:
+            return super().flush()
+        # End of stream for time windows: every window still holding a tuple, merged in one
+        # vectorised pass (an episode with no new tuple), not one query per window.
+        none = np.empty(0, dtype=np.int64)
+        P = kernel.lift(np.empty(0), none if self.agg.positional else None)
+        ends, results = self._episode(P, none, none, last=False)
+        self._flushed = True
+        return ends, results
 
     def _set_state(self, st: dict[str, Any]) -> None:
         self._leave_lean()
