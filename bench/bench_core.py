@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import statistics
 import sys
 import time
@@ -24,19 +22,9 @@ from pathlib import Path
 import numpy as np
 
 import pba_runtime as pr
+from bench_baselines import machine_info  # one machine description for every bench (bench/ is on sys.path)
 
 RESULTS = Path(__file__).resolve().parent / "results"
-
-
-def machine_info() -> dict:
-    return {
-        "python": sys.version.split()[0],
-        "numpy": np.__version__,
-        "cpus": os.cpu_count(),
-        "platform": platform.platform(),
-        "loadavg": os.getloadavg(),
-        "time": time.strftime("%Y-%m-%d %H:%M:%S"),
-    }
 
 
 def timed(fn) -> float:

@@ -33,7 +33,6 @@ import argparse
 import gc
 import json
 import os
-import platform
 import statistics
 import sys
 import time
@@ -42,6 +41,7 @@ from pathlib import Path
 import numpy as np
 
 import pba_runtime as pr
+from bench_baselines import machine_info  # one machine description for every bench (bench/ is on sys.path)
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -61,17 +61,6 @@ def py_lower(p):
 
 
 PY_MAX = pr.Aggregation(lift=py_lift, combine=py_max2, lower=py_lower, identity=float("-inf"), name="py_max")
-
-
-def machine_info() -> dict:
-    return {
-        "python": sys.version.split()[0],
-        "numpy": np.__version__,
-        "cpus": os.cpu_count(),
-        "platform": platform.platform(),
-        "loadavg": os.getloadavg(),
-        "time": time.strftime("%Y-%m-%d %H:%M:%S"),
-    }
 
 
 def make(method: str, r: int, pools: dict, chunk_size: int | None):
