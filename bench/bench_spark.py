@@ -27,6 +27,10 @@ ratios (time(a)/time(b) measured back to back), which hold up on a shared
 machine better than rates. Results: ``bench/results/spark.json``
 (``--quick``: ``spark_quick.json``).
 
+``--quick`` (2M rows) is a smoke run: a few tenths of a second of fixed cost per
+Spark job (stages, Python workers, adaptive planning) weigh on every ratio there;
+the goals are judged on the full 10M-row run.
+
 Usage::
 
     python bench/bench_spark.py --quick      # 2M rows, main comparisons only
