@@ -21,9 +21,10 @@ together with the process, so nothing outlives the worker either way.
   (``local[1]``, ``spark.executor.cores=1``), or the worker process is pinned to
   one CPU. Measured on local[2] (``bench/bench_spark.py``): forced PBA was slower
   than SBA there; set ``spark.task.cpus=2`` to give each task a core for its pool;
-* ``small_key``: the key's whole stream has fewer slices than a batch needs
-  before PBA hands work to the pool (``pba_runtime.batch.PARALLEL_BATCH_MIN``),
-  so PBA could only add overhead;
+* ``small_key``: the key's whole stream (or, in the RDD function, each piece
+  it is fed in) has fewer slices than a batch needs before PBA hands work to
+  the pool (``pba_runtime.batch.PARALLEL_BATCH_MIN``), so PBA could only add
+  overhead;
 * ``pool_unavailable``: the pool cannot be started in this process;
 * ``pool_died``: the pool was closed or its worker failed (PBA itself then
   finishes every window on the main thread, nothing is lost; later keys run SBA

@@ -312,3 +312,20 @@ def test_guarded_future_completes_for_wait_and_repairs_once():
         assert bad.result() == 42 and bad.result() == 42 and g.failures == 1 and calls == [21, 21]
         assert bad.exception() is None
         assert inner.closed  # a failure marks the shared pool dead: the next key starts a new one
+
+
+def test_partition_function_algorithm_choice_by_piece_size():
+    rng = np.random.default_rng(5)
+    n = rt.PBA_MIN_KEY_SLICES + 100
+    v = rng.random(n)
+    records = [("big", float(x)) for x in v] + [("small", 1.0), ("small", 2.0)]
+    window = pr.CountWindow(range=1024, slide=1)
+    want = count_windows(v, 1024, 1, "max")
+    for batch_size, algs in ((rt.PBA_MIN_KEY_SLICES, {"pba": 1, "sba": 1}), (4096, {"sba": 2})):
+        m = si.AlgorithmMetrics()
+        f = si.pba_partition_function(window, "max", key=0, value=1, batch_size=batch_size, cores_per_task=2,
+                                      metrics=m)
+        got = [(e, r) for k, e, r in f(iter(records)) if k == "big"]
+        assert [e for e, _ in got] == want[0] and [r for _, r in got] == want[1]
+        assert m.algorithms() == algs
+    rt.close_worker_pool()
