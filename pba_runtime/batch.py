@@ -94,11 +94,15 @@ def _merge_in_threads(kernel: Kernel, body: np.ndarray, outv: np.ndarray, half: 
         fut = submit(_merge_rows, kernel, body, outv, 0, half)
     except RuntimeError:
         fut = None
-    if fut is not None:
-        _merge_rows(kernel, body, outv, half, R)
-        fut.result()
-    else:
+    if fut is None:
         _merge_rows(kernel, body, outv, 0, R)
+        return
+    _merge_rows(kernel, body, outv, half, R)
+    try:
+        fut.result()
+    except Exception as exc:  # a worker fault never loses a window: merge its rows here
+        log.warning("batch merge task failed (%s: %s); merging its rows on the main thread", type(exc).__name__, exc)
+        _merge_rows(kernel, body, outv, 0, half)
 
 
 def _merge_in_process(kernel: Kernel, agg: Aggregation | None, body: np.ndarray, outv: np.ndarray, half: int,

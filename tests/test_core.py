@@ -368,3 +368,22 @@ def test_lateness_snapshot_is_refused_by_a_plain_operator():
         state = op.snapshot()
     with pr.create("sba", win, "max") as plain, pytest.raises(ValueError, match="allowed_lateness"):
         plain.restore(state)
+
+
+def test_failed_batch_merge_task_is_redone_on_the_main_thread():
+    """Reported by the Spark adapter work: a pool task that fails must not fail insert_many."""
+    from concurrent.futures import Future
+
+    class FailingPool(pr.WorkerPool):
+        def submit(self, fn, *args):
+            f = Future()
+            f.set_exception(RuntimeError("worker died"))
+            return f
+
+    x = np.random.default_rng(0).random(300_000)
+    win = pr.CountWindow(range=1024, slide=1)
+    with FailingPool(kind="thread", workers=1) as pool, pr.create("pba", win, "max", pool=pool) as op:
+        ends, res = op.insert_many(x)
+        assert op.stats()["tuples"] == len(x)
+    want_ends, want = pr.sliding_aggregate(x, window=win, agg="max", algorithm="sba")
+    assert np.array_equal(ends, want_ends) and np.array_equal(res, want)
