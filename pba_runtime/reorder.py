@@ -54,7 +54,7 @@ from typing import Any
 import numpy as np
 
 from .aggregations import BUILTIN_AGGREGATIONS, as_float_array
-from .algorithms.base import WindowOperator, _check_timestamp, sizeof
+from .algorithms.base import WindowOperator, _check_timestamp, as_timestamps, sizeof
 from .windows import CountWindow, validate_window
 
 __all__ = ["ReorderBuffer", "check_allowed_lateness"]
@@ -87,18 +87,6 @@ def check_allowed_lateness(allowed_lateness: Any, window: Any) -> int:
             f"got {window!r}"
         )
     return int(allowed_lateness)
-
-
-def _as_timestamps(timestamps: Any, n: int) -> np.ndarray:
-    """Integer timestamps, one per value, in any order."""
-    if timestamps is None:
-        raise ValueError("timestamps are required for time windows (TimeWindow); pass insert_many(values, timestamps=...)")
-    ts = np.asarray(timestamps)
-    if ts.ndim != 1 or len(ts) != n:
-        raise ValueError(f"timestamps must be one-dimensional with one timestamp per value ({n}), got shape {ts.shape}")
-    if n and ts.dtype.kind not in "iu":
-        raise TypeError(f"timestamps must be integers (e.g. epoch milliseconds), got dtype {ts.dtype}")
-    return ts.astype(np.int64, copy=False)
 
 
 # Timestamps (and the lateness) within this bound keep ``max - lateness`` inside int64;
@@ -225,7 +213,7 @@ class ReorderBuffer(WindowOperator):
         if not hasattr(values, "__len__"):
             values = list(values)
         n = len(values)
-        ts = _as_timestamps(timestamps, n)
+        ts = as_timestamps(timestamps, n)
         if self._vector:
             vals, parts = self._float_values(values, ts)
         else:

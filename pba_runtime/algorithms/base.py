@@ -30,7 +30,7 @@ import numpy as np
 from ..aggregations import Aggregation, as_float_array, get_aggregation
 from ..windows import CountWindow, TimeWindow, validate_window
 
-__all__ = ["WindowOperator", "SlicedAggregator", "validate_timestamps"]
+__all__ = ["WindowOperator", "SlicedAggregator", "as_timestamps", "validate_timestamps"]
 
 STATE_VERSION = 1
 
@@ -43,8 +43,8 @@ def _check_timestamp(t: Any) -> int:
     return int(t)
 
 
-def validate_timestamps(timestamps: Any, n: int, t_last: int | None) -> np.ndarray:
-    """Check a batch of timestamps: integers, one per value, non-decreasing and not before ``t_last``."""
+def as_timestamps(timestamps: Any, n: int) -> np.ndarray:
+    """Integer timestamps, one per value, in any order, as int64."""
     if timestamps is None:
         raise ValueError("timestamps are required for time windows (TimeWindow); pass insert_many(values, timestamps=...)")
     ts = np.asarray(timestamps)
@@ -52,7 +52,12 @@ def validate_timestamps(timestamps: Any, n: int, t_last: int | None) -> np.ndarr
         raise ValueError(f"timestamps must be one-dimensional with one timestamp per value ({n}), got shape {ts.shape}")
     if n and ts.dtype.kind not in "iu":
         raise TypeError(f"timestamps must be integers (e.g. epoch milliseconds), got dtype {ts.dtype}")
-    ts = ts.astype(np.int64, copy=False)
+    return ts.astype(np.int64, copy=False)
+
+
+def validate_timestamps(timestamps: Any, n: int, t_last: int | None) -> np.ndarray:
+    """Check a batch of timestamps: integers, one per value, non-decreasing and not before ``t_last``."""
+    ts = as_timestamps(timestamps, n)
     if n:
         bad = np.flatnonzero(ts[1:] < ts[:-1])
         if len(bad):

@@ -61,8 +61,8 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 
-from ..reorder import _as_timestamps, check_allowed_lateness
-from .base import WindowOperator, _check_timestamp, sizeof, validate_timestamps
+from ..reorder import check_allowed_lateness
+from .base import WindowOperator, _check_timestamp, as_timestamps, sizeof, validate_timestamps
 
 __all__ = ["FingerBTree", "FiBA"]
 
@@ -725,7 +725,7 @@ class FiBA(WindowOperator):
         self._check_open()
         if not hasattr(values, "__len__"):
             values = list(values)
-        ts = _as_timestamps(timestamps, len(values))
+        ts = as_timestamps(timestamps, len(values))
         parts = self._lift_all(values, ts)
         raw = values.tolist() if isinstance(values, np.ndarray) else values
         out: list[tuple[int, Any]] = []
