@@ -263,6 +263,10 @@ def goals(tp: dict | None, lat: dict | None) -> list[list[str]]:
                          f"batch PBA / bottleneck {lo[0]:.2f}x (lowest, {lo[1]} {range_label(lo[2])}) to "
                          f"{max(bs)[0]:.2f}x, median {statistics.median(v for v, _, _ in bs):.2f}x (ratio of "
                          "medians, `bench_core.bench_batch`)", met(lo[0] >= 2)])
+        else:
+            rows.append(["batch PBA >= 2x bottleneck at every range >= 2^10",
+                         "not measured in this run (no range >= 2^10, or bottleneck not installed: "
+                         "`pip install -e '.[bench]'`)", "n/a"])
     return rows
 
 
