@@ -154,10 +154,11 @@ def _merge_in_process(kernel: Kernel, agg: Aggregation | None, body: np.ndarray,
 
 
 # Short rows are merged in 2-D accumulate calls of at least this many rows and elements:
-# numpy 2.4 holds the GIL in smaller ones (measured: 128 x 8192 held it, 600 x 8192 and
-# 4882 x 1024 released it). From ROW_MODE_MIN_Q slices a row, rows go one 1-D call each.
+# numpy 2.4 holds the GIL in calls with few rows (measured: 128 x 8192 and 256 x 1024
+# held it; 512 x 1024 and 600 x 8192 released it). From ROW_MODE_MIN_Q slices a row,
+# rows go one 1-D call each (always released).
 MIN_ROWS_PER_CALL = 1024
-MIN_ELEMENTS_PER_CALL = 1 << 22
+MIN_ELEMENTS_PER_CALL = 1 << 20
 ROW_MODE_MIN_Q = 4096
 
 
