@@ -30,7 +30,7 @@ import numpy as np
 from ..aggregations import Aggregation, as_float_array, get_aggregation
 from ..windows import CountWindow, TimeWindow, validate_window
 
-__all__ = ["WindowOperator", "SlicedAggregator", "as_timestamps", "validate_timestamps"]
+__all__ = ["WindowOperator", "SlicedAggregator", "SlideOneInsert", "as_timestamps", "validate_timestamps"]
 
 STATE_VERSION = 1
 
@@ -386,6 +386,34 @@ class SlicedAggregator(WindowOperator):
         if self._slice is not None:
             self._advance(None, None, out)
         return out
+
+
+class SlideOneInsert:
+    """A fused per-tuple ``insert`` for merging algorithms: count windows with slide 1.
+
+    One slice per tuple, so the slicing layer's push, pop and query are inlined
+    around the algorithm's own ``_push``/``_pop``/``_query``. The class sets
+    ``_fast``, ``_passthrough`` and ``_lower_float`` (``two_stacks.fast_path_flags``).
+    Put it before :class:`SlicedAggregator` in the bases.
+    """
+
+    def insert(self, value: Any, timestamp: int | None = None) -> list[tuple[int, Any]]:
+        if not self._fast or self._flushed or self._closed:
+            return super().insert(value, timestamp)
+        # count window, slide 1: push, pop, query (the same steps as the slicing layer)
+        self._push(value if self._passthrough and value.__class__ is float else self.agg.lift(value))
+        n = self._n = self._n + 1
+        self._back = self._back + 1
+        k = n - self._r
+        if k < 0:
+            return []
+        while self._front < k:
+            self._pop()
+            self._front += 1
+        res = self._query()
+        self._next_k = k + 1
+        self._emitted += 1
+        return [(n, res if self._lower_float and res.__class__ is float else self.agg.lower(res))]
 
 
 def sizeof(obj: Any) -> int:

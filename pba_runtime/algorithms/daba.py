@@ -35,13 +35,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from .base import SlicedAggregator, sizeof
+from .base import SlicedAggregator, SlideOneInsert, sizeof
 from .two_stacks import fast_path_flags, grow_ring, ring_capacity
 
 __all__ = ["DABA"]
 
 
-class DABA(SlicedAggregator):
+class DABA(SlideOneInsert, SlicedAggregator):
     """De-Amortized Banker's Aggregator over slice partials: any associative aggregation.
 
     Parameters
@@ -70,24 +70,6 @@ class DABA(SlicedAggregator):
         self._flips = 0
         self._fast, self._passthrough, self._lower_float = fast_path_flags(self)
         self._reset_merger()
-
-    def insert(self, value: Any, timestamp: int | None = None) -> list[tuple[int, Any]]:
-        if not self._fast or self._flushed or self._closed:
-            return super().insert(value, timestamp)
-        # count window, slide 1: push, pop, query (the same steps as the slicing layer)
-        self._push(value if self._passthrough and value.__class__ is float else self.agg.lift(value))
-        n = self._n = self._n + 1
-        self._back = self._back + 1
-        k = n - self._r
-        if k < 0:
-            return []
-        while self._front < k:
-            self._pop()
-            self._front += 1
-        res = self._query()
-        self._next_k = k + 1
-        self._emitted += 1
-        return [(n, res if self._lower_float and res.__class__ is float else self.agg.lower(res))]
 
     def _reset_merger(self) -> None:
         self._F = self._L = self._R = self._A = self._B = self._E = 0

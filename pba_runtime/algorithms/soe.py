@@ -45,7 +45,7 @@ import math
 from typing import Any
 
 from ..aggregations import BUILTIN_AGGREGATIONS
-from .base import SlicedAggregator, sizeof
+from .base import SlicedAggregator, SlideOneInsert, sizeof
 from .two_stacks import fast_path_flags, grow_ring, ring_capacity
 
 __all__ = ["SubtractOnEvict"]
@@ -53,7 +53,7 @@ __all__ = ["SubtractOnEvict"]
 _D = 1 << 2148  # scale of the exact power sums: 2**-1074 squared
 
 
-class SubtractOnEvict(SlicedAggregator):
+class SubtractOnEvict(SlideOneInsert, SlicedAggregator):
     """Running total with ``inverse`` on eviction.
 
     Parameters
@@ -89,24 +89,6 @@ class SubtractOnEvict(SlicedAggregator):
             self._query = self._query_exact
         self._fast, self._passthrough, self._lower_float = fast_path_flags(self)
         self._reset_merger()
-
-    def insert(self, value: Any, timestamp: int | None = None) -> list[tuple[int, Any]]:
-        if not self._fast or self._flushed or self._closed:
-            return super().insert(value, timestamp)
-        # count window, slide 1: push, pop, query (the same steps as the slicing layer)
-        self._push(value if self._passthrough and value.__class__ is float else self.agg.lift(value))
-        n = self._n = self._n + 1
-        self._back = self._back + 1
-        k = n - self._r
-        if k < 0:
-            return []
-        while self._front < k:
-            self._pop()
-            self._front += 1
-        res = self._query()
-        self._next_k = k + 1
-        self._emitted += 1
-        return [(n, res if self._lower_float and res.__class__ is float else self.agg.lower(res))]
 
     def _reset_merger(self) -> None:
         self._f = self._e = 0
