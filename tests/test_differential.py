@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 import pba_runtime as pr
 from oracle import assert_results_equal, count_windows, time_windows
+from streams import run_batches, run_per_tuple
 
 AGGS = sorted(pr.BUILTIN_AGGREGATIONS)
 
@@ -66,28 +67,6 @@ def time_case(draw, agg: str):
 def _splits(draw, n: int) -> list[int]:
     cuts = sorted(draw(st.lists(st.integers(0, n), max_size=4)))
     return [0] + cuts + [n]
-
-
-def run_per_tuple(op, values, ts=None):
-    ends, results = [], []
-    for i, v in enumerate(values):
-        out = op.insert(v) if ts is None else op.insert(v, int(ts[i]))
-        for e, res in out:
-            ends.append(e)
-            results.append(res)
-    fe, fr = op.flush()
-    return ends + fe.tolist(), results + list(fr)
-
-
-def run_batches(op, values, bounds, ts=None):
-    ends, results = [], []
-    for lo, hi in zip(bounds, bounds[1:]):
-        e, r = op.insert_many(values[lo:hi], None if ts is None else ts[lo:hi])
-        assert e.dtype == np.int64
-        ends += e.tolist()
-        results += list(r)
-    fe, fr = op.flush()
-    return ends + fe.tolist(), results + list(fr)
 
 
 @pytest.mark.parametrize("alg,agg", MATRIX)

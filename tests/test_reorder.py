@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 import pba_runtime as pr
 from oracle import assert_results_equal, time_windows
+from streams import run_batches, run_per_tuple
 from pba_runtime.reorder import ReorderBuffer
 
 AGGS = ["sum", "max", "collect", "argmax", "std"]
@@ -68,27 +69,6 @@ def ooo_case(draw, agg):
     return r, s, offset, values, ts.astype(np.int64), lateness
 
 
-def run_per_tuple(op, values, ts):
-    ends, results = [], []
-    for v, t in zip(values, ts.tolist()):
-        for e, res in op.insert(v, t):
-            ends.append(e)
-            results.append(res)
-    fe, fr = op.flush()
-    return ends + fe.tolist(), results + list(fr)
-
-
-def run_batches(op, values, ts, bounds):
-    ends, results = [], []
-    for lo, hi in zip(bounds, bounds[1:]):
-        e, r = op.insert_many(values[lo:hi], ts[lo:hi])
-        assert e.dtype == np.int64
-        ends += e.tolist()
-        results += list(r)
-    fe, fr = op.flush()
-    return ends + fe.tolist(), results + list(fr)
-
-
 @pytest.mark.parametrize("alg,agg", MATRIX)
 @given(data=st.data())
 def test_out_of_order_matches_sorted_recompute(alg, agg, data):
@@ -105,7 +85,7 @@ def test_out_of_order_matches_sorted_recompute(alg, agg, data):
     assert_results_equal(agg, got, want, values)
     cuts = sorted(data.draw(st.lists(st.integers(0, len(values)), max_size=4)))
     with pr.create(alg, win, agg, allowed_lateness=lateness) as op:
-        ends, got = run_batches(op, values, ts, [0] + cuts + [len(values)])
+        ends, got = run_batches(op, values, [0] + cuts + [len(values)], ts)
         assert op.take_late() == late
         assert op.stats()["late"] == len(late)
     assert ends == want_ends
