@@ -109,6 +109,9 @@ class Kernel:
 
     shape: tuple = ()
     identity: np.ndarray
+    # ``combine(older, newer, out=older)`` is safe: every output element is written
+    # only after the operands it depends on were read
+    combine_in_place: bool = False
 
     def lift(self, values: np.ndarray, positions: np.ndarray | None) -> np.ndarray:
         raise NotImplementedError
@@ -148,6 +151,8 @@ class UfuncKernel(Kernel):
     ``groups`` lists ``(ufunc, n_columns)`` over the columns of a vector partial,
     or is a single ufunc for a scalar partial.
     """
+
+    combine_in_place = True  # elementwise ufuncs
 
     def __init__(self, groups, identity, lift: Callable, lower: Callable):
         if isinstance(groups, np.ufunc):
@@ -212,6 +217,7 @@ class StdKernel(Kernel):
 
     shape = (3,)
     identity = np.zeros(3)
+    combine_in_place = True  # n, the deviation and the weight are taken before any field of out is written
 
     def lift(self, values, positions):
         out = np.zeros((len(values), 3))
@@ -297,6 +303,7 @@ class ArgmaxKernel(Kernel):
 
     shape = (2,)
     identity = np.array([-np.inf, np.nan])
+    combine_in_place = True  # the result is selected in full before it is written
 
     def lift(self, values, positions):
         return np.stack([values, positions.astype(np.float64)], axis=-1)

@@ -52,6 +52,7 @@ def sliding_aggregate(
     """
     options = {"pool": pool} if pool is not None else {}
     op = create(algorithm, window, agg, **options)
+    op._input_borrowed = True  # closed below, before `values` can change
     try:
         ends, results = op.insert_many(values, timestamps)
         tail_ends, tail_results = op.flush()

@@ -26,7 +26,7 @@ from .pool import WorkerPool
 
 log = logging.getLogger("pba_runtime")
 
-__all__ = ["window_merge", "PARALLEL_BATCH_MIN", "MIN_ROWS_PER_CALL", "MIN_ELEMENTS_PER_CALL", "ROW_MODE_MIN_Q"]
+__all__ = ["window_merge", "windows_with_ends", "PARALLEL_BATCH_MIN", "MIN_ROWS_PER_CALL", "MIN_ELEMENTS_PER_CALL", "ROW_MODE_MIN_Q"]
 
 # Below this many slice partials, a batch builds its lcs on the main thread:
 # a pool hand-off costs more than it saves.
@@ -42,72 +42,142 @@ def window_merge(kernel: Kernel, X: np.ndarray, q: int, nwin: int, pool: WorkerP
     csa[c+1, j-1]`` (the suffix of its first chunk and the prefix of the next),
     or the whole chunk ``lcs[c, 0]`` when ``j == 0``: two parts, one combine.
 
-    Rows are processed in cache-sized blocks with reused scratch buffers. With
-    a ``pool``, its worker takes the first half of the rows and the main thread
-    the second half, each building the lcs and csa of its own rows: every
-    window gets the same arithmetic whatever the split, so the result is the
-    one-thread (SBA) result bit for bit.
+    With a ``pool``, its worker takes the first rows and the main thread the
+    rest (and the last, partial row), each building the lcs and csa of its own
+    rows: every window gets the same arithmetic whatever the split, so the
+    result is the one-thread (SBA) result bit for bit.
 
     With a process pool the worker's rows (and the row after them) are copied
     into a shared-memory scratch block, the task names the block, the shapes
     and ``agg`` (the aggregation whose ``kernel`` this is), and the worker's
-    windows are copied back: two memcpy of the worker's half, against the
+    windows are copied back: two memcpy of the worker's part, against the
     three ``accumulate``/``combine`` passes it saves. Without a nameable
-    ``agg`` (or without shared memory) the pool's threads take the half. If
+    ``agg`` (or without shared memory) the pool's threads take the part. If
     the worker dies, hangs or raises, the main thread merges its rows too.
     """
+    return _merge(kernel, X, q, nwin, pool, agg, None)[1]
+
+
+def windows_with_ends(kernel: Kernel, X: np.ndarray, q: int, nwin: int, first_end: int, step: int,
+                      pool: WorkerPool | None = None, *, agg: Aggregation | None = None
+                      ) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`window_merge` plus the windows' ends ``first_end + a*step`` (int64), filled by the same threads.
+
+    Writing the ends is a pass over as many bytes as the results: done row by
+    row beside the merge, it costs each thread half of it instead of the main
+    thread all of it.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from pba_runtime import get_aggregation
+    >>> ends, res = windows_with_ends(get_aggregation("sum").kernel, np.arange(5.0), 2, 4, first_end=2, step=1)
+    >>> ends.tolist(), res.tolist()
+    ([2, 3, 4, 5], [1.0, 3.0, 5.0, 7.0])
+    """
+    return _merge(kernel, X, q, nwin, pool, agg, (first_end, step))
+
+
+def _merge(kernel: Kernel, X: np.ndarray, q: int, nwin: int, pool: WorkerPool | None, agg: Aggregation | None,
+           ends_spec: tuple[int, int] | None) -> tuple[np.ndarray | None, np.ndarray]:
     shape = X.shape[1:]
-    out = np.empty((max(nwin, 0),) + shape)
-    if nwin <= 0:
-        return out
+    nwin = max(nwin, 0)
+    out = np.empty((nwin,) + shape)
+    ends = None
+    if ends_spec is not None:
+        ends = np.empty(nwin, dtype=np.int64)
+        first_end, step = ends_spec
+    if nwin == 0:
+        return ends, out
     if q == 1:
         out[:] = X[:nwin]
-        return out
+        if ends is not None:
+            _fill_ends(ends, first_end, step)
+        return ends, out
     L = nwin + q - 1
     rows = L // q
     body = X[: rows * q].reshape((rows, q) + shape)
     R = rows - 1  # rows whose q windows all end inside a full row
+    n_tail = nwin - R * q  # windows starting in the last full row (== len(tail) + 1)
+    rend = None if ends is None else _RowEnds(ends[: R * q].reshape(R, q), first_end, step)
+    last = np.empty(body.shape[1:])  # lcs of the last full row: its windows end in the partial row after it
+    last_done = False
     if R > 0:
         outv = out[: R * q].reshape((R, q) + shape)
         if pool is not None and not pool.closed and R >= 2 and R * q >= PARALLEL_BATCH_MIN:
-            half = (R + 1) // 2
+            # in rows of work (2 accumulates + combine + ends): the worker also builds `last`
+            # (~0.45 row), the main thread the tail's csa and windows (~0.55 row per row of tail)
+            h = min(R - 1, max(1, round((R + 0.55 * n_tail / q - 0.45) / 2)))
             # a worker process also costs the main thread a copy of its rows: give it 3/5 of them
-            if not (pool.kind == "process" and _merge_in_process(kernel, agg, body, outv, (3 * R) // 5, R, pool)):
-                _merge_in_threads(kernel, body, outv, half, R, pool)
+            if not (pool.kind == "process" and _merge_in_process(kernel, agg, body, outv, (3 * R) // 5, R, pool,
+                                                                 rend)):
+                _merge_in_threads(kernel, body, outv, h, R, pool, rend, last)
+                last_done = True
         else:
-            _merge_rows(kernel, body, outv, 0, R)
-    # the last full row: its windows end in the partial row that follows it
-    last = kernel.accumulate(body[R], axis=0, reverse=True)
-    tail = kernel.accumulate(X[rows * q : L], axis=0)
-    n_tail = nwin - R * q  # == len(tail) + 1
-    out[R * q] = last[0]
+            _merge_rows(kernel, body, outv, 0, R, rend)
+    o = out[R * q : nwin]
     if n_tail > 1:
-        kernel.combine(last[1:n_tail], tail, out=out[R * q + 1 : nwin])
-    return out
+        tail = kernel.accumulate(X[rows * q : L], axis=0)
+    if not last_done:
+        kernel.accumulate(body[R], axis=0, reverse=True, out=last)
+    o[0] = last[0]
+    if n_tail > 1:
+        kernel.combine(last[1:n_tail], tail, out=o[1:])
+    if ends is not None:
+        _fill_ends(ends[R * q :], first_end + R * q * step, step)
+    return ends, out
+
+
+def _fill_ends(dst: np.ndarray, first: int, step: int) -> None:
+    np.add(np.arange(len(dst), dtype=np.int64) * step, first, out=dst)
+
+
+class _RowEnds:
+    """The window ends of full rows, filled row range by row range (a ufunc call each, which releases the GIL)."""
+
+    def __init__(self, rows: np.ndarray, first: int, step: int):
+        self.rows, self.first, self.step = rows, first, step
+        self.offsets = np.arange(rows.shape[1], dtype=np.int64) * step  # one row's ends, from 0
+
+    def fill(self, c0: int, c1: int) -> None:
+        if c1 > c0:
+            q = self.rows.shape[1]
+            starts = self.first + np.arange(c0, c1, dtype=np.int64)[:, None] * (q * self.step)
+            np.add(self.offsets, starts, out=self.rows[c0:c1])
 
 
 def _merge_in_threads(kernel: Kernel, body: np.ndarray, outv: np.ndarray, half: int, R: int,
-                      pool: WorkerPool) -> None:
-    """A thread worker merges rows ``[0, half)``, the main thread ``[half, R)``: threads share the arrays."""
+                      pool: WorkerPool, rend: _RowEnds | None, last: np.ndarray) -> None:
+    """A thread worker merges rows ``[0, half)`` and builds ``last`` (the lcs of row ``R``), the main
+    thread merges ``[half, R)``: threads share the arrays."""
     submit = pool.submit if pool.kind == "thread" else pool.submit_thread
     try:
-        fut = submit(_merge_rows, kernel, body, outv, 0, half)
+        fut = submit(_worker_rows, kernel, body, outv, half, rend, last)
     except RuntimeError:
         fut = None
     if fut is None:
-        _merge_rows(kernel, body, outv, 0, R)
+        _worker_rows(kernel, body, outv, R, rend, last)
         return
-    _merge_rows(kernel, body, outv, half, R)
+    _merge_rows(kernel, body, outv, half, R, rend)
     try:
         fut.result()
     except Exception as exc:  # a worker fault never loses a window: merge its rows here
         log.warning("batch merge task failed (%s: %s); merging its rows on the main thread", type(exc).__name__, exc)
-        _merge_rows(kernel, body, outv, 0, half)
+        _worker_rows(kernel, body, outv, half, rend, last)
+
+
+def _worker_rows(kernel: Kernel, body: np.ndarray, outv: np.ndarray, c1: int, rend: _RowEnds | None,
+                 last: np.ndarray) -> None:
+    _merge_rows(kernel, body, outv, 0, c1, rend)
+    kernel.accumulate(body[-1], axis=0, reverse=True, out=last)
 
 
 def _merge_in_process(kernel: Kernel, agg: Aggregation | None, body: np.ndarray, outv: np.ndarray, half: int,
-                      R: int, pool: WorkerPool) -> bool:
-    """A worker process merges rows ``[0, half)`` from shared memory; ``False`` if it cannot take them."""
+                      R: int, pool: WorkerPool, rend: _RowEnds | None) -> bool:
+    """A worker process merges rows ``[0, half)`` from shared memory; ``False`` if it cannot take them.
+
+    The main thread fills every row's ends (the worker's while it waits).
+    """
     from . import logs
     from .shm import _aligned, aggregation_ref, run_merge_task
 
@@ -130,9 +200,11 @@ def _merge_in_process(kernel: Kernel, agg: Aggregation | None, body: np.ndarray,
             fut = pool.submit(run_merge_task, task)
         except RuntimeError:
             fut = None
-        _merge_rows(kernel, body, outv, half if fut is not None else 0, R)
+        _merge_rows(kernel, body, outv, half if fut is not None else 0, R, rend)
         if fut is None:
             return True
+        if rend is not None:
+            rend.fill(0, half)
         done = pool.wait_for(fut)
         err = None
         if done:
@@ -162,7 +234,8 @@ MIN_ELEMENTS_PER_CALL = 1 << 20
 ROW_MODE_MIN_Q = 4096
 
 
-def _merge_rows(kernel: Kernel, body: np.ndarray, outv: np.ndarray, c0: int, c1: int) -> None:
+def _merge_rows(kernel: Kernel, body: np.ndarray, outv: np.ndarray, c0: int, c1: int,
+                rend: _RowEnds | None = None) -> None:
     """Windows starting in rows ``[c0, c1)`` of ``body`` into ``outv``: lcs of those rows, csa of the next ones.
 
     numpy releases the GIL in a 2-D ``accumulate`` only when it has many rows (~600
@@ -170,32 +243,39 @@ def _merge_rows(kernel: Kernel, body: np.ndarray, outv: np.ndarray, c0: int, c1:
     long rows (``q >= ROW_MODE_MIN_Q``) are merged one row at a time, and short rows in
     2-D calls of at least ``MIN_ROWS_PER_CALL`` rows: either way a worker thread
     really runs beside the main thread. Same arithmetic per element in both modes.
+
+    The lcs is built straight into the output rows and combined there with the
+    csa (for kernels whose ``combine`` may write over its first operand): one
+    scratch buffer, not two. ``rend`` also fills those rows' window ends.
     """
     if c1 <= c0:
         return
+    if rend is not None:
+        rend.fill(c0, c1)
     q = body.shape[1]
+    inplace = kernel.combine_in_place
     if q >= ROW_MODE_MIN_Q:
-        lcs = np.empty(body.shape[1:])
         csa = np.empty(body.shape[1:])
+        lcs = None if inplace else np.empty(body.shape[1:])
         for c in range(c0, c1):
-            kernel.accumulate(body[c], axis=0, reverse=True, out=lcs)
-            kernel.accumulate(body[c + 1], axis=0, out=csa)
             o = outv[c]
-            o[0] = lcs[0]
-            kernel.combine(lcs[1:], csa[:-1], out=o[1:])
+            acc = kernel.accumulate(body[c], axis=0, reverse=True, out=o if inplace else lcs)
+            kernel.accumulate(body[c + 1], axis=0, out=csa)
+            if not inplace:
+                o[0] = acc[0]
+            kernel.combine(acc[1:], csa[:-1], out=o[1:])
         return
     step = max(MIN_ROWS_PER_CALL, MIN_ELEMENTS_PER_CALL // q)
     calls = max(1, (c1 - c0) // step)  # rows spread evenly: no small remainder call
     cuts = [c0 + (c1 - c0) * i // calls for i in range(calls + 1)]
     n = max(b - a for a, b in zip(cuts, cuts[1:]))
-    lcs = np.empty((n,) + body.shape[1:])
     csa = np.empty((n,) + body.shape[1:])
+    lcs = None if inplace else np.empty((n,) + body.shape[1:])
     for b0, b1 in zip(cuts, cuts[1:]):
         k = b1 - b0
-        kernel.accumulate(body[b0:b1], axis=1, reverse=True, out=lcs[:k])
-        kernel.accumulate(body[b0 + 1 : b1 + 1], axis=1, out=csa[:k])
         o = outv[b0:b1]
-        o[:, 0] = lcs[:k, 0]
-        kernel.combine(lcs[:k, 1:], csa[:k, :-1], out=o[:, 1:])
-
-
+        acc = kernel.accumulate(body[b0:b1], axis=1, reverse=True, out=o if inplace else lcs[:k])
+        kernel.accumulate(body[b0 + 1 : b1 + 1], axis=1, out=csa[:k])
+        if not inplace:
+            o[:, 0] = acc[:, 0]
+        kernel.combine(acc[:, 1:], csa[:k, :-1], out=o[:, 1:])

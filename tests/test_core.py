@@ -85,6 +85,37 @@ def test_pba_equals_sba_bit_for_bit(agg, data):
             assert np.array_equal(np.asarray(g), np.asarray(w)), (g, w)
 
 
+@pytest.mark.parametrize("agg", ["sum", "std", "mean", "max", "argmax", "moment_sketch"])
+@given(data=st.data())
+def test_batch_merge_is_the_same_in_every_mode(agg, data):
+    """The batch merge's modes (2-D calls or row by row; one thread or a split, with the worker taking the
+    last row's lcs) give the same windows bit for bit, and those are the windows' aggregates."""
+    from pba_runtime import batch
+
+    kernel = pr.get_aggregation(agg).kernel
+    n = data.draw(st.integers(1, 400), label="n")
+    q = data.draw(st.integers(1, n), label="q")
+    nwin = n - q + 1
+    x = np.random.default_rng(n * 1000 + q).normal(10.0, 3.0, n)
+    X = kernel.lift(x, np.arange(n, dtype=np.int64))
+    first, step = data.draw(st.integers(-50, 50)), data.draw(st.integers(1, 9))
+    runs = []
+    with pr.WorkerPool(kind="thread", workers=1) as pool, pytest.MonkeyPatch.context() as monkeypatch:
+        for row_mode, parallel in [(False, False), (True, False), (False, True), (True, True)]:
+            monkeypatch.setattr(batch, "ROW_MODE_MIN_Q", 1 if row_mode else 1 << 30)
+            monkeypatch.setattr(batch, "MIN_ROWS_PER_CALL", 2)
+            monkeypatch.setattr(batch, "MIN_ELEMENTS_PER_CALL", 8)
+            monkeypatch.setattr(batch, "PARALLEL_BATCH_MIN", 1 if parallel else 1 << 60)
+            runs.append(batch.windows_with_ends(kernel, X, q, nwin, first, step, pool))
+    ends0, out0 = runs[0]
+    assert np.array_equal(ends0, first + step * np.arange(nwin))
+    for ends, out in runs[1:]:
+        assert np.array_equal(ends, ends0) and np.array_equal(out, out0, equal_nan=True)
+    assert np.array_equal(batch.window_merge(kernel, X, q, nwin), out0, equal_nan=True)
+    want = np.stack([kernel.reduce_segments(X[a : a + q], np.array([0]))[0] for a in range(nwin)])
+    np.testing.assert_allclose(kernel.lower(out0), kernel.lower(want), rtol=1e-9, atol=1e-9)
+
+
 @pytest.mark.parametrize("agg", ["sum", "std", "max", "argmax"])
 def test_batch_pba_equals_sba_bit_for_bit(agg):
     """The parallel batch path splits chunk rows between threads; each window's arithmetic is unchanged."""

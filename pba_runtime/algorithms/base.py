@@ -85,6 +85,9 @@ class WindowOperator:
     name: ClassVar[str] = ""
     #: Capabilities the aggregation must declare, as (attribute, reason) pairs.
     requires: ClassVar[tuple[tuple[str, str], ...]] = ()
+    # Set by a one-shot caller that closes the operator before it returns (``sliding_aggregate``):
+    # the state may then keep views of the caller's input arrays instead of copies.
+    _input_borrowed: bool = False
 
     def __init__(self, window: CountWindow | TimeWindow, agg: str | Aggregation):
         self.window = validate_window(window)

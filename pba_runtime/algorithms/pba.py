@@ -57,7 +57,7 @@ import numpy as np
 
 from ..aggregations import BUILTIN_AGGREGATIONS, Aggregation, Kernel, as_float_array
 from ..chunking import plan_chunk_size
-from ..batch import window_merge
+from ..batch import windows_with_ends
 from ..pool import WorkerPool, default_pool
 from .base import SlicedAggregator, sizeof, validate_timestamps
 
@@ -164,10 +164,14 @@ class PBA(SlicedAggregator):
         self._chunks: dict[int, list] = {}  # chunk id -> [saa, lcs (list/array/Future/None), ca]
         self._open: list | None = None  # record of the chunk being filled
         self._csa = self.agg.identity
+        # after a batch: slices [f, g) as one array, cut into chunks only if a per-tuple call needs them
+        self._deferred: tuple[np.ndarray, int, int] | None = None
 
     def insert(self, value: Any, timestamp: int | None = None) -> list[tuple[int, Any]]:
         if self._lean:
             return self._lean_insert(value)
+        if self._deferred is not None:
+            self._build_deferred()
         if not self._fast or self._flushed or self._closed:
             return super().insert(value, timestamp)
         if not self._direct and not self._width:
@@ -395,6 +399,8 @@ class PBA(SlicedAggregator):
         return buf[j]
 
     def _push(self, p: Any) -> None:
+        if self._deferred is not None:
+            self._build_deferred()
         g = self._g
         b = self._b
         i = g % b
@@ -479,6 +485,8 @@ class PBA(SlicedAggregator):
         return _build_lcs_here(self.agg, rec[0])
 
     def _pop(self) -> None:
+        if self._deferred is not None:
+            self._build_deferred()
         f = self._f = self._f + 1
         if f % self._b == 0:
             old = self._chunks.pop(f // self._b - 1, None)
@@ -486,6 +494,8 @@ class PBA(SlicedAggregator):
                 self._drop(old)
 
     def _query(self) -> Any:
+        if self._deferred is not None:
+            self._build_deferred()
         f, g, b = self._f, self._g, self._b
         if f >= g:
             return self.agg.identity
@@ -509,7 +519,9 @@ class PBA(SlicedAggregator):
 
     # ------------------------------------------------------------------ slice history <-> arrays
     def _history(self) -> np.ndarray:
-        """Slice partials ``[f, g)`` held by the merger, as a kernel array."""
+        """Slice partials ``[f, g)`` held by the merger, as a kernel array (read only)."""
+        if self._deferred is not None:
+            return self._deferred[0]
         kernel = self.agg.kernel
         f, g, b = self._f, self._g, self._b
         parts = []
@@ -522,10 +534,31 @@ class PBA(SlicedAggregator):
             return np.empty((0,) + kernel.shape)
         return np.concatenate(parts) if len(parts) > 1 else parts[0].copy()
 
+    def _defer_history(self, X: np.ndarray, f: int, g: int) -> None:
+        """Hold slice partials ``X`` = slices ``[f, g)`` (relative indices) as one owned array.
+
+        A batch that follows reads them as they are (``_history``); only a
+        per-tuple call cuts them into chunks (``_build_deferred``), so a run of
+        batches never pays for chunk records, their ``ca`` or copies to ``array('d')``.
+        """
+        self._drop_all()
+        self._chunks = {}
+        self._open = None
+        self._g, self._f = g, f
+        self._csa = self.agg.identity
+        keep = X[: max(g - f, 0)]
+        self._deferred = (keep if self._input_borrowed else keep.copy(), f, g)  # X may be the caller's array
+
+    def _build_deferred(self) -> None:
+        X, f, g = self._deferred
+        self._deferred = None
+        self._load_history(X, f, g)
+
     def _load_history(self, X: np.ndarray, f: int, g: int) -> None:
         """Rebuild chunks from slice partials ``X`` = slices ``[f, g)`` (relative indices)."""
         kernel = self.agg.kernel
         b = self._b
+        self._deferred = None
         self._drop_all()
         self._chunks = {}
         self._open = None
@@ -626,7 +659,7 @@ class PBA(SlicedAggregator):
             self._pop_to(k_lo)
         hist = self._history() if g0 > self._front else None
         X = new_slices if hist is None or not len(hist) else np.concatenate([hist, new_slices])
-        full = window_merge(kernel, X, q, nwin, self._pool, agg=self.agg)
+        ends, full = windows_with_ends(kernel, X, q, nwin, k_lo * s + r, s, self._pool, agg=self.agg)
         if m:
             # head of slice k+q: its first m tuples, at batch offsets (k+q)*s - n0 ...
             h0 = (np.arange(k_lo, k_hi + 1) + q) * s - n0
@@ -641,9 +674,8 @@ class PBA(SlicedAggregator):
                 bounds[0::2] = hs
                 bounds[1::2] = hs[:-1] + m
                 heads[inside] = kernel.reduce_segments(P[: hs[-1] + m], bounds)[0::2]
-            full = kernel.combine(full, heads)
+            full = kernel.combine(full, heads, out=full if kernel.combine_in_place else None)
         results = kernel.lower(full)
-        ends = np.arange(k_lo * s + r, k_hi * s + r + 1, s, dtype=np.int64)
         self._emitted += nwin
         self._next_k = k_hi + 1
         self._finish_batch(X, k_lo, g1, N, fill, cur, front=k_hi + 1)
@@ -740,13 +772,13 @@ class PBA(SlicedAggregator):
         X = np.concatenate(pieces) if len(pieces) > 1 else full
         nwin = K - next_k + 1
         if nwin > 0:
-            agg_full = window_merge(kernel, X[next_k - x0 :], q, nwin, self._pool, agg=self.agg)
+            ends, agg_full = windows_with_ends(kernel, X[next_k - x0 :], q, nwin, next_k * s + off + r, s,
+                                               self._pool, agg=self.agg)
             if m:
                 agg_full = kernel.combine(agg_full, head[next_k + q - S0 : K + q + 1 - S0])
             results = kernel.lower(agg_full)
             if self.agg.result == "int":
                 results = np.asarray(results, dtype=np.int64)
-            ends = np.arange(next_k * s + off + r, K * s + off + r + 1, s, dtype=np.int64)
             self._emitted += nwin
             self._next_k = K + 1
         else:
@@ -754,7 +786,7 @@ class PBA(SlicedAggregator):
         if last:
             new_front = max(front, self._next_k)
             keep = X[new_front - x0 : g_last - x0]
-            self._load_history(keep, new_front - base, g_last - base)
+            self._defer_history(keep, new_front - base, g_last - base)
             self._front, self._back, self._slice = new_front, g_last, g_last
             self._head = kernel.to_partials(head[g_last - S0 : g_last - S0 + 1])[0] if m else self.agg.identity
             self._cur = kernel.to_partials(tail[g_last - S0 : g_last - S0 + 1])[0]
@@ -773,7 +805,7 @@ class PBA(SlicedAggregator):
         front = self._front if front is None else front
         front = min(front, g1)
         keep = X[front - x0 :]
-        self._load_history(keep, front, g1)
+        self._defer_history(keep, front, g1)
         self._front = front
         self._back = g1
         self._n += N
@@ -786,6 +818,8 @@ class PBA(SlicedAggregator):
 
     def _get_state(self) -> dict[str, Any]:
         self._leave_lean()
+        if self._deferred is not None:
+            self._build_deferred()
         st = super()._get_state()
         chunks = {}
         for c in list(self._chunks):
@@ -820,6 +854,7 @@ class PBA(SlicedAggregator):
             raise ValueError(f"state was taken with chunk_size {st['chunk_size']}, this operator has {self._b}")
         super()._set_state(st)
         self._drop_all()
+        self._deferred = None
         if self._direct:
             self._chunks = {}
             for c, (saa, lcs, ca) in st["chunks"].items():
@@ -851,7 +886,7 @@ class PBA(SlicedAggregator):
 
     def state_bytes(self) -> int:
         self._leave_lean()
-        total = 0
+        total = 0 if self._deferred is None else self._deferred[0].nbytes
         for rec in self._chunks.values():
             for part in rec[:2]:
                 if isinstance(part, (array, memoryview)):
@@ -869,6 +904,7 @@ class PBA(SlicedAggregator):
             self._drop_all()
             self._chunks = {}
             self._open = None
+            self._deferred = None
             if self._shm is not None:
                 self._shm.close()  # unlinks its blocks
         super().close()
