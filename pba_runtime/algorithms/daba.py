@@ -35,13 +35,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from .base import SlicedAggregator, SlideOneInsert, sizeof
-from .two_stacks import fast_path_flags, grow_ring, ring_capacity
+from .base import SlideOneInsert, sizeof
+from .ring import RingAggregator
 
 __all__ = ["DABA"]
 
 
-class DABA(SlideOneInsert, SlicedAggregator):
+class DABA(SlideOneInsert, RingAggregator):
     """De-Amortized Banker's Aggregator over slice partials: any associative aggregation.
 
     Parameters
@@ -59,17 +59,11 @@ class DABA(SlideOneInsert, SlicedAggregator):
     """
 
     name = "daba"
+    _rings = (("_vals", None), ("_aggs", None))
 
     def __init__(self, window, agg, *, pool: Any = None):
         super().__init__(window, agg)
-        self._combine = self.agg.combine
-        self._ident = self.agg.identity
-        self._cap = ring_capacity(self._q + 2)
-        self._vals: list = [None] * self._cap
-        self._aggs: list = [None] * self._cap
         self._flips = 0
-        self._fast, self._passthrough, self._lower_float = fast_path_flags(self)
-        self._reset_merger()
 
     def _reset_merger(self) -> None:
         self._F = self._L = self._R = self._A = self._B = self._E = 0
@@ -78,9 +72,7 @@ class DABA(SlideOneInsert, SlicedAggregator):
     def _push(self, p: Any) -> None:
         E = self._E
         if E - self._F == self._cap:
-            bufs = [self._vals, self._aggs]
-            self._cap = grow_ring(bufs, self._F, E, self._cap)
-            self._vals, self._aggs = bufs
+            self._grow_rings(self._F, E)
         mask = self._cap - 1
         self._vals[E & mask] = p
         # aggs[E] = Sigma_B (+) v
@@ -145,9 +137,8 @@ class DABA(SlideOneInsert, SlicedAggregator):
         if nF or nB:
             assert (R - L) + (A - R) + (B - A) + 1 == nF - nB, ("size invariant", F, L, R, A, B, E)
             assert R - L == A - R, ("|l_L| == |l_R|", F, L, R, A, B, E)
-        mask = self._cap - 1
-        vals = [self._vals[i & mask] for i in range(F, E)]
-        aggs = [self._aggs[i & mask] for i in range(F, E)]
+        vals = self._ring_items(self._vals, F, E)
+        aggs = self._ring_items(self._aggs, F, E)
         combine = self._combine
 
         def fold(lo: int, hi: int) -> Any:  # vals[lo] (+) ... (+) vals[hi], absolute, inclusive
@@ -169,16 +160,14 @@ class DABA(SlideOneInsert, SlicedAggregator):
 
     def held(self) -> list:
         """Slice partials held, oldest first."""
-        mask = self._cap - 1
-        return [self._vals[i & mask] for i in range(self._F, self._E)]
+        return self._ring_items(self._vals, self._F, self._E)
 
     def _get_state(self) -> dict[str, Any]:
         st = super()._get_state()
-        mask = self._cap - 1
         st["daba"] = {
             "ptr": (self._F, self._L, self._R, self._A, self._B, self._E),
             "vals": self.held(),
-            "aggs": [self._aggs[i & mask] for i in range(self._F, self._E)],
+            "aggs": self._ring_items(self._aggs, self._F, self._E),
             "flips": self._flips,
         }
         return st
@@ -187,16 +176,9 @@ class DABA(SlideOneInsert, SlicedAggregator):
         super()._set_state(st)
         d = st["daba"]
         F, L, R, A, B, E = d["ptr"]
-        cap = ring_capacity(self._q + 2)
-        while cap < E - F:
-            cap <<= 1
-        self._cap = cap
-        mask = cap - 1
-        self._vals = [None] * cap
-        self._aggs = [None] * cap
-        for k, i in enumerate(range(F, E)):
-            self._vals[i & mask] = d["vals"][k]
-            self._aggs[i & mask] = d["aggs"][k]
+        self._new_rings(E - F)
+        self._put_items(self._vals, F, d["vals"])
+        self._put_items(self._aggs, F, d["aggs"])
         self._F, self._L, self._R, self._A, self._B, self._E = F, L, R, A, B, E
         self._flips = d["flips"]
 

@@ -39,7 +39,7 @@ from __future__ import annotations
 from typing import Any, Callable, Iterable
 
 from .base import SlicedAggregator, sizeof
-from .two_stacks import ring_capacity
+from .ring import ring_capacity
 
 __all__ = ["FlatFAT", "FlatFATAggregator", "EMPTY"]
 

@@ -30,13 +30,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from .base import SlicedAggregator, sizeof
-from .two_stacks import fast_path_flags, grow_ring, ring_capacity
+from .base import sizeof
+from .ring import RingAggregator
 
 __all__ = ["SlickDeque"]
 
 
-class SlickDeque(SlicedAggregator):
+class SlickDeque(RingAggregator):
     """Monotonic-deque aggregator for selective aggregations.
 
     Parameters
@@ -56,16 +56,7 @@ class SlickDeque(SlicedAggregator):
 
     name = "slick_deque"
     requires = (("selective", "a selective aggregation (max, min, argmax: combine returns one of its operands)"),)
-
-    def __init__(self, window, agg, *, pool: Any = None):
-        super().__init__(window, agg)
-        self._combine = self.agg.combine
-        self._ident = self.agg.identity
-        self._cap = ring_capacity(self._q + 2)
-        self._vals: list = [None] * self._cap  # deque of candidate partials
-        self._idx: list = [0] * self._cap  # their slice numbers
-        self._fast, self._passthrough, self._lower_float = fast_path_flags(self)
-        self._reset_merger()
+    _rings = (("_vals", None), ("_idx", 0))  # deque of candidate partials, their slice numbers
 
     def insert(self, value: Any, timestamp: int | None = None) -> list[tuple[int, Any]]:
         if not self._fast or self._flushed or self._closed:
@@ -106,9 +97,7 @@ class SlickDeque(SlicedAggregator):
                 break
             t -= 1
         if t - h == self._cap:
-            bufs = [self._vals, self._idx]
-            self._cap = grow_ring(bufs, h, t, self._cap)
-            self._vals, self._idx = bufs
+            self._grow_rings(h, t)
             vals, mask = self._vals, self._cap - 1
         vals[t & mask] = p
         self._idx[t & mask] = self._pushed
@@ -141,12 +130,7 @@ class SlickDeque(SlicedAggregator):
         super()._set_state(st)
         d = st["deque"]
         items = d["items"]
-        cap = ring_capacity(self._q + 2)
-        while cap < len(items):
-            cap <<= 1
-        self._cap = cap
-        self._vals = [None] * cap
-        self._idx = [0] * cap
+        self._new_rings(len(items))
         for i, (k, p) in enumerate(items):
             self._vals[i] = p
             self._idx[i] = k

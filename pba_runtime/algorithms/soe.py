@@ -46,7 +46,7 @@ from typing import Any
 
 from ..aggregations import BUILTIN_AGGREGATIONS
 from .base import SlicedAggregator, SlideOneInsert, sizeof
-from .two_stacks import fast_path_flags, grow_ring, ring_capacity
+from .ring import fast_path_flags, grow_ring, ring_capacity
 
 __all__ = ["SubtractOnEvict"]
 

@@ -24,55 +24,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..aggregations import BUILTIN_AGGREGATIONS
-from .base import SlicedAggregator, sizeof
+from .base import sizeof
+from .ring import RingAggregator
 
-__all__ = ["TwoStacks", "ring_capacity", "grow_ring", "fast_path_flags"]
-
-#: Largest ring preallocated up front; bigger windows grow it by doubling while they fill.
-PREALLOC_MAX = 1 << 12
+__all__ = ["TwoStacks"]
 
 
-def ring_capacity(slots: int) -> int:
-    """The power of two ``>= slots`` (at least 4), capped at :data:`PREALLOC_MAX` for the first allocation.
-
-    Examples
-    --------
-    >>> ring_capacity(3), ring_capacity(1000), ring_capacity(10**9)
-    (4, 1024, 4096)
-    """
-    cap = 4
-    while cap < slots and cap < PREALLOC_MAX:
-        cap <<= 1
-    return cap
-
-
-def fast_path_flags(op: SlicedAggregator) -> tuple[bool, bool, bool]:
-    """``(fast, passthrough, lower_float)`` for a fused per-tuple ``insert``.
-
-    *fast*: count window with slide 1 and a non-positional aggregation (one slice
-    per tuple: push, pop, query); *passthrough*: built-in max/min/sum lift a
-    Python float to itself; *lower_float*: ``lower`` is ``float``.
-    """
-    agg = op.agg
-    fast = not op._is_time and op._s == 1 and not agg.positional
-    passthrough = agg is BUILTIN_AGGREGATIONS.get(agg.name) and agg.name in ("max", "min", "sum")
-    return fast, passthrough, agg.lower is float
-
-
-def grow_ring(bufs: list[list], lo: int, hi: int, cap: int) -> int:
-    """Double the rings in ``bufs`` (same capacity ``cap``) keeping absolute positions ``[lo, hi)``; new capacity."""
-    new = cap << 1
-    mask, nmask = cap - 1, new - 1
-    for j, old in enumerate(bufs):
-        buf = [None] * new
-        for i in range(lo, hi):
-            buf[i & nmask] = old[i & mask]
-        bufs[j] = buf
-    return new
-
-
-class TwoStacks(SlicedAggregator):
+class TwoStacks(RingAggregator):
     """Two-Stacks over slice partials: any associative aggregation, amortised O(1).
 
     Parameters
@@ -92,17 +50,11 @@ class TwoStacks(SlicedAggregator):
     """
 
     name = "two_stacks"
+    _rings = (("_vals", None), ("_aggs", None))
 
     def __init__(self, window, agg, *, pool: Any = None):
         super().__init__(window, agg)
-        self._combine = self.agg.combine
-        self._ident = self.agg.identity
-        self._cap = ring_capacity(self._q + 2)
-        self._vals: list = [None] * self._cap
-        self._aggs: list = [None] * self._cap
         self._flips = 0
-        self._fast, self._passthrough, self._lower_float = fast_path_flags(self)
-        self._reset_merger()
 
     def insert(self, value: Any, timestamp: int | None = None) -> list[tuple[int, Any]]:
         if not self._fast or self._flushed or self._closed:
@@ -177,23 +129,19 @@ class TwoStacks(SlicedAggregator):
         self._flips += 1
 
     def _grow(self) -> None:
-        bufs = [self._vals, self._aggs]
-        self._cap = grow_ring(bufs, self._f, self._e, self._cap)
-        self._vals, self._aggs = bufs
+        self._grow_rings(self._f, self._e)
 
     # ------------------------------------------------------------------ bookkeeping
     def held(self) -> list:
         """Slice partials held, oldest first (for tests and snapshots)."""
-        mask = self._cap - 1
-        return [self._vals[i & mask] for i in range(self._f, self._e)]
+        return self._ring_items(self._vals, self._f, self._e)
 
     def _get_state(self) -> dict[str, Any]:
         st = super()._get_state()
-        mask = self._cap - 1
         st["ring"] = {
             "f": self._f, "b": self._b, "e": self._e, "bagg": self._bagg, "flips": self._flips,
             "vals": self.held(),
-            "aggs": [self._aggs[i & mask] for i in range(self._f, self._b)],
+            "aggs": self._ring_items(self._aggs, self._f, self._b),
         }
         return st
 
@@ -201,17 +149,9 @@ class TwoStacks(SlicedAggregator):
         super()._set_state(st)
         ring = st["ring"]
         f, b, e = ring["f"], ring["b"], ring["e"]
-        cap = ring_capacity(self._q + 2)
-        while cap < e - f:
-            cap <<= 1
-        self._cap = cap
-        mask = cap - 1
-        self._vals = [None] * cap
-        self._aggs = [None] * cap
-        for k, i in enumerate(range(f, e)):
-            self._vals[i & mask] = ring["vals"][k]
-        for k, i in enumerate(range(f, b)):
-            self._aggs[i & mask] = ring["aggs"][k]
+        self._new_rings(e - f)
+        self._put_items(self._vals, f, ring["vals"])
+        self._put_items(self._aggs, f, ring["aggs"])
         self._f, self._b, self._e = f, b, e
         self._bagg = ring["bagg"]
         self._flips = ring["flips"]
