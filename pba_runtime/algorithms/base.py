@@ -396,7 +396,7 @@ class SlideOneInsert:
 
     One slice per tuple, so the slicing layer's push, pop and query are inlined
     around the algorithm's own ``_push``/``_pop``/``_query``. The class sets
-    ``_fast``, ``_passthrough`` and ``_lower_float`` (``two_stacks.fast_path_flags``).
+    ``_fast``, ``_passthrough`` and ``_lower_float`` (``ring.fast_path_flags``).
     Put it before :class:`SlicedAggregator` in the bases.
     """
 
