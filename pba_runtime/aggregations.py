@@ -94,8 +94,13 @@ def _from_first(parts: np.ndarray, starts: np.ndarray) -> tuple[np.ndarray, np.n
     return parts, starts
 
 
+_REVERSED = tuple((slice(None),) * k + (slice(None, None, -1),) for k in range(4))
+
+
 def _flip(a: np.ndarray, axis: int) -> np.ndarray:
-    return np.flip(a, axis=axis)
+    """``np.flip(a, axis)`` for a non-negative ``axis``, as a basic slice (a tenth of the call overhead):
+    the batch merge flips a row per call."""
+    return a[_REVERSED[axis]] if 0 <= axis < 4 else np.flip(a, axis=axis)
 
 
 # --------------------------------------------------------------------------- kernels

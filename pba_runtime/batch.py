@@ -99,7 +99,7 @@ def _merge(kernel: Kernel, X: np.ndarray, q: int, nwin: int, pool: WorkerPool | 
     body = X[: rows * q].reshape((rows, q) + shape)
     R = rows - 1  # rows whose q windows all end inside a full row
     n_tail = nwin - R * q  # windows starting in the last full row (== len(tail) + 1)
-    rend = None if ends is None else _RowEnds(ends[: R * q].reshape(R, q), first_end, step)
+    rend = None if ends is None else _RowEnds(ends[: R * q], q, first_end, step)
     last = np.empty(body.shape[1:])  # lcs of the last full row: its windows end in the partial row after it
     last_done = False
     if R > 0:
@@ -129,21 +129,31 @@ def _merge(kernel: Kernel, X: np.ndarray, q: int, nwin: int, pool: WorkerPool | 
 
 
 def _fill_ends(dst: np.ndarray, first: int, step: int) -> None:
-    np.add(np.arange(len(dst), dtype=np.int64) * step, first, out=dst)
+    """``dst[i] = first + i*step``, as one broadcast ``np.add`` over blocks of ``_ENDS_BLOCK`` (which, unlike
+    ``np.arange``, releases the GIL and runs at memory speed)."""
+    n = len(dst)
+    base = np.arange(0, min(n, _ENDS_BLOCK) * step, step, dtype=np.int64)
+    m = n // _ENDS_BLOCK
+    if m:
+        starts = first + np.arange(m, dtype=np.int64)[:, None] * (_ENDS_BLOCK * step)
+        np.add(base, starts, out=dst[: m * _ENDS_BLOCK].reshape(m, _ENDS_BLOCK))
+    rest = n - m * _ENDS_BLOCK
+    if rest:
+        np.add(base[:rest], first + m * _ENDS_BLOCK * step, out=dst[m * _ENDS_BLOCK :])
+
+
+_ENDS_BLOCK = 4096
 
 
 class _RowEnds:
-    """The window ends of full rows, filled row range by row range (a ufunc call each, which releases the GIL)."""
+    """The window ends of full rows, filled row range by row range by the thread merging those rows."""
 
-    def __init__(self, rows: np.ndarray, first: int, step: int):
-        self.rows, self.first, self.step = rows, first, step
-        self.offsets = np.arange(rows.shape[1], dtype=np.int64) * step  # one row's ends, from 0
+    def __init__(self, flat: np.ndarray, q: int, first: int, step: int):
+        self.flat, self.q, self.first, self.step = flat, q, first, step
 
     def fill(self, c0: int, c1: int) -> None:
-        if c1 > c0:
-            q = self.rows.shape[1]
-            starts = self.first + np.arange(c0, c1, dtype=np.int64)[:, None] * (q * self.step)
-            np.add(self.offsets, starts, out=self.rows[c0:c1])
+        q = self.q
+        _fill_ends(self.flat[c0 * q : c1 * q], self.first + c0 * q * self.step, self.step)
 
 
 def _merge_in_threads(kernel: Kernel, body: np.ndarray, outv: np.ndarray, half: int, R: int,
@@ -276,6 +286,10 @@ def _merge_rows(kernel: Kernel, body: np.ndarray, outv: np.ndarray, c0: int, c1:
         o = outv[b0:b1]
         acc = kernel.accumulate(body[b0:b1], axis=1, reverse=True, out=o if inplace else lcs[:k])
         kernel.accumulate(body[b0 + 1 : b1 + 1], axis=1, out=csa[:k])
-        if not inplace:
-            o[:, 0] = acc[:, 0]
-        kernel.combine(acc[:, 1:], csa[:k, :-1], out=o[:, 1:])
+        # one contiguous combine over the flattened block (2.5x faster than over the (k, q-1)
+        # strided views); it also pairs each row's column 0 with the previous row's last csa,
+        # so column 0 (the whole chunk, lcs alone) is put back afterwards
+        col0 = acc[:, 0].copy()
+        flat = (k * q,) + body.shape[2:]
+        kernel.combine(acc.reshape(flat)[1:], csa[:k].reshape(flat)[:-1], out=o.reshape(flat)[1:])
+        o[:, 0] = col0

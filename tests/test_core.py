@@ -85,6 +85,16 @@ def test_pba_equals_sba_bit_for_bit(agg, data):
             assert np.array_equal(np.asarray(g), np.asarray(w)), (g, w)
 
 
+@pytest.mark.parametrize("n", [0, 1, 4095, 4096, 4097, 3 * 4096 + 5])
+@pytest.mark.parametrize("first, step", [(0, 1), (-7, 3), (1 << 40, 1000)])
+def test_window_ends_fill_is_arange(n, first, step):
+    from pba_runtime.batch import _fill_ends
+
+    dst = np.empty(n, dtype=np.int64)
+    _fill_ends(dst, first, step)
+    assert np.array_equal(dst, first + step * np.arange(n, dtype=np.int64))
+
+
 @pytest.mark.parametrize("agg", ["sum", "std", "mean", "max", "argmax", "moment_sketch"])
 @given(data=st.data())
 def test_batch_merge_is_the_same_in_every_mode(agg, data):
