@@ -77,6 +77,8 @@ def bench_batch(x: np.ndarray, exps: list[int], repeat: int, pool: pr.WorkerPool
         check_equal(x, w)
         methods = batch_methods(x, w, pool)
         times: dict[str, list[float]] = {m: [] for m in methods}
+        for fn in methods.values():  # warm-up, not timed: first-touch of the heap, the pool's thread
+            fn()
         for _ in range(repeat):
             for name, fn in methods.items():  # interleaved: every method sees the same noise
                 times[name].append(timed(fn))

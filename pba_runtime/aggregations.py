@@ -128,9 +128,19 @@ class Kernel:
     def combine(self, older: np.ndarray, newer: np.ndarray) -> np.ndarray:
         raise NotImplementedError
 
-    def accumulate(self, parts: np.ndarray, axis: int, reverse: bool = False, out: np.ndarray | None = None) -> np.ndarray:
-        """Prefix aggregation along ``axis`` (``reverse``: suffix, i.e. the lcs of PBA)."""
+    def accumulate(self, parts: np.ndarray, axis: int, reverse: bool = False, out: np.ndarray | None = None,
+                   nan_free: bool = False) -> np.ndarray:
+        """Prefix aggregation along ``axis`` (``reverse``: suffix, i.e. the lcs of PBA).
+
+        ``nan_free``: the caller checked (:meth:`nan_free_rows`) that ``parts`` holds no NaN,
+        so a faster loop that differs only on NaN may run.
+        """
         raise NotImplementedError
+
+    def nan_free_rows(self, rows: np.ndarray) -> np.ndarray | None:
+        """Per row of ``rows`` (slices along the last slice axis), whether it holds no NaN;
+        ``None`` when ``accumulate`` has no faster NaN-free loop (then nobody needs to look)."""
+        return None
 
     def lower(self, parts: np.ndarray) -> np.ndarray:
         raise NotImplementedError
@@ -150,6 +160,12 @@ class Kernel:
         return np.broadcast_to(self.identity, (n,) + self.shape).copy()
 
 
+# fmax/fmin equal maximum/minimum on NaN-free input (up to the sign of a zero, which numpy's
+# own SIMD and scalar maximum already disagree on) and accumulate 5-14% faster: no NaN test
+# per element (measured with numpy 2.4: bench/bench_core.py)
+_NAN_FREE_TWIN = {np.maximum: np.fmax, np.minimum: np.fmin}
+
+
 class UfuncKernel(Kernel):
     """Kernel whose partial fields each combine with a binary ufunc (max, sum, moments...).
 
@@ -160,10 +176,12 @@ class UfuncKernel(Kernel):
     combine_in_place = True  # elementwise ufuncs
 
     def __init__(self, groups, identity, lift: Callable, lower: Callable):
+        self._nan_free_ufunc = None
         if isinstance(groups, np.ufunc):
             self.shape = ()
             self._groups = None
             self._ufunc = groups
+            self._nan_free_ufunc = _NAN_FREE_TWIN.get(groups)
         else:
             width = sum(n for _, n in groups)
             self.shape = (width,)
@@ -199,13 +217,19 @@ class UfuncKernel(Kernel):
             uf(older[..., cols], newer[..., cols], out=out[..., cols])
         return out
 
-    def accumulate(self, parts, axis, reverse=False, out=None):
+    def nan_free_rows(self, rows):
+        if self._nan_free_ufunc is None:
+            return None
+        return ~np.isnan(self._ufunc.reduce(rows, axis=-1))  # maximum/minimum propagate a NaN
+
+    def accumulate(self, parts, axis, reverse=False, out=None, nan_free=False):
         if out is None:
             out = np.empty_like(parts)
         src = _flip(parts, axis) if reverse else parts
         dst = _flip(out, axis) if reverse else out
         if self._groups is None:
-            self._ufunc.accumulate(src, axis=axis, out=dst)
+            uf = self._nan_free_ufunc if nan_free and self._nan_free_ufunc is not None else self._ufunc
+            uf.accumulate(src, axis=axis, out=dst)
         else:
             for uf, cols in self._groups:
                 uf.accumulate(src[..., cols], axis=axis, out=dst[..., cols])
@@ -256,7 +280,7 @@ class StdKernel(Kernel):
         out[..., 0] = n
         return out
 
-    def accumulate(self, parts, axis, reverse=False, out=None):
+    def accumulate(self, parts, axis, reverse=False, out=None, nan_free=False):
         if out is None:
             out = np.empty_like(parts)
         if parts.shape[axis] == 0:
@@ -339,7 +363,7 @@ class ArgmaxKernel(Kernel):
         out[found] = parts[first[found]]
         return out
 
-    def accumulate(self, parts, axis, reverse=False, out=None):
+    def accumulate(self, parts, axis, reverse=False, out=None, nan_free=False):
         v, p = parts[..., 0], parts[..., 1]
         if reverse:
             v, p = _flip(v, axis), _flip(p, axis)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 from concurrent.futures.process import BrokenProcessPool
+from typing import Any
 
 import numpy as np
 
@@ -117,9 +118,9 @@ def _merge(kernel: Kernel, X: np.ndarray, q: int, nwin: int, pool: WorkerPool | 
             _merge_rows(kernel, body, outv, 0, R, rend)
     o = out[R * q : nwin]
     if n_tail > 1:
-        tail = kernel.accumulate(X[rows * q : L], axis=0)
+        tail = _scan(kernel, X[rows * q : L], False)
     if not last_done:
-        kernel.accumulate(body[R], axis=0, reverse=True, out=last)
+        _scan(kernel, body[R], True, last)
     o[0] = last[0]
     if n_tail > 1:
         kernel.combine(last[1:n_tail], tail, out=o[1:])
@@ -179,7 +180,15 @@ def _merge_in_threads(kernel: Kernel, body: np.ndarray, outv: np.ndarray, half: 
 def _worker_rows(kernel: Kernel, body: np.ndarray, outv: np.ndarray, c1: int, rend: _RowEnds | None,
                  last: np.ndarray) -> None:
     _merge_rows(kernel, body, outv, 0, c1, rend)
-    kernel.accumulate(body[-1], axis=0, reverse=True, out=last)
+    _scan(kernel, body[-1], True, last)
+
+
+def _scan(kernel: Kernel, row: np.ndarray, reverse: bool, out: np.ndarray | None = None) -> np.ndarray:
+    """One row's lcs (``reverse``) or csa, with the NaN-free loop when the row allows it (as ``_merge_rows``)."""
+    clean = kernel.nan_free_rows(row)
+    if clean is None:
+        return kernel.accumulate(row, axis=0, reverse=reverse, out=out)
+    return kernel.accumulate(row, axis=0, reverse=reverse, out=out, nan_free=bool(clean))
 
 
 def _merge_in_process(kernel: Kernel, agg: Aggregation | None, body: np.ndarray, outv: np.ndarray, half: int,
@@ -256,7 +265,10 @@ def _merge_rows(kernel: Kernel, body: np.ndarray, outv: np.ndarray, c0: int, c1:
 
     The lcs is built straight into the output rows and combined there with the
     csa (for kernels whose ``combine`` may write over its first operand): one
-    scratch buffer, not two. ``rend`` also fills those rows' window ends.
+    scratch buffer, not two. Each row's scans take the kernel's NaN-free loop when
+    that row holds no NaN (``Kernel.nan_free_rows``): a rule of the row alone, so
+    any split of the rows between threads gives the same bits. ``rend`` also fills
+    those rows' window ends.
     """
     if c1 <= c0:
         return
@@ -267,13 +279,7 @@ def _merge_rows(kernel: Kernel, body: np.ndarray, outv: np.ndarray, c0: int, c1:
     if q >= ROW_MODE_MIN_Q:
         csa = np.empty(body.shape[1:])
         lcs = None if inplace else np.empty(body.shape[1:])
-        for c in range(c0, c1):
-            o = outv[c]
-            acc = kernel.accumulate(body[c], axis=0, reverse=True, out=o if inplace else lcs)
-            kernel.accumulate(body[c + 1], axis=0, out=csa)
-            if not inplace:
-                o[0] = acc[0]
-            kernel.combine(acc[1:], csa[:-1], out=o[1:])
+        _merge_each_row(kernel, body, outv, c0, c1, csa, lcs, _EACH_ROW)
         return
     step = max(MIN_ROWS_PER_CALL, MIN_ELEMENTS_PER_CALL // q)
     calls = max(1, (c1 - c0) // step)  # rows spread evenly: no small remainder call
@@ -283,9 +289,18 @@ def _merge_rows(kernel: Kernel, body: np.ndarray, outv: np.ndarray, c0: int, c1:
     lcs = None if inplace else np.empty((n,) + body.shape[1:])
     for b0, b1 in zip(cuts, cuts[1:]):
         k = b1 - b0
+        clean = kernel.nan_free_rows(body[b0 : b1 + 1])
+        fast = {}
+        if clean is not None:
+            if not (_uniform(clean[:-1]) and _uniform(clean[1:])):  # NaN in some rows only
+                _merge_each_row(kernel, body, outv, b0, b1, csa[0], None if lcs is None else lcs[0], clean)
+                continue
+            fast = {"nan_free": bool(clean[0])}
         o = outv[b0:b1]
-        acc = kernel.accumulate(body[b0:b1], axis=1, reverse=True, out=o if inplace else lcs[:k])
-        kernel.accumulate(body[b0 + 1 : b1 + 1], axis=1, out=csa[:k])
+        acc = kernel.accumulate(body[b0:b1], axis=1, reverse=True, out=o if inplace else lcs[:k], **fast)
+        if clean is not None:
+            fast = {"nan_free": bool(clean[-1])}
+        kernel.accumulate(body[b0 + 1 : b1 + 1], axis=1, out=csa[:k], **fast)
         # one contiguous combine over the flattened block (2.5x faster than over the (k, q-1)
         # strided views); it also pairs each row's column 0 with the previous row's last csa,
         # so column 0 (the whole chunk, lcs alone) is put back afterwards
@@ -293,3 +308,36 @@ def _merge_rows(kernel: Kernel, body: np.ndarray, outv: np.ndarray, c0: int, c1:
         flat = (k * q,) + body.shape[2:]
         kernel.combine(acc.reshape(flat)[1:], csa[:k].reshape(flat)[:-1], out=o.reshape(flat)[1:])
         o[:, 0] = col0
+
+
+def _uniform(flags: np.ndarray) -> bool:
+    return bool(flags.all() or not flags.any())
+
+
+_EACH_ROW = object()  # _merge_each_row: check each row for NaN as it goes (1-D calls, which release the GIL)
+
+
+def _merge_each_row(kernel: Kernel, body: np.ndarray, outv: np.ndarray, c0: int, c1: int, csa: np.ndarray,
+                    lcs: np.ndarray | None, clean: Any) -> None:
+    """Rows ``[c0, c1)`` one 1-D call each. ``clean[i]``: row ``c0 + i`` holds no NaN, or ``_EACH_ROW``."""
+    each = clean is _EACH_ROW
+    if each:
+        nxt = kernel.nan_free_rows(body[c0])
+        if nxt is None:
+            clean = None
+    for c in range(c0, c1):
+        o = outv[c]
+        if clean is None:
+            acc = kernel.accumulate(body[c], axis=0, reverse=True, out=o if lcs is None else lcs)
+            kernel.accumulate(body[c + 1], axis=0, out=csa)
+        else:
+            if each:
+                here, nxt = nxt, kernel.nan_free_rows(body[c + 1])
+            else:
+                here, nxt = clean[c - c0], clean[c + 1 - c0]
+            acc = kernel.accumulate(body[c], axis=0, reverse=True, out=o if lcs is None else lcs,
+                                    nan_free=bool(here))
+            kernel.accumulate(body[c + 1], axis=0, out=csa, nan_free=bool(nxt))
+        if lcs is not None:
+            o[0] = acc[0]
+        kernel.combine(acc[1:], csa[:-1], out=o[1:])

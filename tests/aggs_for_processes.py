@@ -109,9 +109,9 @@ FAULTY_MAX = Aggregation(lift=py_lift, combine=faulty_max2, lower=py_lower, iden
 class FaultyKernel(UfuncKernel):
     """np.maximum kernel whose accumulate faults in an armed worker (for the batch path)."""
 
-    def accumulate(self, parts, axis, reverse=False, out=None):
+    def accumulate(self, parts, axis, reverse=False, out=None, nan_free=False):
         _fault()
-        return super().accumulate(parts, axis, reverse=reverse, out=out)
+        return super().accumulate(parts, axis, reverse=reverse, out=out, nan_free=nan_free)
 
 
 def _np_lift(v):
