@@ -27,7 +27,8 @@ from .pool import WorkerPool
 
 log = logging.getLogger("pba_runtime")
 
-__all__ = ["window_merge", "windows_with_ends", "PARALLEL_BATCH_MIN", "MIN_ROWS_PER_CALL", "MIN_ELEMENTS_PER_CALL", "ROW_MODE_MIN_Q"]
+__all__ = ["window_merge", "windows_with_ends", "PARALLEL_BATCH_MIN", "MIN_ROWS_PER_CALL", "MIN_ELEMENTS_PER_CALL",
+           "ROW_MODE_MIN_Q", "THREADED_ROW_MODE_MIN_Q"]
 
 # Below this many slice partials, a batch builds its lcs on the main thread:
 # a pool hand-off costs more than it saves.
@@ -105,7 +106,8 @@ def _merge(kernel: Kernel, X: np.ndarray, q: int, nwin: int, pool: WorkerPool | 
     last_done = False
     if R > 0:
         outv = out[: R * q].reshape((R, q) + shape)
-        if pool is not None and not pool.closed and R >= 2 and R * q >= PARALLEL_BATCH_MIN:
+        if (pool is not None and not pool.closed and R >= 2 and R * q >= PARALLEL_BATCH_MIN
+                and (q >= THREADED_ROW_MODE_MIN_Q or R >= 2 * MIN_ROWS_PER_CALL)):
             # in rows of work (2 accumulates + combine + ends): the worker also builds `last`
             # (~0.45 row), the main thread the tail's csa and windows (~0.55 row per row of tail)
             h = min(R - 1, max(1, round((R + 0.55 * n_tail / q - 0.45) / 2)))
@@ -169,7 +171,7 @@ def _merge_in_threads(kernel: Kernel, body: np.ndarray, outv: np.ndarray, half: 
     if fut is None:
         _worker_rows(kernel, body, outv, R, rend, last)
         return
-    _merge_rows(kernel, body, outv, half, R, rend)
+    _merge_rows(kernel, body, outv, half, R, rend, threaded=True)
     try:
         fut.result()
     except Exception as exc:  # a worker fault never loses a window: merge its rows here
@@ -179,7 +181,7 @@ def _merge_in_threads(kernel: Kernel, body: np.ndarray, outv: np.ndarray, half: 
 
 def _worker_rows(kernel: Kernel, body: np.ndarray, outv: np.ndarray, c1: int, rend: _RowEnds | None,
                  last: np.ndarray) -> None:
-    _merge_rows(kernel, body, outv, 0, c1, rend)
+    _merge_rows(kernel, body, outv, 0, c1, rend, threaded=True)
     _scan(kernel, body[-1], True, last)
 
 
@@ -245,23 +247,30 @@ def _merge_in_process(kernel: Kernel, agg: Aggregation | None, body: np.ndarray,
 
 
 # Short rows are merged in 2-D accumulate calls of at least this many rows and elements:
-# numpy 2.4 holds the GIL in calls with few rows (measured: 128 x 8192 and 256 x 1024
-# held it; 512 x 1024 and 600 x 8192 released it). From ROW_MODE_MIN_Q slices a row,
+# numpy 2.4 releases the GIL in a 2-D accumulate only past 500 rows (its threshold is on
+# the iterations outside the scanned axis; measured: 256 x 1024 held it, 512 x 1024
+# released it). From ROW_MODE_MIN_Q slices a row (measured: 2-D calls win up to 2^12,
+# one 1-D call per row from 2^13), or when a thread has too few rows for such calls,
 # rows go one 1-D call each (always released).
-MIN_ROWS_PER_CALL = 1024
+MIN_ROWS_PER_CALL = 512
 MIN_ELEMENTS_PER_CALL = 1 << 20
-ROW_MODE_MIN_Q = 4096
+ROW_MODE_MIN_Q = 8192
+# Below this many slices a row, threads merging row by row lose to one thread (each row's
+# few calls hand the GIL back and forth; measured: 1M values at 2^10 took 13 ms on two
+# threads, 9.4 ms on one; break-even at 2^11): such batches split only into 2-D calls.
+THREADED_ROW_MODE_MIN_Q = 2048
 
 
 def _merge_rows(kernel: Kernel, body: np.ndarray, outv: np.ndarray, c0: int, c1: int,
-                rend: _RowEnds | None = None) -> None:
+                rend: _RowEnds | None = None, threaded: bool = False) -> None:
     """Windows starting in rows ``[c0, c1)`` of ``body`` into ``outv``: lcs of those rows, csa of the next ones.
 
     numpy releases the GIL in a 2-D ``accumulate`` only when it has many rows (~600
     or more per call, measured with numpy 2.4), while a 1-D one always releases it. So
     long rows (``q >= ROW_MODE_MIN_Q``) are merged one row at a time, and short rows in
-    2-D calls of at least ``MIN_ROWS_PER_CALL`` rows: either way a worker thread
-    really runs beside the main thread. Same arithmetic per element in both modes.
+    2-D calls of at least ``MIN_ROWS_PER_CALL`` rows (when another thread of this
+    process merges too, ``threaded``, fewer rows go one at a time): either way a worker
+    thread really runs beside the main thread. Same arithmetic per element in both modes.
 
     The lcs is built straight into the output rows and combined there with the
     csa (for kernels whose ``combine`` may write over its first operand): one
@@ -276,7 +285,7 @@ def _merge_rows(kernel: Kernel, body: np.ndarray, outv: np.ndarray, c0: int, c1:
         rend.fill(c0, c1)
     q = body.shape[1]
     inplace = kernel.combine_in_place
-    if q >= ROW_MODE_MIN_Q:
+    if q >= ROW_MODE_MIN_Q or (threaded and c1 - c0 < MIN_ROWS_PER_CALL and q >= THREADED_ROW_MODE_MIN_Q):
         csa = np.empty(body.shape[1:])
         lcs = None if inplace else np.empty(body.shape[1:])
         _merge_each_row(kernel, body, outv, c0, c1, csa, lcs, _EACH_ROW)
