@@ -107,7 +107,7 @@ def _merge(kernel: Kernel, X: np.ndarray, q: int, nwin: int, pool: WorkerPool | 
     if R > 0:
         outv = out[: R * q].reshape((R, q) + shape)
         if (pool is not None and not pool.closed and R >= 2 and R * q >= PARALLEL_BATCH_MIN
-                and (q >= THREADED_ROW_MODE_MIN_Q or R >= 2 * MIN_ROWS_PER_CALL)):
+                and (pool.kind == "process" or q >= THREADED_ROW_MODE_MIN_Q or R >= 2 * MIN_ROWS_PER_CALL)):
             # in rows of work (2 accumulates + combine + ends): the worker also builds `last`
             # (~0.45 row), the main thread the tail's csa and windows (~0.55 row per row of tail)
             h = min(R - 1, max(1, round((R + 0.55 * n_tail / q - 0.45) / 2)))
