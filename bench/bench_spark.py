@@ -9,6 +9,8 @@ Pipelines, each written to Spark's ``noop`` sink:
 
 * ``ceiling``/``ceiling_time``: ``select(k, t|ts, v).repartition(k).sortWithinPartitions(k, t|ts)``,
   the least any adapter that must shuffle and sort moves;
+* ``arrow_passthrough``: the ceiling's sorted ``(k, v)`` through ``mapInArrow`` unchanged, the
+  least any Python adapter pays (Arrow to a Python worker and back);
 * ``ours_count_<r>``: ``sliding_window_aggregate`` max over ``W[r, 1]``, r = 2^10, 2^13;
 * ``native_count_<r>_segtree``/``_default``: ``max(v) OVER (PARTITION BY k ORDER BY t ROWS
   BETWEEN r-1 PRECEDING AND CURRENT ROW)`` with ``spark.sql.window.segmentTree.enabled=true``,
@@ -148,6 +150,13 @@ class Bench:
 SEGTREE = {"spark.sql.window.segmentTree.enabled": "true"}
 
 
+def arrow_passthrough(src):
+    """The sorted ``(k, v)`` through ``mapInArrow`` unchanged: what any Python adapter pays to move the rows
+    to a Python worker and back, before it computes anything."""
+    return lambda: src.select("k", "t", "v").repartition("k").sortWithinPartitions("k", "t").select("k", "v") \
+        .mapInArrow(lambda batches: batches, "k long, v double")
+
+
 def run(args) -> dict:
     n = args.rows
     out: dict = {
@@ -189,6 +198,7 @@ def run(args) -> dict:
             "gen": lambda: src,
             "ceiling": ceiling(src),
             "ceiling_time": ceiling(src, "ts"),
+            "arrow_passthrough": arrow_passthrough(src),
             "ours_count_1024": ours(src, cnt[1024]),
             "ours_count_8192": ours(src, cnt[8192]),
             "native_count_1024_segtree": lambda: native_count(src, 1024),
@@ -370,6 +380,9 @@ def summarise(out: dict) -> dict:
     p = {
         "ours_count_1024 / ceiling": paired(L2, "ours_count_1024", "ceiling"),
         "ours_count_8192 / ceiling": paired(L2, "ours_count_8192", "ceiling"),
+        "arrow_passthrough / ceiling": paired(L2, "arrow_passthrough", "ceiling"),
+        "ours_count_1024 / arrow_passthrough": paired(L2, "ours_count_1024", "arrow_passthrough"),
+        "native_count_1024_segtree / arrow_passthrough": paired(L2, "native_count_1024_segtree", "arrow_passthrough"),
         "native_count_1024_segtree / ours_count_1024": paired(L2, "native_count_1024_segtree", "ours_count_1024"),
         "native_count_8192_segtree / ours_count_8192": paired(L2, "native_count_8192_segtree", "ours_count_8192"),
         "native_count_1024_segtree / ceiling": paired(L2, "native_count_1024_segtree", "ceiling"),
