@@ -214,6 +214,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--profile", default=None, metavar="DIR", help="write cProfile files of every process to DIR")
     g.add_argument("--log-level", default="warning", choices=("debug", "info", "warning", "error"),
                    help="log level of the pba_runtime logger (default warning)")
+    g.add_argument("--log-file", default=None, metavar="PATH",
+                   help="also log to PATH, from every slot process and pool worker (rotated at 10 MiB, "
+                        "5 old files kept; safe across processes)")
     return p
 
 
@@ -314,6 +317,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
         _setup_logging(args.log_level)
+        if args.log_file is not None:
+            pr.configure_logging(args.log_file, args.log_level.upper())
         window = _window(args)
         source = _source(args)
         every_tuples, every_seconds = args.checkpoint_every or (None, None)

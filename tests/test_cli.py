@@ -46,6 +46,16 @@ def test_default_job_prints_the_summary(tmp_path):
     assert proc.stderr == ""  # no progress bar when stderr is not a terminal
 
 
+def test_log_file_gets_the_slot_processes_lines(tmp_path):
+    log = tmp_path / "run.log"
+    proc = subprocess.run(CLI + ["--tuples", "20000", "--log-level", "info", "--log-file", str(log), "-q"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    text = log.read_text()
+    for slot in (0, 1):  # written by the slot processes themselves
+        assert f"pba-slot-{slot} INFO pba_runtime: task slot {slot}: " in text, text
+
+
 @pytest.mark.parametrize("args, message", [
     (["--range", "0"], "range must be a positive integer, got 0"),
     (["--range", "10", "--slide", "20"], "slide must be <= range"),

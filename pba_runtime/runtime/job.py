@@ -43,6 +43,7 @@ import numpy as np
 
 import pba_runtime as pr
 
+from .. import logs
 from .checkpoint import CHECKPOINT_FILE, BarrierAligner, CheckpointPolicy, fingerprint, load_checkpoint, write_checkpoint
 from .errors import JobError, UserError
 from .metrics import JobMetrics, PhaseClock
@@ -210,7 +211,7 @@ class Job:
         profile = os.path.join(self.profile_dir, f"slot{index}.prof") if self.profile_dir else None
         return SlotSpec(index=index, window=self.window, agg=self.agg_spec, algorithm=self.algorithm,
                         allowed_lateness=self.allowed_lateness, sink_format=self.sink_format,
-                        late_format=self.late_format, profile_path=profile)
+                        late_format=self.late_format, profile_path=profile, log_config=logs.current_config())
 
     # ------------------------------------------------------------------ run
     def run(self, resume: bool = False) -> dict[str, Any]:

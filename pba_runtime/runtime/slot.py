@@ -92,6 +92,9 @@ class SlotSpec:
         Threads of the slot's lcs worker pool.
     profile_path : str, optional
         Write a cProfile of the slot's loop there.
+    log_config : tuple, optional
+        The coordinator's :func:`pba_runtime.configure_logging` setting
+        (``pba_runtime.logs.current_config()``): the slot logs to the same file.
     """
 
     index: int
@@ -103,6 +106,7 @@ class SlotSpec:
     late_format: str = "csv"
     pool_workers: int = 1
     profile_path: str | None = None
+    log_config: tuple | None = None
 
 
 def _accepts(cls: type, name: str) -> bool:
@@ -283,12 +287,17 @@ def _put(q: Any, msg: Any, slot: TaskSlot) -> None:
 def slot_main(spec: SlotSpec, in_q: Any, out_q: Any, states: dict[Any, Any]) -> None:
     """Body of a slot process (see the module doc)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the coordinator's to handle
+    if spec.log_config is not None:
+        from .. import logs
+
+        logs.apply_config(spec.log_config)
     profiler = cProfile.Profile() if spec.profile_path else None
     slot = None
     try:
         if profiler is not None:
             profiler.enable()
         slot = TaskSlot(spec, states)
+        log.info("task slot %d: %s over %s, %d keys restored", spec.index, spec.algorithm, spec.window, len(states))
         last_stats = time.monotonic()
         while True:
             msg = _get(in_q, slot)
