@@ -27,7 +27,7 @@ from .pool import WorkerPool
 
 log = logging.getLogger("pba_runtime")
 
-__all__ = ["window_merge", "windows_with_ends", "PARALLEL_BATCH_MIN", "MIN_ROWS_PER_CALL", "MIN_ELEMENTS_PER_CALL",
+__all__ = ["window_merge", "windows_with_ends", "splits_rows", "PARALLEL_BATCH_MIN", "MIN_ROWS_PER_CALL", "MIN_ELEMENTS_PER_CALL",
            "ROW_MODE_MIN_Q", "THREADED_ROW_MODE_MIN_Q"]
 
 # Below this many slice partials, a batch builds its lcs on the main thread:
@@ -106,8 +106,7 @@ def _merge(kernel: Kernel, X: np.ndarray, q: int, nwin: int, pool: WorkerPool | 
     last_done = False
     if R > 0:
         outv = out[: R * q].reshape((R, q) + shape)
-        if (pool is not None and not pool.closed and R >= 2 and R * q >= PARALLEL_BATCH_MIN
-                and (pool.kind == "process" or q >= THREADED_ROW_MODE_MIN_Q or R >= 2 * MIN_ROWS_PER_CALL)):
+        if pool is not None and not pool.closed and splits_rows(q, L, pool.kind):
             # in rows of work (2 accumulates + combine + ends): the worker also builds `last`
             # (~0.45 row), the main thread the tail's csa and windows (~0.55 row per row of tail)
             h = min(R - 1, max(1, round((R + 0.55 * n_tail / q - 0.45) / 2)))
@@ -129,6 +128,22 @@ def _merge(kernel: Kernel, X: np.ndarray, q: int, nwin: int, pool: WorkerPool | 
     if ends is not None:
         _fill_ends(ends[R * q :], first_end + R * q * step, step)
     return ends, out
+
+
+def splits_rows(q: int, n_slices: int, kind: str = "thread") -> bool:
+    """Whether a batch merge of ``n_slices`` slice partials in rows of ``q`` gives rows to a ``kind`` pool.
+
+    From ``PARALLEL_BATCH_MIN`` slices and two full rows; for a thread pool, rows
+    shorter than ``THREADED_ROW_MODE_MIN_Q`` also need 2-D calls on both threads.
+
+    Examples
+    --------
+    >>> splits_rows(1024, 1 << 21), splits_rows(1024, 1 << 18), splits_rows(4096, 1 << 18)
+    (True, False, True)
+    """
+    R = n_slices // q - 1 if q > 0 else 0
+    return (R >= 2 and R * q >= PARALLEL_BATCH_MIN
+            and (kind == "process" or q >= THREADED_ROW_MODE_MIN_Q or R >= 2 * MIN_ROWS_PER_CALL))
 
 
 def _fill_ends(dst: np.ndarray, first: int, step: int) -> None:

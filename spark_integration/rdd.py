@@ -134,8 +134,9 @@ def pba_partition_function(
         record is dropped (``"skip"``).
     batch_size : int
         Records buffered per key before ``insert_many``. Under ``"auto"``, PBA needs
-        pieces of at least :data:`spark_integration.runtime.PBA_MIN_KEY_SLICES` slices
-        (its batch path uses the pool only from there): smaller ones run SBA (``small_key``).
+        pieces its batch path splits with the pool (:func:`pba_runtime.batch.splits_rows`:
+        at least :data:`spark_integration.runtime.PBA_MIN_KEY_SLICES` slices, ~1M for
+        windows under 2^11 slices): smaller ones run SBA (``small_key``).
     metrics : AlgorithmMetrics, optional
         Counts which algorithm ran (a Spark accumulator; see :func:`spark_integration.algorithm_metrics`).
     cores_per_task : int, optional
@@ -182,8 +183,8 @@ def pba_partition_function(
 
     def feed(state: dict, k: Any, st: _Key, final: bool) -> Iterator[tuple[Any, int, Any]]:
         if st.kop is None:
-            # slices per insert_many call: PBA's batch path uses its pool only from PBA_MIN_KEY_SLICES
-            # up, so a key fed in small pieces (batch_size) gains nothing from it (reason small_key)
+            # slices per insert_many call: PBA's batch path uses its pool only for pieces it splits
+            # (batch.splits_rows), so a key fed in small pieces gains nothing from it (reason small_key)
             n = len(st.vals)
             key_slices = (n // slide) if not is_time else ((st.ts[-1] - st.ts[0]) // slide + 1 if n else 0)
             st.kop = rt.KeyOperator.open(algorithm, win, aggregation, cores=state["cores"],

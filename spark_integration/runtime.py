@@ -22,9 +22,8 @@ together with the process, so nothing outlives the worker either way.
   one CPU. Measured on local[2] (``bench/bench_spark.py``): forced PBA was slower
   than SBA there; set ``spark.task.cpus=2`` to give each task a core for its pool;
 * ``small_key``: the key's whole stream (or, in the RDD function, each piece
-  it is fed in) has fewer slices than a batch needs before PBA hands work to
-  the pool (``pba_runtime.batch.PARALLEL_BATCH_MIN``), so PBA could only add
-  overhead;
+  it is fed in) is shorter than a batch that PBA splits with the pool
+  (``pba_runtime.batch.splits_rows``), so PBA could only add overhead;
 * ``pool_unavailable``: the pool cannot be started in this process;
 * ``pool_died``: the pool was closed or its worker failed (PBA itself then
   finishes every window on the main thread, nothing is lost; later keys run SBA
@@ -90,10 +89,10 @@ log = logging.getLogger("spark_integration")
 #: (``spark.task.cpus=2`` phase) compares PBA and SBA at 2^10 and 2^13 slices.
 SPARK_PBA_MIN_SLICES = 1 << 10
 
-try:  # the batch size from which vectorised PBA hands half the rows to the pool
-    from pba_runtime.batch import PARALLEL_BATCH_MIN as PBA_MIN_KEY_SLICES
-except ImportError:  # pragma: no cover - older core
-    PBA_MIN_KEY_SLICES = 1 << 16
+# the least batch from which vectorised PBA hands rows to the pool (longer for rows under 2^11 slices:
+# ``pba_runtime.batch.splits_rows`` is the rule)
+from pba_runtime.batch import PARALLEL_BATCH_MIN as PBA_MIN_KEY_SLICES  # noqa: E402
+from pba_runtime.batch import splits_rows  # noqa: E402
 
 REASONS = ("requested", "large_window", "small_window", "one_core", "small_key", "pool_unavailable", "pool_died")
 
@@ -135,7 +134,7 @@ def choose_algorithm(requested: str, window: pr.CountWindow | pr.TimeWindow, *, 
         return "sba", "small_window"
     if cores is not None and cores < 2:
         return "sba", "one_core"
-    if key_slices is not None and key_slices < PBA_MIN_KEY_SLICES:
+    if key_slices is not None and not splits_rows(window.range // window.slide, key_slices):
         return "sba", "small_key"
     if not pool_ok:
         return "sba", pool_reason

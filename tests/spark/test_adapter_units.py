@@ -268,11 +268,12 @@ def test_dying_pool_loses_no_window():
     n = 3 * rt.PBA_MIN_KEY_SLICES  # large enough for the batch path to use the pool
     v = rng.random(n)
     m = si.AlgorithmMetrics()
-    cfg = RunnerConfig(key_names=("key",), window=pr.CountWindow(range=1024, slide=1), agg="max", cores_per_task=2,
+    # rows of 4096 slices: the batch merge splits them between threads (rows of < 2^11 slices need >= 1024 rows)
+    cfg = RunnerConfig(key_names=("key",), window=pr.CountWindow(range=4096, slide=1), agg="max", cores_per_task=2,
                        pool_factory=_dying_pool, metrics=m, batch_rows=n)
     batches = [pa.RecordBatch.from_pydict({"key": [k] * n, VALUE_COL: v}) for k in ("a", "b")]
     out = pa.Table.from_batches(list(run_keyed_batches(cfg, batches)))
-    want = pr.sliding_aggregate(v, window=pr.CountWindow(range=1024, slide=1), agg="max", algorithm="sba")[1]
+    want = pr.sliding_aggregate(v, window=pr.CountWindow(range=4096, slide=1), agg="max", algorithm="sba")[1]
     for k in ("a", "b"):
         got = out.filter(pa.compute.equal(out.column("key"), k)).column("result").to_numpy()
         np.testing.assert_array_equal(got, want)
@@ -316,12 +317,12 @@ def test_guarded_future_completes_for_wait_and_repairs_once():
 
 def test_partition_function_algorithm_choice_by_piece_size():
     rng = np.random.default_rng(5)
-    n = rt.PBA_MIN_KEY_SLICES + 100
+    n = 2 * rt.PBA_MIN_KEY_SLICES + 100
     v = rng.random(n)
     records = [("big", float(x)) for x in v] + [("small", 1.0), ("small", 2.0)]
-    window = pr.CountWindow(range=1024, slide=1)
-    want = count_windows(v, 1024, 1, "max")
-    for batch_size, algs in ((rt.PBA_MIN_KEY_SLICES, {"pba": 1, "sba": 1}), (4096, {"sba": 2})):
+    window = pr.CountWindow(range=4096, slide=1)  # pieces of 2^17 slices are split between threads, 4096 not
+    want = count_windows(v, 4096, 1, "max")
+    for batch_size, algs in ((2 * rt.PBA_MIN_KEY_SLICES, {"pba": 1, "sba": 1}), (4096, {"sba": 2})):
         m = si.AlgorithmMetrics()
         f = si.pba_partition_function(window, "max", key=0, value=1, batch_size=batch_size, cores_per_task=2,
                                       metrics=m)
