@@ -202,10 +202,7 @@ def _worker_rows(kernel: Kernel, body: np.ndarray, outv: np.ndarray, c1: int, re
 
 def _scan(kernel: Kernel, row: np.ndarray, reverse: bool, out: np.ndarray | None = None) -> np.ndarray:
     """One row's lcs (``reverse``) or csa, with the NaN-free loop when the row allows it (as ``_merge_rows``)."""
-    clean = kernel.nan_free_rows(row)
-    if clean is None:
-        return kernel.accumulate(row, axis=0, reverse=reverse, out=out)
-    return kernel.accumulate(row, axis=0, reverse=reverse, out=out, nan_free=bool(clean))
+    return _acc(kernel, row, 0, reverse, out, kernel.nan_free_rows(row))
 
 
 def _merge_in_process(kernel: Kernel, agg: Aggregation | None, body: np.ndarray, outv: np.ndarray, half: int,
@@ -314,17 +311,12 @@ def _merge_rows(kernel: Kernel, body: np.ndarray, outv: np.ndarray, c0: int, c1:
     for b0, b1 in zip(cuts, cuts[1:]):
         k = b1 - b0
         clean = kernel.nan_free_rows(body[b0 : b1 + 1])
-        fast = {}
-        if clean is not None:
-            if not (_uniform(clean[:-1]) and _uniform(clean[1:])):  # NaN in some rows only
-                _merge_each_row(kernel, body, outv, b0, b1, csa[0], None if lcs is None else lcs[0], clean)
-                continue
-            fast = {"nan_free": bool(clean[0])}
+        if clean is not None and not (_uniform(clean[:-1]) and _uniform(clean[1:])):  # NaN in some rows only
+            _merge_each_row(kernel, body, outv, b0, b1, csa[0], None if lcs is None else lcs[0], clean)
+            continue
         o = outv[b0:b1]
-        acc = kernel.accumulate(body[b0:b1], axis=1, reverse=True, out=o if inplace else lcs[:k], **fast)
-        if clean is not None:
-            fast = {"nan_free": bool(clean[-1])}
-        kernel.accumulate(body[b0 + 1 : b1 + 1], axis=1, out=csa[:k], **fast)
+        acc = _acc(kernel, body[b0:b1], 1, True, o if inplace else lcs[:k], None if clean is None else clean[0])
+        _acc(kernel, body[b0 + 1 : b1 + 1], 1, False, csa[:k], None if clean is None else clean[-1])
         # one contiguous combine over the flattened block (2.5x faster than over the (k, q-1)
         # strided views); it also pairs each row's column 0 with the previous row's last csa,
         # so column 0 (the whole chunk, lcs alone) is put back afterwards
@@ -343,25 +335,28 @@ _EACH_ROW = object()  # _merge_each_row: check each row for NaN as it goes (1-D 
 
 def _merge_each_row(kernel: Kernel, body: np.ndarray, outv: np.ndarray, c0: int, c1: int, csa: np.ndarray,
                     lcs: np.ndarray | None, clean: Any) -> None:
-    """Rows ``[c0, c1)`` one 1-D call each. ``clean[i]``: row ``c0 + i`` holds no NaN, or ``_EACH_ROW``."""
-    each = clean is _EACH_ROW
-    if each:
-        nxt = kernel.nan_free_rows(body[c0])
-        if nxt is None:
-            clean = None
+    """Rows ``[c0, c1)`` one 1-D call each. ``clean[i]``: row ``c0 + i`` holds no NaN (rows ``c0 .. c1``),
+    or ``_EACH_ROW``: ask the kernel row by row."""
+    if clean is _EACH_ROW:
+        def flag(c: int) -> Any:
+            return kernel.nan_free_rows(body[c])
+    else:
+        def flag(c: int) -> Any:
+            return clean[c - c0]
+    nxt = flag(c0)
     for c in range(c0, c1):
+        here, nxt = nxt, flag(c + 1)
         o = outv[c]
-        if clean is None:
-            acc = kernel.accumulate(body[c], axis=0, reverse=True, out=o if lcs is None else lcs)
-            kernel.accumulate(body[c + 1], axis=0, out=csa)
-        else:
-            if each:
-                here, nxt = nxt, kernel.nan_free_rows(body[c + 1])
-            else:
-                here, nxt = clean[c - c0], clean[c + 1 - c0]
-            acc = kernel.accumulate(body[c], axis=0, reverse=True, out=o if lcs is None else lcs,
-                                    nan_free=bool(here))
-            kernel.accumulate(body[c + 1], axis=0, out=csa, nan_free=bool(nxt))
+        acc = _acc(kernel, body[c], 0, True, o if lcs is None else lcs, here)
+        _acc(kernel, body[c + 1], 0, False, csa, nxt)
         if lcs is not None:
             o[0] = acc[0]
         kernel.combine(acc[1:], csa[:-1], out=o[1:])
+
+
+def _acc(kernel: Kernel, parts: np.ndarray, axis: int, reverse: bool, out: np.ndarray | None, clean: Any
+         ) -> np.ndarray:
+    """``kernel.accumulate``, on its NaN-free loop when ``clean`` (``None``: the kernel has none)."""
+    if clean is None:
+        return kernel.accumulate(parts, axis=axis, reverse=reverse, out=out)
+    return kernel.accumulate(parts, axis=axis, reverse=reverse, out=out, nan_free=bool(clean))

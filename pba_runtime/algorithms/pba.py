@@ -157,10 +157,11 @@ class PBA(SlicedAggregator):
         self._lean = False
 
     # ------------------------------------------------------------------ merger
-    def _reset_merger(self) -> None:
+    def _reset_merger(self, f: int = 0, g: int = 0) -> None:
+        """An empty merger whose next slice is ``g`` (and front ``f``), relative to the last reset."""
         self._drop_all()
-        self._g = 0  # slices pushed since the last reset
-        self._f = 0  # slices popped since the last reset
+        self._g = g  # slices pushed since the last reset
+        self._f = f  # slices popped since the last reset
         self._chunks: dict[int, list] = {}  # chunk id -> [saa, lcs (list/array/Future/None), ca]
         self._open: list | None = None  # record of the chunk being filled
         self._csa = self.agg.identity
@@ -541,11 +542,7 @@ class PBA(SlicedAggregator):
         per-tuple call cuts them into chunks (``_build_deferred``), so a run of
         batches never pays for chunk records, their ``ca`` or copies to ``array('d')``.
         """
-        self._drop_all()
-        self._chunks = {}
-        self._open = None
-        self._g, self._f = g, f
-        self._csa = self.agg.identity
+        self._reset_merger(f, g)
         keep = X[: max(g - f, 0)]
         self._deferred = (keep if self._input_borrowed else keep.copy(), f, g)  # X may be the caller's array
 
@@ -558,12 +555,7 @@ class PBA(SlicedAggregator):
         """Rebuild chunks from slice partials ``X`` = slices ``[f, g)`` (relative indices)."""
         kernel = self.agg.kernel
         b = self._b
-        self._deferred = None
-        self._drop_all()
-        self._chunks = {}
-        self._open = None
-        self._g, self._f = g, f
-        self._csa = self.agg.identity
+        self._reset_merger(f, g)
         if g <= f:
             # nothing held: the next push opens chunk g // b at its slice g % b
             if g % b:

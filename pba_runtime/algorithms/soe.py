@@ -97,7 +97,8 @@ class SubtractOnEvict(SlideOneInsert, SlicedAggregator):
         self._new = self._ident  # maintained with combines only
         self._sums = [0, 0, 0, 0]  # exact std: n, D * sum x, D * sum x**2, non-finite slices
 
-    def _push(self, p: Any) -> None:
+    def _append(self, p: Any) -> None:
+        """Slice ``p`` into the ring (grown when full)."""
         e = self._e
         if e - self._f == self._cap:
             bufs = [self._vals]
@@ -105,6 +106,9 @@ class SubtractOnEvict(SlideOneInsert, SlicedAggregator):
             self._vals = bufs[0]
         self._vals[e & (self._cap - 1)] = p
         self._e = e + 1
+
+    def _push(self, p: Any) -> None:
+        self._append(p)
         self._new = self._combine(self._new, p)
 
     def _pop(self) -> None:
@@ -151,13 +155,7 @@ class SubtractOnEvict(SlideOneInsert, SlicedAggregator):
         sums[2] += sign * (c * (_D // d) + k * a * a * (_D // (b * b)))
 
     def _push_exact(self, p: Any) -> None:
-        e = self._e
-        if e - self._f == self._cap:
-            bufs = [self._vals]
-            self._cap = grow_ring(bufs, self._f, e, self._cap)
-            self._vals = bufs[0]
-        self._vals[e & (self._cap - 1)] = p
-        self._e = e + 1
+        self._append(p)
         self._add_exact(p, 1)
 
     def _pop_exact(self) -> None:
