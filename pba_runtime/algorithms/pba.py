@@ -258,6 +258,9 @@ class PBA(SlicedAggregator):
         self._ob = g - g % b if g % b else g - b  # first slice of the open chunk (g - b: none open)
         self._fb = f - f % b  # first slice of the front chunk
         self._flcs = None  # the front chunk's lcs, once resolved
+        self._fmid = None  # lcs (+) ca of the one middle chunk, once a window spans three chunks
+        kernel = self.agg.kernel
+        self._mid_combine = kernel.combine if kernel is not None and not kernel.shape else None
         self._app = self._open[0].append if g % b else None
         self._lean_w0 = max(0, g - self._r + 1)
         self._lean_e0 = self._emitted
@@ -304,12 +307,18 @@ class PBA(SlicedAggregator):
         if j == b:  # the window left the front chunk
             self._chunks.pop(fb // b, None)
             fb = self._fb = fb + b
-            self._flcs = None
+            self._flcs = self._fmid = None
             j = 0
         self._f = k
         ob = self._ob
         if fb == ob:  # the window lies in one chunk
             res = self._query() if j else csa
+        elif j and ob - fb == 2 * b and self._mid_combine is not None:
+            # three parts: lcs[j] (+) ca_mid is one numpy combine per front chunk, not one per tuple
+            fm = self._fmid
+            if fm is None:
+                fm = self._fmid = self._front_mid(fb // b)
+            res = self._combine(fm[j], csa)
         else:
             if j:
                 lcs = self._flcs
@@ -326,6 +335,13 @@ class PBA(SlicedAggregator):
                         first = self._combine(first, self._chunks[c][2])
             res = self._combine(first, csa)
         return [(g, res if self._lower_float else self._lower(res))]
+
+    def _front_mid(self, c: int) -> list:
+        """``[lcs[j] (+) ca_{c+1}]`` for front chunk ``c``: the same combines, in the same order, as per tuple."""
+        lcs = self._flcs
+        if lcs is None:
+            lcs = self._flcs = self._lcs(c)
+        return self._mid_combine(np.asarray(lcs, dtype=np.float64), self._chunks[c + 1][2]).tolist()
 
     def _new_saa(self) -> Any:
         return array("d") if self._flat else []
