@@ -160,11 +160,12 @@ def test_batch_merge_is_the_same_in_every_mode(agg, data):
     x[data.draw(st.lists(st.integers(0, n - 1), max_size=3), label="NaN at")] = np.nan  # rows with and without
     X = kernel.lift(x, np.arange(n, dtype=np.int64))
     first, step = data.draw(st.integers(-50, 50)), data.draw(st.integers(1, 9))
+    min_rows = data.draw(st.integers(2, 6), label="rows per 2-D call")  # above R/2: the worker's share grows
     runs = []
     with pr.WorkerPool(kind="thread", workers=1) as pool, pytest.MonkeyPatch.context() as monkeypatch:
         for row_mode, parallel in [(False, False), (True, False), (False, True), (True, True)]:
             monkeypatch.setattr(batch, "ROW_MODE_MIN_Q", 1 if row_mode else 1 << 30)
-            monkeypatch.setattr(batch, "MIN_ROWS_PER_CALL", 2)
+            monkeypatch.setattr(batch, "MIN_ROWS_PER_CALL", min_rows)
             monkeypatch.setattr(batch, "MIN_ELEMENTS_PER_CALL", 8)
             monkeypatch.setattr(batch, "PARALLEL_BATCH_MIN", 1 if parallel else 1 << 60)
             runs.append(batch.windows_with_ends(kernel, X, q, nwin, first, step, pool))
