@@ -11,7 +11,9 @@ Pipelines, each written to Spark's ``noop`` sink:
   the least any adapter that must shuffle and sort moves;
 * ``arrow_passthrough``: the ceiling's sorted ``(k, v)`` through ``mapInArrow`` unchanged, the
   least any Python adapter pays (Arrow to a Python worker and back);
-* ``ours_count_<r>``: ``sliding_window_aggregate`` max over ``W[r, 1]``, r = 2^10, 2^13;
+* ``ours_count_<r>``: ``sliding_window_aggregate`` max over ``W[r, 1]``, r = 2^10, 2^13 (default
+  ``transport="auto"``: ``applyInPandas`` here); ``ours_count_1024_mapInArrow``: the same over
+  ``mapInArrow`` (bounded memory per key);
 * ``native_count_<r>_segtree``/``_default``: ``max(v) OVER (PARTITION BY k ORDER BY t ROWS
   BETWEEN r-1 PRECEDING AND CURRENT ROW)`` with ``spark.sql.window.segmentTree.enabled=true``,
   and with default settings (O(r) per row: measured on fewer rows);
@@ -19,7 +21,7 @@ Pipelines, each written to Spark's ``noop`` sink:
   (``preaggregate=False``): max over ``W[60 s, 1 s]``/``W[1 h, 1 s]``; ``native_time_60s``/``_1h``:
   ``groupBy(k, window(ts, r, "1 second"))``, which copies each row into r/s windows
   (W[1 h, 1 s]: minutes of fixed cost, one run on a few thousand rows);
-* extras: forced ``pba`` vs ``sba``, ``applyInArrow`` vs ``mapInArrow``, Arrow batches of
+* extras: forced ``pba`` vs ``sba``, ``applyInArrow`` vs ``mapInArrow`` vs ``auto``, Arrow batches of
   100k rows, 8 keys (the anchors' setting), the RDD partition function (Python rows),
   local[1] vs local[2], ``spark.task.cpus=2`` (a core per task for PBA's pool), and the main
   comparisons again over the same rows cached in memory (the source then costs ~nothing).
@@ -196,6 +198,7 @@ def run(args) -> dict:
             "arrow_passthrough": lambda: ceiling(src)().select("k", "v").mapInArrow(lambda b: b, "k long, v double"),
             "ours_count_1024": ours(src, cnt[1024]),
             "ours_count_8192": ours(src, cnt[8192]),
+            "ours_count_1024_mapInArrow": ours(src, cnt[1024], transport="mapInArrow"),
             "native_count_1024_segtree": lambda: native_count(src, 1024),
             "native_count_8192_segtree": lambda: native_count(src, 8192),
             "ours_time_60s": ours(src, w60),
@@ -223,7 +226,7 @@ def run(args) -> dict:
             extra = {
                 "ours_count_1024": ours(src, cnt[1024]),
                 "ours_count_1024_applyInArrow": ours(src, cnt[1024], transport="applyInArrow"),
-                "ours_count_1024_applyInPandas": ours(src, cnt[1024], transport="applyInPandas"),
+                "ours_count_1024_mapInArrow": ours(src, cnt[1024], transport="mapInArrow"),
                 "ours_count_1024_batch100k": ours(src, cnt[1024]),
                 "ours_count_8192_pba": ours(src, cnt[8192], algorithm="pba"),
                 "ours_count_8192_sba": ours(src, cnt[8192], algorithm="sba"),
@@ -312,7 +315,8 @@ def run(args) -> dict:
 
 
 def run_transports(args) -> dict:
-    """Only the transports: mapInArrow (the default), applyInArrow, applyInPandas, Arrow batches of 100k rows."""
+    """Only the transports: mapInArrow, applyInArrow, applyInPandas (what ``auto`` takes for rows), Arrow
+    batches of 100k rows."""
     n = args.rows
     out: dict = {"machine": {"cores": os.cpu_count(), "python": platform.python_version()}, "rows": n, "keys": KEYS,
                  "reps": args.reps}
@@ -332,11 +336,11 @@ def run_transports(args) -> dict:
 
         cases = {
             "ceiling": lambda: src.select("k", "t", "v").repartition("k").sortWithinPartitions("k", "t"),
-            "count_mapInArrow": ours(cnt, "t"),
+            "count_mapInArrow": ours(cnt, "t", transport="mapInArrow"),
             "count_applyInArrow": ours(cnt, "t", transport="applyInArrow"),
             "count_applyInPandas": ours(cnt, "t", transport="applyInPandas"),
-            "count_mapInArrow_batch100k": ours(cnt, "t"),
-            "time60s_rows_mapInArrow": ours(w60, "ts", preaggregate=False),
+            "count_mapInArrow_batch100k": ours(cnt, "t", transport="mapInArrow"),
+            "time60s_rows_mapInArrow": ours(w60, "ts", preaggregate=False, transport="mapInArrow"),
             "time60s_rows_applyInPandas": ours(w60, "ts", preaggregate=False, transport="applyInPandas"),
         }
         b.measure(cases, {k: n for k in cases},
@@ -387,9 +391,11 @@ def summarise(out: dict) -> dict:
         "ours_time_1h / ceiling_time": paired(L2, "ours_time_1h", "ceiling_time"),
         "ours_time_60s_rows / ceiling_time": paired(L2, "ours_time_60s_rows", "ceiling_time"),
         "ours_time_1h_rows / ceiling_time": paired(L2, "ours_time_1h_rows", "ceiling_time"),
+        "ours_count_1024_mapInArrow / ceiling": paired(L2, "ours_count_1024_mapInArrow", "ceiling"),
+        "ours_count_1024_mapInArrow / arrow_passthrough": paired(L2, "ours_count_1024_mapInArrow",
+                                                                 "arrow_passthrough"),
+        "ours_count_1024_mapInArrow / ours_count_1024": paired(L2, "ours_count_1024_mapInArrow", "ours_count_1024"),
         "ours_count_1024_applyInArrow / ours_count_1024": paired(X, "ours_count_1024_applyInArrow", "ours_count_1024"),
-        "ours_count_1024_applyInPandas / ours_count_1024": paired(X, "ours_count_1024_applyInPandas",
-                                                                  "ours_count_1024"),
         "ours_count_1024_batch100k / ours_count_1024": paired(X, "ours_count_1024_batch100k", "ours_count_1024"),
         "ours_count_8192_pba / ours_count_8192_sba": paired(X, "ours_count_8192_pba", "ours_count_8192_sba"),
         "ours_count_1024_8keys / ceiling_8keys": paired(X, "ours_count_1024_8keys", "ceiling_8keys"),

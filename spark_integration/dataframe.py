@@ -1,23 +1,36 @@
 """The DataFrame API: ``sliding_window_aggregate``.
 
 Plan: project the key columns, the order and the value (cast to double); drop
-rows with a null value when ``nulls="skip"``; ``repartition`` by the key (all
-of a key's rows in one partition) and ``sortWithinPartitions(key, order)``
-(each key's rows contiguous and in order); then ``mapInArrow`` runs
-:func:`spark_integration.arrow_runner.run_keyed_batches` on each partition:
-Arrow batches in, Arrow batches out, no Python row objects on the way. For
-count windows the order column is dropped after the sort (only the order
-matters, and it is one column less to move).
+rows with a null value when ``nulls="skip"``; then bring each key's rows, in
+order, to :func:`spark_integration.arrow_runner.run_keyed_batches` in a Python
+worker: Arrow batches in, Arrow batches out, no Python row objects on the way.
+Either ``groupBy(key).applyInPandas`` (Spark groups by key; the worker sorts
+each key by order) or ``repartition`` by the key and
+``sortWithinPartitions(key, order)``, then ``mapInArrow`` over each partition
+(each key's rows contiguous and in order; for count windows the order column
+is dropped after the sort: only the order matters, and it is one column less
+to move).
 
-``mapInArrow`` is the default over ``groupBy(key).applyInArrow`` (iterator
-form, over the same sorted partitions; measured equal) and
-``groupBy(key).applyInPandas`` (Spark sorts by key only; each key's rows arrive
-as one pandas DataFrame, sorted there; measured 0.8-1.0x ``mapInArrow``'s time,
-``bench/bench_spark.py`` extras, figures in the README's Spark section):
-``mapInArrow`` makes one Python call per partition instead of one per key, and
-streams a key of any size with bounded memory, which ``applyInPandas`` cannot
-(it materialises each key). The other two stay available as ``transport=``;
-``applyInPandas`` is the faster choice when every key fits in a worker's memory.
+Which Arrow transport moves the rows (``transport=``) was chosen by measurement
+(``bench/bench_spark.py``, 10M rows, 84 keys, local[2]; figures in the README's
+Spark section):
+
+* ``groupBy(key).applyInPandas``: Spark only groups by key (a one-column sort,
+  16% cheaper than sorting by key and order), each key's rows arrive as one
+  pandas DataFrame and are sorted there (already nearly in order, so cheap).
+  Measured 1.28-1.39x the bare ``repartition + sortWithinPartitions`` time where
+  every row crosses, against 1.65-1.73x for ``mapInArrow``. Its cost: a key's
+  rows are in one worker's memory at once, as with any ``applyInPandas``.
+* ``mapInArrow`` (over partitions repartitioned and sorted by key and order):
+  one Python call per partition, and a key of any size streams through with
+  bounded memory. Equal to ``applyInPandas`` on pre-aggregated time windows
+  (0.47x vs 0.50x the ceiling), where each key holds only its sub-slices.
+* ``groupBy(key).applyInArrow`` (iterator form over the same sorted partitions
+  as ``mapInArrow``): measured equal to ``mapInArrow``.
+
+``"auto"`` (the default) takes ``applyInPandas`` when rows cross one by one and
+``mapInArrow`` for pre-aggregated time windows. Pass ``transport="mapInArrow"``
+when a single key may not fit in a Python worker's memory.
 """
 
 from __future__ import annotations
@@ -49,7 +62,7 @@ __all__ = ["sliding_window_aggregate", "executor_cores_of", "cores_per_task_of"]
 
 log = logging.getLogger("spark_integration")
 
-TRANSPORTS = ("mapInArrow", "applyInArrow", "applyInPandas")
+TRANSPORTS = ("auto", "mapInArrow", "applyInArrow", "applyInPandas")
 
 
 def executor_cores_of(spark: Any) -> int | None:
@@ -181,7 +194,10 @@ def _pandas_udf(cfg: RunnerConfig, names: list[str]) -> Callable[[Any], Any]:
     def pba_windows_pandas(pdf: Any) -> Any:
         import pandas as pd
 
-        pdf = pdf.sort_values(ORDER_COL, kind="stable")  # one key's rows, in order (ties: arrival order)
+        # one key's rows, in order (ties: arrival order; nulls first, as Spark sorts them); rows that
+        # arrive in order (often: Spark's shuffle keeps each map task's order) are only checked
+        if not pdf[ORDER_COL].is_monotonic_increasing or pdf[ORDER_COL].hasnans:
+            pdf = pdf.sort_values(ORDER_COL, kind="stable", na_position="first")
         table = pa.Table.from_pandas(pdf, preserve_index=False)
         out = list(run_keyed_batches(cfg, table.to_batches()))
         if not out:  # typed empty columns: Spark cannot convert untyped ones
@@ -219,7 +235,7 @@ def sliding_window_aggregate(
     pool_factory: Callable[[int], pr.WorkerPool] | None = None,
     min_slices: int | None = None,
     log_level: str | int | None = None,
-    transport: str = "mapInArrow",
+    transport: str = "auto",
     preaggregate: bool | None = None,
 ) -> Any:
     """Sliding-window aggregation per key: one row per window, exactly as ``shared/spec/semantics.md``.
@@ -278,9 +294,11 @@ def sliding_window_aggregate(
     log_level : str or int, optional
         Log level of the ``spark_integration`` logger in the Python workers (stderr,
         i.e. the executor log); INFO prints one line per partition with the counts.
-    transport : {"mapInArrow", "applyInArrow", "applyInPandas"}
-        How data reaches Python (see the module docstring); ``applyInPandas``
-        holds each key in memory at once.
+    transport : {"auto", "mapInArrow", "applyInArrow", "applyInPandas"}
+        How data reaches Python (see the module docstring). ``auto``:
+        ``applyInPandas`` (fastest, measured; it holds each key's rows in a
+        worker's memory at once) unless the time window is pre-aggregated, then
+        ``mapInArrow`` (streams a key of any size with bounded memory).
     preaggregate : bool, optional
         Time windows with ``max``, ``min``, ``sum``, ``count``, ``mean`` or
         ``argmax``: let Spark aggregate each key's rows per *sub-slice* first
@@ -381,6 +399,8 @@ def sliding_window_aggregate(
             f"one of {sorted(PREAGGREGATABLE)}; got {win!r} over {otype.simpleString()} with {aggregation.name!r}"
         )
     use_preagg = can_preagg if preaggregate is None else bool(preaggregate)
+    if transport == "auto":
+        transport = "mapInArrow" if use_preagg else "applyInPandas"
 
     src = df
     if nulls == "skip":

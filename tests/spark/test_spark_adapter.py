@@ -283,8 +283,8 @@ def test_count_window_nulls_fail_names_the_column(df):
                                     window=pr.CountWindow(range=3, slide=1), agg="sum").collect()
 
 
-@pytest.mark.parametrize("transport", ["applyInArrow", "applyInPandas"])
-def test_other_transports_give_the_same_windows(df, transport):
+@pytest.mark.parametrize("transport", ["mapInArrow", "applyInArrow", "applyInPandas"])
+def test_every_transport_gives_the_same_windows(df, transport):
     for window, agg, order in ((pr.CountWindow(range=30, slide=4), "argmax", "t"),
                                (si.time_window("6 seconds", "4 seconds"), "mean", "ts")):
         want = si.sliding_window_aggregate(df, key="k", order_by=order, value="v", window=window, agg=agg)
@@ -292,3 +292,19 @@ def test_other_transports_give_the_same_windows(df, transport):
                                           transport=transport)
         assert got.schema == want.schema
         _assert_same(got, want, agg)
+
+
+
+def test_auto_transport_is_applyInPandas_unless_the_rows_are_preaggregated(spark, df, capsys):
+    for window, order, node in ((pr.CountWindow(range=5, slide=1), "t", "FlatMapGroupsInPandas"),
+                                (si.time_window("6 seconds", "2 seconds"), "ts", "MapInArrow")):
+        si.sliding_window_aggregate(df, key="k", order_by=order, value="v", window=window, agg="max").explain()
+        assert node in capsys.readouterr().out
+    # a null order comes first in both plans, as Spark's ascending sort puts it
+    rows = [("a", None, 9.0), ("a", 3, 1.0), ("a", 1, 2.0), ("b", 2, 5.0), ("b", None, 4.0), ("b", 1, 3.0)]
+    small = spark.createDataFrame(rows, "k string, o long, v double")
+    got = {tr: sorted(tuple(r) for r in si.sliding_window_aggregate(
+        small, key="k", order_by="o", value="v", window=pr.CountWindow(range=2, slide=1), agg="collect",
+        transport=tr).collect()) for tr in ("applyInPandas", "mapInArrow")}
+    assert got["applyInPandas"] == got["mapInArrow"] == [
+        ("a", 2, [9.0, 2.0]), ("a", 3, [2.0, 1.0]), ("b", 2, [4.0, 3.0]), ("b", 3, [3.0, 5.0])]
