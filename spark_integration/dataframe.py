@@ -296,9 +296,9 @@ def sliding_window_aggregate(
         i.e. the executor log); INFO prints one line per partition with the counts.
     transport : {"auto", "mapInArrow", "applyInArrow", "applyInPandas"}
         How data reaches Python (see the module docstring). ``auto``:
-        ``applyInPandas`` (fastest, measured; it holds each key's rows in a
-        worker's memory at once) unless the time window is pre-aggregated, then
-        ``mapInArrow`` (streams a key of any size with bounded memory).
+        ``applyInPandas`` (measured faster or level; it holds each key's rows
+        in a worker's memory at once) unless the time window is pre-aggregated,
+        then ``mapInArrow`` (streams a key of any size with bounded memory).
     preaggregate : bool, optional
         Time windows with ``max``, ``min``, ``sum``, ``count``, ``mean`` or
         ``argmax``: let Spark aggregate each key's rows per *sub-slice* first
