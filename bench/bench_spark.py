@@ -269,31 +269,25 @@ def run(args) -> dict:
     finally:
         spark.stop()
 
+    def ceiling_and_ours(master: str, rows: int) -> dict:
+        """The ceiling and ours over W[2^10, 1] on ``rows`` rows, in a session of its own."""
+        sp = session(master)
+        try:
+            bm = Bench(sp, max(1, args.reps - 1))
+            s = source(sp, rows)
+            noop(ceiling(s)())
+            noop(ours(source(sp, min(rows, 500_000)), cnt[1024])())
+            bm.measure({"ceiling": ceiling(s), "ours_count_1024": ours(s, cnt[1024])},
+                       {"ceiling": rows, "ours_count_1024": rows})
+            return bm.results
+        finally:
+            sp.stop()
+
     print("== local[1]", flush=True)
     m1 = n // 2 if not args.quick else n
-    spark1 = session("local[1]")
-    try:
-        b1 = Bench(spark1, max(1, args.reps - 1))
-        src1 = source(spark1, m1)
-        noop(ceiling(src1)())
-        noop(ours(source(spark1, min(m1, 500_000)), cnt[1024])())
-        b1.measure({"ceiling": ceiling(src1), "ours_count_1024": ours(src1, cnt[1024])},
-                   {"ceiling": m1, "ours_count_1024": m1})
-        out["local1"] = b1.results
-    finally:
-        spark1.stop()
+    out["local1"] = ceiling_and_ours("local[1]", m1)
     if not args.quick or args.extras:  # the same rows on local[2], for the local[1] vs local[2] ratio
-        spark2 = session("local[2]")
-        try:
-            b2 = Bench(spark2, max(1, args.reps - 1))
-            src2 = source(spark2, m1)
-            noop(ceiling(src2)())
-            noop(ours(source(spark2, min(m1, 500_000)), cnt[1024])())
-            b2.measure({"ceiling": ceiling(src2), "ours_count_1024": ours(src2, cnt[1024])},
-                       {"ceiling": m1, "ours_count_1024": m1})
-            out["local2_same_rows_as_local1"] = b2.results
-        finally:
-            spark2.stop()
+        out["local2_same_rows_as_local1"] = ceiling_and_ours("local[2]", m1)
 
         print("== local[2] with spark.task.cpus=2 (a core for each task's pool)", flush=True)
         spark3 = session("local[2]", **{"spark.task.cpus": "2"})

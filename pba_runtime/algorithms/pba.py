@@ -154,6 +154,8 @@ class PBA(SlicedAggregator):
         self._float_passthrough = self._lower_float and self.agg is BUILTIN_AGGREGATIONS.get(self.agg.name) \
             and self.agg.name in ("max", "min", "sum")
         self._lift, self._combine, self._lower = self.agg.lift, self.agg.combine, self.agg.lower
+        # the lean path's vectorised lcs (+) ca_middle (scalar kernel partials only)
+        self._mid_combine = kernel.combine if kernel is not None and not kernel.shape else None
         self._lean = False
 
     # ------------------------------------------------------------------ merger
@@ -259,8 +261,6 @@ class PBA(SlicedAggregator):
         self._fb = f - f % b  # first slice of the front chunk
         self._flcs = None  # the front chunk's lcs, once resolved
         self._fmid = None  # lcs (+) ca of the one middle chunk, once a window spans three chunks
-        kernel = self.agg.kernel
-        self._mid_combine = kernel.combine if kernel is not None and not kernel.shape else None
         self._app = self._open[0].append if g % b else None
         self._lean_w0 = max(0, g - self._r + 1)
         self._lean_e0 = self._emitted
