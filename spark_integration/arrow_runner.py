@@ -14,6 +14,10 @@ watermark: every row of the key is in this partition) and the operator is
 closed. The algorithm is chosen per key by
 :func:`spark_integration.runtime.choose_algorithm`.
 
+Inside ``applyInPandas`` each call holds one whole key as a pandas DataFrame:
+:func:`run_key_frame` runs the same per-key steps on its numpy columns and
+returns a DataFrame, with no trip through Arrow in between.
+
 Input columns: the key columns under their own names, the value as
 :data:`VALUE_COL` (numeric; cast to float64), and for time windows the order
 as :data:`ORDER_COL` (integers in the window's unit, or Arrow timestamps or
@@ -43,8 +47,8 @@ import pba_runtime as pr
 
 from . import runtime as rt
 
-__all__ = ["RunnerConfig", "run_keyed_batches", "VALUE_COL", "ORDER_COL", "COUNT_COL", "NULLS_COL", "PREAGGREGATABLE",
-           "result_arrow_type", "order_to_int64"]
+__all__ = ["RunnerConfig", "run_keyed_batches", "run_key_frame", "VALUE_COL", "ORDER_COL", "COUNT_COL", "NULLS_COL",
+           "PREAGGREGATABLE", "result_arrow_type", "order_to_int64"]
 
 log = logging.getLogger("spark_integration")
 
@@ -220,8 +224,10 @@ def _same_key(a: list[pa.Array], b: list[pa.Array]) -> bool:
     return not any(bool(_ne(x, y)[0]) for x, y in zip(a, b))
 
 
-def _key_repr(key_row: list[pa.Array], names: tuple[str, ...]) -> str:
-    return ", ".join(f"{n}={c[0].as_py()!r}" for n, c in zip(names, key_row))
+def _key_repr(key_row: list[Any], names: tuple[str, ...]) -> str:
+    """``k=3, m='a'`` from one-row key columns (Arrow arrays, or lists on the pandas path)."""
+    vals = [c[0].as_py() if isinstance(c, pa.Array) else c[0] for c in key_row]
+    return ", ".join(f"{n}={v!r}" for n, v in zip(names, vals))
 
 
 # --------------------------------------------------------------------------- the runner
@@ -388,26 +394,7 @@ class _Runner:
                     if self.cur is not None:
                         self._finish(self.cur)
                     self.cur = _KeyState(row)
-                st = self.cur
-                if keep is not None:
-                    m = keep[a:b]
-                    piece = [v[a:b][m] for v in vs]
-                    tt = ts[a:b][m] if ts is not None else None
-                    w = weights[a:b][m] if weights is not None else None
-                else:
-                    piece = [v[a:b] for v in vs]
-                    tt = ts[a:b] if ts is not None else None
-                    w = weights[a:b] if weights is not None else None
-                rows = len(piece[0])
-                if rows:
-                    if tt is not None:
-                        self._check_sorted(st, tt)
-                        st.ts.append(tt)
-                    st.vals.append(piece)
-                    st.buffered += rows
-                    st.rows += int(w.sum()) if w is not None else rows
-                    if st.buffered >= self.min_piece:
-                        self._feed(st, final=False)
+                self._add(self.cur, vs, ts, keep, weights, a, b)
             if self.pending_rows >= cfg.out_rows:
                 yield self._drain()
         if self.cur is not None:
@@ -415,6 +402,74 @@ class _Runner:
             self.cur = None
         if self.pending_rows:
             yield self._drain()
+
+    def _add(self, st: _KeyState, vs: list[np.ndarray], ts: np.ndarray | None, keep: np.ndarray | None,
+             weights: np.ndarray | None, a: int, b: int) -> None:
+        """Rows ``a:b`` of the columns (all of ``st``'s key): buffered, and fed once ``batch_rows`` are."""
+        if keep is not None:
+            m = keep[a:b]
+            piece = [v[a:b][m] for v in vs]
+            tt = ts[a:b][m] if ts is not None else None
+            w = weights[a:b][m] if weights is not None else None
+        else:
+            piece = [v[a:b] for v in vs]
+            tt = ts[a:b] if ts is not None else None
+            w = weights[a:b] if weights is not None else None
+        rows = len(piece[0])
+        if not rows:
+            return
+        if tt is not None:
+            self._check_sorted(st, tt)
+            st.ts.append(tt)
+        st.vals.append(piece)
+        st.buffered += rows
+        st.rows += int(w.sum()) if w is not None else rows
+        if st.buffered >= self.min_piece:
+            self._feed(st, final=False)
+
+    def process_frame(self, frame: Any) -> Any:
+        """One key's rows, a pandas DataFrame in order, to its windows as a pandas DataFrame.
+
+        No null may be in ``frame`` (through pandas a null and a NaN are both NaN, so every NaN
+        here is a value); the key is ``frame``'s first row.
+        """
+        import pandas as pd
+
+        cfg = self.cfg
+        for col in [*cfg.key_names, *{col for _, col in self.channels}, *([ORDER_COL] if cfg.is_time else [])]:
+            if col not in frame.columns:
+                raise ValueError(f"column {col!r} is not in the frame (columns: {list(frame.columns)})")
+        n = len(frame)
+        key_row = [[frame[k].iloc[0] if n else None] for k in cfg.key_names]
+        vs = [frame[col].to_numpy(dtype=np.float64) for _, col in self.channels]
+        ts = weights = None
+        if cfg.is_time:
+            o = frame[ORDER_COL]
+            if o.dtype.kind not in "iu":  # pandas made a float column of an integer one with nulls
+                raise ValueError(f"order_by column {cfg.order_label!r} holds nulls, or is not integral")
+            ts = o.to_numpy(dtype=np.int64)
+        if cfg.preaggregated:
+            weights = frame[COUNT_COL].to_numpy()
+            if cfg.nulls == "fail" and NULLS_COL in frame.columns and frame[NULLS_COL].to_numpy().any():
+                self._null_error(key_row)
+        self.cur = st = _KeyState(key_row)
+        self._add(st, vs, ts, None, weights, 0, n)
+        self.cur = None
+        self._finish(st)
+        pend, self.pending, self.pending_rows = self.pending, [], 0
+        counts = [len(p[1]) for p in pend]
+        m = sum(counts)
+        zeros = np.zeros(m, dtype=np.intp)
+        data: dict[str, Any] = {k: frame[k].array.take(zeros) for k in cfg.key_names}
+        # Arrow-backed columns: PySpark converts them to Arrow as they are, where a numpy-backed
+        # column's NaN would become a null (it masks ``isnull()``)
+        ends = np.concatenate([p[1] for p in pend]) if pend else np.empty(0, np.int64)
+        data["window_end"] = pd.arrays.ArrowExtensionArray(pa.array(ends, type=pa.int64()))
+        data["result"] = pd.arrays.ArrowExtensionArray(
+            self._results([p[2] for p in pend]) if pend else pa.array([], type=self.rtype))
+        if cfg.algorithm_column:
+            data["algorithm"] = np.repeat(np.array([p[3] for p in pend], dtype=object), counts)
+        return pd.DataFrame(data)
 
     def _check_sorted(self, st: _KeyState, tt: np.ndarray) -> None:
         last = st.last_t
@@ -497,10 +552,54 @@ def run_keyed_batches(cfg: RunnerConfig, batches: Iterable[pa.RecordBatch]) -> I
     try:
         yield from runner.process(batches)
     finally:
-        if runner.cur is not None:
-            for k in runner.cur.kops:
-                k.op.close()
-        if cfg.metrics is not None and runner.counts:
-            cfg.metrics.add(runner.counts)
-        if runner.counts:
-            log.info("spark_integration: partition done: %s", runner.summary())
+        _wrap_up(runner, "partition")
+
+
+def run_key_frame(cfg: RunnerConfig, frame: Any) -> Any:
+    """Aggregate one key's rows, a pandas DataFrame in order: what runs inside ``applyInPandas``.
+
+    The pandas twin of :func:`run_keyed_batches`, without a trip through Arrow: the
+    columns go to the operator as numpy arrays and the windows come back as a
+    DataFrame. Through pandas a null and a NaN are both NaN, so ``frame`` must hold
+    no null (:func:`~spark_integration.sliding_window_aggregate` drops or rejects them
+    in Spark first) and every NaN in it is a value.
+
+    Parameters
+    ----------
+    cfg : RunnerConfig
+    frame : pandas.DataFrame
+        One key's rows in order: the key columns, :data:`VALUE_COL` and, for time
+        windows, :data:`ORDER_COL` (integers).
+
+    Returns
+    -------
+    pandas.DataFrame
+        ``key columns..., window_end (int64), result`` (and ``algorithm`` when asked),
+        typed even when empty.
+
+    Examples
+    --------
+    >>> import pandas as pd
+    >>> cfg = RunnerConfig(key_names=("k",), window=pr.CountWindow(range=2, slide=1), agg="max")
+    >>> run_key_frame(cfg, pd.DataFrame({"k": ["a"] * 3, VALUE_COL: [1.0, float("nan"), 2.0]}))
+       k  window_end  result
+    0  a           2     NaN
+    1  a           3     NaN
+    """
+    rt.configure_worker_logging(cfg.log_level)
+    runner = _Runner(cfg)
+    try:
+        return runner.process_frame(frame)
+    finally:
+        _wrap_up(runner, "key")
+
+
+def _wrap_up(runner: _Runner, what: str) -> None:
+    """Close what a failure left open; count the run in the metrics and the log."""
+    if runner.cur is not None:
+        for k in runner.cur.kops:
+            k.op.close()
+    if runner.cfg.metrics is not None and runner.counts:
+        runner.cfg.metrics.add(runner.counts)
+    if runner.counts:
+        log.info("spark_integration: %s done: %s", what, runner.summary())

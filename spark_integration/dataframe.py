@@ -54,6 +54,7 @@ from .arrow_runner import (
     VALUE_COL,
     RunnerConfig,
     result_arrow_type,
+    run_key_frame,
     run_keyed_batches,
 )
 from .intervals import as_window
@@ -190,30 +191,31 @@ def _arrow_udf(cfg: RunnerConfig) -> Callable[[Iterator[pa.RecordBatch]], Iterat
     return pba_windows
 
 
-def _pandas_udf(cfg: RunnerConfig, names: list[str]) -> Callable[[Any], Any]:
+def _pandas_udf(cfg: RunnerConfig) -> Callable[[Any], Any]:
     def pba_windows_pandas(pdf: Any) -> Any:
-        import pandas as pd
-
         # one key's rows, in order (ties: arrival order; nulls first, as Spark sorts them); rows that
         # arrive in order (often: Spark's shuffle keeps each map task's order) are only checked
         if not pdf[ORDER_COL].is_monotonic_increasing or pdf[ORDER_COL].hasnans:
             pdf = pdf.sort_values(ORDER_COL, kind="stable", na_position="first")
-        table = pa.Table.from_pandas(pdf, preserve_index=False)
-        out = list(run_keyed_batches(cfg, table.to_batches()))
-        if not out:  # typed empty columns: Spark cannot convert untyped ones
-            import numpy as np
-
-            rtype = result_arrow_type(cfg.aggregation)
-            empty: dict[str, Any] = {k: pdf[k].iloc[:0] for k in cfg.key_names}
-            empty["window_end"] = np.empty(0, dtype=np.int64)
-            empty["result"] = (pd.Series([], dtype=object) if pa.types.is_list(rtype)
-                               else np.empty(0, dtype=np.int64 if rtype == pa.int64() else np.float64))
-            if cfg.algorithm_column:
-                empty["algorithm"] = pd.Series([], dtype=object)
-            return pd.DataFrame(empty)[names]
-        return pa.Table.from_batches(out).to_pandas()
+        return run_key_frame(cfg, pdf)
 
     return pba_windows_pandas
+
+
+def _no_nulls(col: Any, what: str, label: str, keys: tuple[str, ...]) -> Any:
+    """``col``, failing the job at its first null with an error that names ``label`` and the key.
+
+    For ``applyInPandas``, where pandas would turn a null into NaN, a value.
+    """
+    from pyspark.sql import functions as F
+
+    parts: list[Any] = [F.lit(f"{what} column {label!r} holds nulls (first at key ")]
+    for i, k in enumerate(keys):
+        parts += [F.lit(f"{', ' if i else ''}{k}="), F.coalesce(F.col(k).cast("string"), F.lit("null"))]
+    parts.append(F.lit(")" + (
+        "; nulls='fail' is the policy: pass nulls='skip' to drop rows whose value is null" if what == "value" else
+        ": a time window needs a timestamp for every row; pass nulls='skip' to drop them")))
+    return F.when(col.isNull(), F.raise_error(F.concat(*parts))).otherwise(col)
 
 
 def sliding_window_aggregate(
@@ -293,7 +295,8 @@ def sliding_window_aggregate(
         :data:`spark_integration.runtime.SPARK_PBA_MIN_SLICES`).
     log_level : str or int, optional
         Log level of the ``spark_integration`` logger in the Python workers (stderr,
-        i.e. the executor log); INFO prints one line per partition with the counts.
+        i.e. the executor log); INFO prints one line per partition (per key with
+        ``applyInPandas``) with the counts.
     transport : {"auto", "mapInArrow", "applyInArrow", "applyInPandas"}
         How data reaches Python (see the module docstring). ``auto``:
         ``applyInPandas`` (measured faster or level; it holds each key's rows
@@ -411,10 +414,14 @@ def sliding_window_aggregate(
     if transport == "applyInPandas":  # Spark groups by key; the UDF sorts each key by order
         if use_preagg:
             d = _preaggregated(src, keys, order_name, otype, value_name, win, agg_name, nulls)
-        else:
+        else:  # pandas makes NaN of a null: no null may reach the UDF
             order = _order_ms(F.col(order_name), otype) if is_time else F.col(order_name)
-            d = src.select(*[F.col(k) for k in keys], order.alias(ORDER_COL),
-                           F.col(value_name).cast("double").alias(VALUE_COL))
+            val = F.col(value_name).cast("double")
+            if nulls == "fail":
+                val = _no_nulls(val, "value", value_name, keys)
+                if is_time:
+                    order = _no_nulls(order, "order_by", order_name, keys)
+            d = src.select(*[F.col(k) for k in keys], order.alias(ORDER_COL), val.alias(VALUE_COL))
         if num_partitions:
             d = d.repartition(num_partitions, *keys)
     elif use_preagg:
@@ -445,7 +452,7 @@ def sliding_window_aggregate(
         out_fields.append(T.StructField("algorithm", T.StringType(), False))
     schema = T.StructType(out_fields)
     if transport == "applyInPandas":
-        return d.groupBy(*keys).applyInPandas(_pandas_udf(cfg, schema.names), schema)
+        return d.groupBy(*keys).applyInPandas(_pandas_udf(cfg), schema)
     udf = _arrow_udf(cfg)
     if transport == "mapInArrow":
         return d.mapInArrow(udf, schema)

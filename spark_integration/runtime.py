@@ -35,8 +35,8 @@ always honoured (reason ``requested``).
 
 **Visibility.** Every decision is counted in a :class:`AlgorithmMetrics`
 (a Spark accumulator, read on the driver after an action) and logged by the
-``spark_integration`` logger in the worker: one INFO line per partition with
-the counts, one WARNING when the pool cannot start or dies.
+``spark_integration`` logger in the worker: one INFO line per partition (per
+key with ``applyInPandas``) with the counts, one WARNING when the pool cannot start or dies.
 
 Examples
 --------

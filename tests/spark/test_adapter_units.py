@@ -11,6 +11,7 @@ import datetime as dt
 from concurrent.futures import Future
 
 import numpy as np
+import pandas as pd
 import pyarrow as pa
 import pytest
 from oracle import assert_results_equal, count_windows, time_windows
@@ -18,7 +19,7 @@ from oracle import assert_results_equal, count_windows, time_windows
 import pba_runtime as pr
 import spark_integration as si
 from spark_integration import runtime as rt
-from spark_integration.arrow_runner import ORDER_COL, VALUE_COL, RunnerConfig, run_keyed_batches
+from spark_integration.arrow_runner import ORDER_COL, VALUE_COL, RunnerConfig, run_key_frame, run_keyed_batches
 
 AGGS = ["max", "sum", "mean", "argmax", "count", "std", "collect", "moment_sketch"]
 
@@ -77,16 +78,42 @@ def _check(out_rows, want, agg, v):
 @pytest.mark.parametrize("window", [pr.CountWindow(range=7, slide=3), pr.CountWindow(range=5, slide=1),
                                     pr.TimeWindow(range=10, slide=4, offset=1), pr.TimeWindow(range=6, slide=6)],
                          ids=["count-7-3", "count-5-1", "time-10-4-1", "time-6-6"])
-def test_runner_matches_oracle(agg, window):
+@pytest.mark.parametrize("path", ["arrow", "pandas"])
+def test_runner_matches_oracle(agg, window, path):
+    """Both runners: record batches spanning keys (``mapInArrow``), one key's DataFrame (``applyInPandas``)."""
     rng = np.random.default_rng(hash((agg, repr(window))) % 2**32)
     is_time = isinstance(window, pr.TimeWindow)
     keys, v, t = _keyed_data(rng, [120, 3, 0, 1, 45, 9], time=is_time)
     # small pieces: a key spans many batches and many insert_many calls
     cfg = RunnerConfig(key_names=("key",), window=window, agg=agg, batch_rows=16, out_rows=10)
-    out = pa.Table.from_batches(list(run_keyed_batches(cfg, _batches(keys, v, t, rng))))
-    assert out.column_names == ["key", "window_end", "result"]
-    rows = zip(out.column("key").to_pylist(), out.column("window_end").to_pylist(), out.column("result").to_pylist())
+    if path == "arrow":
+        out = pa.Table.from_batches(list(run_keyed_batches(cfg, _batches(keys, v, t, rng))))
+        assert out.column_names == ["key", "window_end", "result"]
+        rows = zip(out.column("key").to_pylist(), out.column("window_end").to_pylist(),
+                   out.column("result").to_pylist())
+    else:
+        frame = pd.DataFrame({"key": keys, VALUE_COL: v, **({ORDER_COL: t} if is_time else {})})
+        outs = [run_key_frame(cfg, g) for _, g in frame.groupby("key", sort=False)]
+        assert all(list(o.columns) == ["key", "window_end", "result"] for o in outs)
+        rows = [r for o in outs for r in zip(o["key"], o["window_end"].tolist(), o["result"].tolist())]
     _check(rows, _expected(keys, v, t, window, agg), agg, v)
+
+
+def test_frame_runner_keeps_nan_and_types_an_empty_key():
+    """NaN values are values; the result columns are Arrow-backed (PySpark would make a NaN null otherwise)."""
+    cfg = RunnerConfig(key_names=("key",), window=pr.CountWindow(range=2, slide=1), agg="min", algorithm_column=True)
+    out = run_key_frame(cfg, pd.DataFrame({"key": [7, 7, 7], VALUE_COL: [1.0, np.nan, 2.0]}))
+    assert out["key"].tolist() == [7, 7] and out["algorithm"].tolist() == ["sba", "sba"]
+    assert pa.array(out["result"]).to_pylist()[0] != pa.array(out["result"]).to_pylist()[0]  # NaN, not null
+    assert pa.array(out["result"]).null_count == 0
+    empty = run_key_frame(cfg, pd.DataFrame({"key": pd.Series([], dtype=np.int64),
+                                             VALUE_COL: pd.Series([], dtype=float)}))
+    assert len(empty) == 0 and list(empty.columns) == ["key", "window_end", "result", "algorithm"]
+    assert str(empty["key"].dtype) == "int64" and pa.array(empty["window_end"]).type == pa.int64()
+    unsorted = pd.DataFrame({"key": ["a", "a"], VALUE_COL: [1.0, 2.0], ORDER_COL: [5, 4]})
+    tcfg = RunnerConfig(key_names=("key",), window=pr.TimeWindow(range=2, slide=1), agg="max", order_label="ts")
+    with pytest.raises(ValueError, match="'ts' is not sorted within key key='a'"):
+        run_key_frame(tcfg, unsorted)
 
 
 def test_runner_multi_column_and_null_keys():
