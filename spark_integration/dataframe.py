@@ -171,8 +171,10 @@ def _preaggregated(src: Any, keys: tuple[str, ...], order_name: str, otype: Any,
     if agg_name == "argmax":  # largest value, oldest time on ties
         best = F.max(F.struct(v.alias("v"), (-o).alias("neg_t")))
         aggs.append(best.alias("__pba_best"))
-    elif agg_name in ("max", "min", "sum", "mean"):
-        fn = {"max": F.max, "min": F.min, "sum": F.sum, "mean": F.sum}[agg_name]
+    elif agg_name == "min":  # Spark's min skips NaN (NaN sorts above every number); numpy's, the spec's, keeps it
+        aggs.append(F.when(F.max(F.isnan(v)), F.lit(float("nan"))).otherwise(F.min(v)).alias(VALUE_COL))
+    elif agg_name in ("max", "sum", "mean"):  # Spark's max, sum and mean propagate NaN as numpy's do
+        fn = {"max": F.max, "sum": F.sum, "mean": F.sum}[agg_name]
         aggs.append(fn(v).alias(VALUE_COL))
     g = d.groupBy(*keys, "__pba_sub").agg(*aggs)
     if agg_name == "argmax":

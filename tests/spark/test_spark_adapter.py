@@ -13,7 +13,7 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
-from oracle import count_windows
+from oracle import assert_results_equal, count_windows, time_windows
 
 import pba_runtime as pr
 import spark_integration as si
@@ -293,6 +293,39 @@ def test_every_transport_gives_the_same_windows(df, transport):
         assert got.schema == want.schema
         _assert_same(got, want, agg)
 
+
+
+@pytest.mark.parametrize("transport", ["mapInArrow", "applyInArrow", "applyInPandas"])
+def test_nan_is_a_value_and_null_is_not_on_every_transport(spark, transport):
+    """A NaN value propagates as numpy's (the spec); a null is dropped (``skip``) or fails the job.
+
+    pandas turns a null into NaN, and Spark's own ``min`` skips NaN: neither may leak into the windows.
+    """
+    rng = np.random.default_rng(5)
+    rows = []
+    for k, n in (("a", 70), ("b", 30)):
+        t = np.cumsum(rng.integers(1, 700, n))
+        v = np.round(rng.normal(0, 5, n), 1)
+        kind = rng.integers(0, 6, n)  # 0: NaN, 1: null, else a number
+        rows += [(k, int(ti), math.nan if c == 0 else None if c == 1 else float(vi)) for ti, vi, c in zip(t, v, kind)]
+    d = spark.createDataFrame(rows, "k string, t long, v double")
+    tw = pr.TimeWindow(range=2500, slide=1000)
+    for window, preaggregate in ((pr.CountWindow(range=4, slide=3), None), (tw, False), (tw, True)):
+        kw = dict(key="k", order_by="t", value="v", window=window, transport=transport)
+        if preaggregate is not None:
+            kw["preaggregate"] = preaggregate
+        for agg in ("max", "min", "argmax"):
+            got = {(r[0], r[1]): r[2] for r in si.sliding_window_aggregate(d, agg=agg, nulls="skip", **kw).collect()}
+            nwin = 0
+            for key in ("a", "b"):
+                t, v = zip(*[(ti, vi) for kk, ti, vi in rows if kk == key and vi is not None])
+                ends, want = (count_windows(v, 4, 3, agg) if preaggregate is None
+                              else time_windows(v, t, tw.range, tw.slide, agg))
+                assert_results_equal(agg, [got.get((key, e)) for e in ends], want)
+                nwin += len(ends)
+            assert len(got) == nwin
+        with pytest.raises(Exception, match="value column 'v' holds nulls"):
+            si.sliding_window_aggregate(d, agg="max", nulls="fail", **kw).collect()
 
 
 def test_auto_transport_is_applyInPandas_unless_the_rows_are_preaggregated(spark, df, capsys):
