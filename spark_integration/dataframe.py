@@ -18,9 +18,12 @@ Spark section):
 * ``groupBy(key).applyInPandas``: Spark only groups by key (a one-column sort,
   16% cheaper than sorting by key and order), each key's rows arrive as one
   pandas DataFrame and are sorted there (already nearly in order, so cheap).
-  Where every row crosses it took 0.80-1.03x ``mapInArrow``'s time over four
-  runs (1.28-1.62x the bare ``repartition + sortWithinPartitions``). Its cost:
-  a key's rows are in one worker's memory at once, as with any ``applyInPandas``.
+  Where every row crosses it took 0.80-1.03x ``mapInArrow``'s time over five
+  runs (1.33-1.37x the bare ``repartition + sortWithinPartitions`` in the last,
+  once each key's columns reached the operator as numpy arrays,
+  :func:`~spark_integration.arrow_runner.run_key_frame`). Its costs: a key's
+  rows are in one worker's memory at once, as with any ``applyInPandas``; and
+  pandas makes NaN of a null, so nulls are rejected or dropped in Spark first.
 * ``mapInArrow`` (over partitions repartitioned and sorted by key and order):
   one Python call per partition, and a key of any size streams through with
   bounded memory. Equal to ``applyInPandas`` on pre-aggregated time windows
