@@ -459,11 +459,11 @@ class _Runner:
         pend, self.pending, self.pending_rows = self.pending, [], 0
         counts = [len(p[1]) for p in pend]
         m = sum(counts)
-        zeros = np.zeros(m, dtype=np.intp)
-        data: dict[str, Any] = {k: frame[k].array.take(zeros) for k in cfg.key_names}
+        data: dict[str, Any] = {k: frame[k].array[:1].repeat(m) if m else frame[k].array[:0] for k in cfg.key_names}
         # Arrow-backed columns: PySpark converts them to Arrow as they are, where a numpy-backed
         # column's NaN would become a null (it masks ``isnull()``)
-        ends = np.concatenate([p[1] for p in pend]) if pend else np.empty(0, np.int64)
+        ends = (pend[0][1] if len(pend) == 1 else np.concatenate([p[1] for p in pend]) if pend
+                else np.empty(0, np.int64))
         data["window_end"] = pd.arrays.ArrowExtensionArray(pa.array(ends, type=pa.int64()))
         data["result"] = pd.arrays.ArrowExtensionArray(
             self._results([p[2] for p in pend]) if pend else pa.array([], type=self.rtype))
@@ -517,8 +517,8 @@ class _Runner:
                     rows.append(pa.array([list(map(float, x)) for x in p], type=rtype))
             return pa.concat_arrays(rows) if len(rows) > 1 else rows[0]
         dtype = np.int64 if rtype == pa.int64() else np.float64
-        arr = np.concatenate([np.asarray(p, dtype=dtype) for p in parts])
-        return pa.array(arr, type=rtype)
+        arrs = [np.asarray(p, dtype=dtype) for p in parts]
+        return pa.array(arrs[0] if len(arrs) == 1 else np.concatenate(arrs), type=rtype)
 
     def summary(self) -> str:
         c = self.counts
