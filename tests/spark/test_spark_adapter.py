@@ -272,6 +272,12 @@ def test_null_values_fail_or_skip(spark, df, preaggregate):
         si.sliding_window_aggregate(with_nulls, **kw).collect()
     out = si.sliding_window_aggregate(with_nulls, nulls="skip", **kw)
     _assert_same(out, _native_time(with_nulls.where("v IS NOT NULL"), 4_000, 1_000, "max"), "max")
+    # a time window needs a timestamp for every row
+    no_ts = df.withColumn("ts", F.when(F.col("t") % 7 == 0, F.lit(None)).otherwise(F.col("ts")))
+    with pytest.raises(Exception, match="order_by column 'ts' holds nulls"):
+        si.sliding_window_aggregate(no_ts, **kw).collect()
+    out = si.sliding_window_aggregate(no_ts, nulls="skip", **kw)
+    _assert_same(out, _native_time(no_ts.where("ts IS NOT NULL"), 4_000, 1_000, "max"), "max")
 
 
 def test_count_window_nulls_fail_names_the_column(df):
