@@ -48,7 +48,7 @@ import pba_runtime as pr
 from . import runtime as rt
 
 __all__ = ["RunnerConfig", "run_keyed_batches", "run_key_frame", "VALUE_COL", "ORDER_COL", "COUNT_COL", "NULLS_COL",
-           "PREAGGREGATABLE", "result_arrow_type", "order_to_int64"]
+           "PREAGGREGATABLE", "NULL_VALUE_HINT", "NULL_ORDER_HINT", "result_arrow_type", "order_to_int64"]
 
 log = logging.getLogger("spark_integration")
 
@@ -57,6 +57,9 @@ ORDER_COL = "__pba_order"
 COUNT_COL = "__pba_count"
 NULLS_COL = "__pba_nulls"
 NULL_POLICIES = ("fail", "skip")
+#: What a null value / a null time-window timestamp error says after naming the column (and key).
+NULL_VALUE_HINT = "nulls='fail' is the policy: pass nulls='skip' to drop rows whose value is null"
+NULL_ORDER_HINT = "a time window needs a timestamp for every row; pass nulls='skip' to drop them"
 
 #: Time-window aggregations whose rows Spark may pre-aggregate per key and sub-slice
 #: (a slide, cut at ``range % slide`` when it is not 0, so every window boundary is a
@@ -230,6 +233,13 @@ def _key_repr(key_row: list[Any], names: tuple[str, ...]) -> str:
     return ", ".join(f"{n}={v!r}" for n, v in zip(names, vals))
 
 
+def _cat(parts: list[np.ndarray], dtype: Any) -> np.ndarray:
+    """``parts`` end to end; a lone part as it is (no copy), none as an empty ``dtype`` array."""
+    if len(parts) == 1:
+        return parts[0]
+    return np.concatenate(parts) if parts else np.empty(0, dtype)
+
+
 # --------------------------------------------------------------------------- the runner
 class _KeyState:
     __slots__ = ("key_row", "kops", "vals", "ts", "buffered", "rows", "last_t")
@@ -323,13 +333,7 @@ class _Runner:
         """Key columns; one float64 array per channel; timestamps; rows to keep; rows each row stands for."""
         cfg = self.cfg
         names = batch.schema.names
-        for k in cfg.key_names:
-            if k not in names:
-                raise ValueError(f"key column {k!r} is not in the batch (columns: {names})")
-        needed = {col for _, col in self.channels} | ({ORDER_COL} if cfg.is_time else set())
-        for col in needed:
-            if col not in names:
-                raise ValueError(f"column {col!r} is not in the batch (columns: {names})")
+        self._require(names, "batch")
         keys = [batch.column(k) for k in cfg.key_names]
         keep = None
         weights = None
@@ -362,20 +366,26 @@ class _Runner:
             ocol = batch.column(ORDER_COL)
             if ocol.null_count:
                 if cfg.nulls == "fail":
-                    raise ValueError(
-                        f"order_by column {cfg.order_label!r} holds nulls: a time window needs a timestamp for "
-                        "every row; pass nulls='skip' to drop them"
-                    )
+                    raise ValueError(f"order_by column {cfg.order_label!r} holds nulls: {NULL_ORDER_HINT}")
                 valid = ocol.is_valid().to_numpy(zero_copy_only=False)
                 keep = valid if keep is None else keep & valid
                 ocol = ocol.fill_null(pa.scalar(0, ocol.type))
             ts = order_to_int64(ocol, cfg.order_label)
         return keys, vs, ts, keep, weights
 
+    def _require(self, names: list[str], where: str) -> None:
+        """Every key column, and the columns the channels (and a time window) read, are in ``names``."""
+        for k in self.cfg.key_names:
+            if k not in names:
+                raise ValueError(f"key column {k!r} is not in the {where} (columns: {names})")
+        for col in {col for _, col in self.channels} | ({ORDER_COL} if self.cfg.is_time else set()):
+            if col not in names:
+                raise ValueError(f"column {col!r} is not in the {where} (columns: {names})")
+
     def _null_error(self, key_row: list[pa.Array]) -> None:
         raise ValueError(
             f"value column {self.cfg.value_label!r} holds nulls (first at key {_key_repr(key_row, self.cfg.key_names)}); "
-            "nulls='fail' is the policy: pass nulls='skip' to drop rows whose value is null"
+            + NULL_VALUE_HINT
         )
 
     def process(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -436,9 +446,7 @@ class _Runner:
         import pandas as pd
 
         cfg = self.cfg
-        for col in [*cfg.key_names, *{col for _, col in self.channels}, *([ORDER_COL] if cfg.is_time else [])]:
-            if col not in frame.columns:
-                raise ValueError(f"column {col!r} is not in the frame (columns: {list(frame.columns)})")
+        self._require(list(frame.columns), "frame")
         n = len(frame)
         key_row = [[frame[k].iloc[0] if n else None] for k in cfg.key_names]
         vs = [frame[col].to_numpy(dtype=np.float64) for _, col in self.channels]
@@ -462,11 +470,9 @@ class _Runner:
         data: dict[str, Any] = {k: frame[k].array[:1].repeat(m) if m else frame[k].array[:0] for k in cfg.key_names}
         # Arrow-backed columns: PySpark converts them to Arrow as they are, where a numpy-backed
         # column's NaN would become a null (it masks ``isnull()``)
-        ends = (pend[0][1] if len(pend) == 1 else np.concatenate([p[1] for p in pend]) if pend
-                else np.empty(0, np.int64))
+        ends = _cat([p[1] for p in pend], np.int64)
         data["window_end"] = pd.arrays.ArrowExtensionArray(pa.array(ends, type=pa.int64()))
-        data["result"] = pd.arrays.ArrowExtensionArray(
-            self._results([p[2] for p in pend]) if pend else pa.array([], type=self.rtype))
+        data["result"] = pd.arrays.ArrowExtensionArray(self._results([p[2] for p in pend]))
         if cfg.algorithm_column:
             data["algorithm"] = np.repeat(np.array([p[3] for p in pend], dtype=object), counts)
         return pd.DataFrame(data)
@@ -495,7 +501,7 @@ class _Runner:
         for j in range(len(self.cfg.key_names)):
             col = pa.concat_arrays([p[0][j] for p in pend])
             arrays.append(col.take(idx))
-        arrays.append(pa.array(np.concatenate([p[1] for p in pend]), type=pa.int64()))
+        arrays.append(pa.array(_cat([p[1] for p in pend], np.int64), type=pa.int64()))
         arrays.append(self._results([p[2] for p in pend]))
         names = list(self.cfg.key_names) + ["window_end", "result"]
         if self.cfg.algorithm_column:
@@ -515,10 +521,9 @@ class _Runner:
                     rows.append(pa.ListArray.from_arrays(offsets, pa.array(p.reshape(-1), type=pa.float64())))
                 else:
                     rows.append(pa.array([list(map(float, x)) for x in p], type=rtype))
-            return pa.concat_arrays(rows) if len(rows) > 1 else rows[0]
+            return pa.concat_arrays(rows) if len(rows) > 1 else rows[0] if rows else pa.array([], type=rtype)
         dtype = np.int64 if rtype == pa.int64() else np.float64
-        arrs = [np.asarray(p, dtype=dtype) for p in parts]
-        return pa.array(arrs[0] if len(arrs) == 1 else np.concatenate(arrs), type=rtype)
+        return pa.array(_cat([np.asarray(p, dtype=dtype) for p in parts], dtype), type=rtype)
 
     def summary(self) -> str:
         c = self.counts

@@ -50,7 +50,9 @@ import pba_runtime as pr
 from . import runtime as rt
 from .arrow_runner import (
     COUNT_COL,
+    NULL_ORDER_HINT,
     NULL_POLICIES,
+    NULL_VALUE_HINT,
     NULLS_COL,
     ORDER_COL,
     PREAGGREGATABLE,
@@ -217,9 +219,7 @@ def _no_nulls(col: Any, what: str, label: str, keys: tuple[str, ...]) -> Any:
     parts: list[Any] = [F.lit(f"{what} column {label!r} holds nulls (first at key ")]
     for i, k in enumerate(keys):
         parts += [F.lit(f"{', ' if i else ''}{k}="), F.coalesce(F.col(k).cast("string"), F.lit("null"))]
-    parts.append(F.lit(")" + (
-        "; nulls='fail' is the policy: pass nulls='skip' to drop rows whose value is null" if what == "value" else
-        ": a time window needs a timestamp for every row; pass nulls='skip' to drop them")))
+    parts.append(F.lit(f"); {NULL_VALUE_HINT if what == 'value' else NULL_ORDER_HINT}"))
     return F.when(col.isNull(), F.raise_error(F.concat(*parts))).otherwise(col)
 
 
