@@ -141,8 +141,7 @@ def _order_ms(col: Any, otype: Any) -> Any:
     from pyspark.sql import types as T
 
     if isinstance(otype, T.TimestampType):
-        us = F.unix_micros(col)
-        return ((us - F.pmod(us, F.lit(1000))) / 1000).cast("long")  # exact: a multiple of 1000 divided by 1000
+        return F.unix_millis(col)  # floors: a microsecond before 1970 is -1 ms
     if isinstance(otype, T.DateType):
         return F.unix_date(col).cast("long") * F.lit(86_400_000)
     return col.cast("long")

@@ -129,6 +129,20 @@ def test_time_windows_with_offset_and_long_order(df, agg, preaggregate):
                                    ts="tts"), agg)
 
 
+@pytest.mark.parametrize("preaggregate", [True, False], ids=["preagg", "rows"])
+@pytest.mark.parametrize("agg", ["max", "argmax"])
+def test_sub_millisecond_timestamps_floor_to_the_millisecond_before_and_after_1970(spark, agg, preaggregate):
+    from pyspark.sql import functions as F
+
+    rng = np.random.default_rng(7)
+    us = np.sort(rng.integers(-40_000, 40_000, 600))  # microseconds around the epoch: -0.5 ms is in ms -1
+    pdf = pd.DataFrame({"k": rng.integers(0, 3, us.size), "us": us, "v": np.round(rng.normal(0, 5, us.size))})
+    d = spark.createDataFrame(pdf).withColumn("ts", F.timestamp_micros("us"))
+    out = si.sliding_window_aggregate(d, key="k", order_by="ts", value="v", window=pr.TimeWindow(range=10, slide=3),
+                                      agg=agg, preaggregate=preaggregate)
+    _assert_same(out, _native_time(d, 10, 3, agg), agg)
+
+
 def test_tumbling_time_window_one_hour(df):
     out = si.sliding_window_aggregate(df, key="k", order_by="ts", value="v", window=("1 hour", "1 hour"), agg="max")
     _assert_same(out, _native_time(df, 3_600_000, 3_600_000, "max"), "max")
