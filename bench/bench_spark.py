@@ -81,7 +81,7 @@ def session(master: str, **conf: str):
 
 
 HASH_BUCKETS = 1_000_000
-TABLE_STEP = 1_000  # key bounds are >= 9,900 hash buckets apart: at most one inside a table step
+TABLE_STEP = 1_000  # 84 keys' bounds are >= 9,900 hash buckets apart: at most one inside a step
 
 
 def key_table(keys: int = KEYS) -> tuple[list[int], list[int]]:
@@ -95,6 +95,8 @@ def key_table(keys: int = KEYS) -> tuple[list[int], list[int]]:
         return int((m / HASH_BUCKETS) ** 1.2 * keys)
 
     first = [key_of(s) for s in range(0, HASH_BUCKETS, TABLE_STEP)]
+    if any(key_of(s + TABLE_STEP - 1) > k + 1 for s, k in zip(range(0, HASH_BUCKETS, TABLE_STEP), first)):
+        raise ValueError(f"keys={keys}: two key bounds fall inside one step of {TABLE_STEP} hash buckets")
     starts = [bisect.bisect_left(range(HASH_BUCKETS), j, key=key_of) for j in range(1, keys)] + [HASH_BUCKETS]
     return first, [starts[k] for k in first]
 
