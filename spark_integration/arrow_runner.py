@@ -416,15 +416,14 @@ class _Runner:
     def _add(self, st: _KeyState, vs: list[np.ndarray], ts: np.ndarray | None, keep: np.ndarray | None,
              weights: np.ndarray | None, a: int, b: int) -> None:
         """Rows ``a:b`` of the columns (all of ``st``'s key): buffered, and fed once ``batch_rows`` are."""
-        if keep is not None:
-            m = keep[a:b]
-            piece = [v[a:b][m] for v in vs]
-            tt = ts[a:b][m] if ts is not None else None
-            w = weights[a:b][m] if weights is not None else None
-        else:
-            piece = [v[a:b] for v in vs]
-            tt = ts[a:b] if ts is not None else None
-            w = weights[a:b] if weights is not None else None
+        m = keep[a:b] if keep is not None else None
+
+        def cut(x: np.ndarray) -> np.ndarray:
+            return x[a:b] if m is None else x[a:b][m]
+
+        piece = [cut(v) for v in vs]
+        tt = cut(ts) if ts is not None else None
+        w = cut(weights) if weights is not None else None
         rows = len(piece[0])
         if not rows:
             return

@@ -414,29 +414,26 @@ def sliding_window_aggregate(
         if is_time:
             cond = cond & F.col(order_name).isNotNull()
         src = src.where(cond)
-    if transport == "applyInPandas":  # Spark groups by key; the UDF sorts each key by order
-        if use_preagg:
-            d = _preaggregated(src, keys, order_name, otype, value_name, win, agg_name, nulls)
-        else:  # pandas makes NaN of a null: no null may reach the UDF
-            order = _order_ms(F.col(order_name), otype) if is_time else F.col(order_name)
-            val = F.col(value_name).cast("double")
-            if nulls == "fail":
-                val = _no_nulls(val, "value", value_name, keys)
-                if is_time:
-                    order = _no_nulls(order, "order_by", order_name, keys)
-            d = src.select(*[F.col(k) for k in keys], order.alias(ORDER_COL), val.alias(VALUE_COL))
-        if num_partitions:
-            d = d.repartition(num_partitions, *keys)
-    elif use_preagg:
+    if use_preagg:
         d = _preaggregated(src, keys, order_name, otype, value_name, win, agg_name, nulls)
-        d = d.repartition(num_partitions, *keys) if num_partitions else d.repartition(*keys)
-        d = d.sortWithinPartitions(*keys, ORDER_COL)
+    elif transport == "applyInPandas":  # pandas makes NaN of a null: no null may reach the UDF
+        order = _order_ms(F.col(order_name), otype) if is_time else F.col(order_name)
+        val = F.col(value_name).cast("double")
+        if nulls == "fail":
+            val = _no_nulls(val, "value", value_name, keys)
+            if is_time:
+                order = _no_nulls(order, "order_by", order_name, keys)
+        d = src.select(*[F.col(k) for k in keys], order.alias(ORDER_COL), val.alias(VALUE_COL))
     else:
         d = src.select(*[F.col(k) for k in keys], F.col(order_name).alias(ORDER_COL),
                        F.col(value_name).cast("double").alias(VALUE_COL))
+    if transport == "applyInPandas":  # Spark groups by key; the UDF sorts each key by order
+        if num_partitions:
+            d = d.repartition(num_partitions, *keys)
+    else:
         d = d.repartition(num_partitions, *keys) if num_partitions else d.repartition(*keys)
         d = d.sortWithinPartitions(*keys, ORDER_COL)
-        if not is_time:
+        if not is_time:  # count windows: only the order matters, one column less to move
             d = d.select(*keys, VALUE_COL)
     cfg.preaggregated = use_preagg
     planned, why = rt.choose_algorithm(algorithm, win, cores=cfg.cores_per_task, min_slices=min_slices)
