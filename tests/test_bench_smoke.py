@@ -96,7 +96,9 @@ def test_latency_smoke(smoke_dir):
                     if alg == "slick_deque" and group == "time":
                         assert s is None  # not selective: cannot run moment_sketch
                         continue
-                    assert 0 < s["min"] <= s["lq"] <= s["med"] <= s["hq"] <= s["max"]
+                    # >= 0, not > 0: a clock can read the same tick twice (one CI run measured a 0 ns minimum)
+                    assert 0 <= s["min"] <= s["lq"] <= s["med"] <= s["hq"] <= s["max"]
+                    assert s["max"] > 0
                     assert s["min"] <= s["spike"] <= s["max"]
                     if kind != "undisturbed":  # dropped samples break the phases
                         assert s["min"] <= s["periodic"] <= s["max"]
