@@ -26,9 +26,10 @@ Pipelines, each written to Spark's ``noop`` sink:
   local[1] vs local[2], ``spark.task.cpus=2`` (a core per task for PBA's pool), and the main
   comparisons again over the same rows cached in memory (the source then costs ~nothing).
 
-Cases of a phase are interleaved and repeated; the summary gives median *paired*
-ratios (time(a)/time(b) measured back to back), which hold up on a shared
-machine better than rates. Results: ``bench/results/spark.json``
+Cases of a phase run once untimed (warm-up), then interleaved and repeated (5
+times), each goal's pair back to back; the summary gives median *paired* ratios
+(time(a)/time(b) measured back to back), which hold up on a shared machine
+better than rates. Results: ``bench/results/spark.json``
 (``--quick``: ``spark_quick.json``).
 
 ``--quick`` (2M rows) is a smoke run: a few tenths of a second of fixed cost per
@@ -141,10 +142,16 @@ class Bench:
         self.reps = reps
         self.results: dict[str, dict] = {}
 
-    def measure(self, cases: dict, rows: dict, confs: dict | None = None, reps: int | None = None) -> None:
-        """Run every case ``reps`` times, interleaved; ``cases[name]() -> DataFrame``."""
+    def measure(self, cases: dict, rows: dict, confs: dict | None = None, reps: int | None = None,
+                warmup: bool = True) -> None:
+        """Run every case ``reps`` times, interleaved; ``cases[name]() -> DataFrame``.
+
+        ``warmup``: one untimed run of every case first (JIT, Python workers, cached blocks),
+        so that no case's first repetition pays what its others do not; dict order is run
+        order, and a paired ratio is steadiest between neighbours.
+        """
         confs = confs or {}
-        for rep in range(reps or self.reps):
+        for rep in range(-1 if warmup else 0, reps or self.reps):
             for name, build in cases.items():
                 set_back = {}
                 for k, v in confs.get(name, {}).items():
@@ -160,6 +167,9 @@ class Bench:
                             self.spark.conf.unset(k)
                         else:
                             self.spark.conf.set(k, v)
+                if rep < 0:
+                    print(f"  {name:34s} warm-up: {dt:7.2f} s", flush=True)
+                    continue
                 rec = self.results.setdefault(name, {"rows": rows[name], "times_s": []})
                 rec["times_s"].append(round(dt, 3))
                 print(f"  {name:34s} rep {rep}: {dt:7.2f} s  {rows[name] / dt / 1e6:6.3f} M rows/s", flush=True)
@@ -187,8 +197,9 @@ def run(args) -> dict:
             "the default native window function is O(r) per row: measured on fewer rows (rows/s compare); "
             "native window() over W[1 h, 1 s] has minutes of fixed cost (an Expand of 3600 projections): "
             "one run on a few thousand rows",
-            "cases of a phase are interleaved and repeated; paired ratios are medians over repetitions of "
-            "time(a)/time(b) measured back to back, robust to the load of a shared machine",
+            "cases of a phase run once untimed, then interleaved and repeated, each goal's pair back to back; "
+            "paired ratios are medians over repetitions of time(a)/time(b), robust to the load of a shared "
+            "machine",
         ],
     }
     import pyspark
@@ -210,38 +221,35 @@ def run(args) -> dict:
     try:
         b = Bench(spark, args.reps)
         src = source(spark, n)
-        print(f"== local[2], {n:,} rows, {KEYS} keys (after a warm-up)", flush=True)
-        noop(ceiling(src)())  # JIT and Python worker warm-up
-        noop(ours(source(spark, min(n, 500_000)), cnt[1024])())
-        noop(ours(source(spark, min(n, 500_000)), w60)())
-        main = {
+        print(f"== local[2], {n:,} rows, {KEYS} keys", flush=True)
+        main = {  # each goal's pair runs back to back
             "gen": lambda: src,
             "ceiling": ceiling(src),
-            "ceiling_time": ceiling(src, "ts"),
+            "ours_count_1024": ours(src, cnt[1024]),
+            "ours_count_8192": ours(src, cnt[8192]),
             # the ceiling's sorted (k, v) through mapInArrow unchanged: what any Python adapter pays
             # to move the rows to a Python worker and back, before it computes anything
             "arrow_passthrough": lambda: ceiling(src)().select("k", "v").mapInArrow(lambda b: b, "k long, v double"),
-            "ours_count_1024": ours(src, cnt[1024]),
-            "ours_count_8192": ours(src, cnt[8192]),
             "ours_count_1024_mapInArrow": ours(src, cnt[1024], transport="mapInArrow"),
             "native_count_1024_segtree": lambda: native_count(src, 1024),
             "native_count_8192_segtree": lambda: native_count(src, 8192),
+            "ceiling_time": ceiling(src, "ts"),
             "ours_time_60s": ours(src, w60),
+            "native_time_60s": lambda: native_time(src, 60_000, 1_000),
             "ours_time_1h": ours(src, w1h),
             "ours_time_60s_rows": ours(src, w60, preaggregate=False),
             "ours_time_1h_rows": ours(src, w1h, preaggregate=False),
-            "native_time_60s": lambda: native_time(src, 60_000, 1_000),
         }
         b.measure(main, {k: n for k in main}, confs={"native_count_1024_segtree": SEGTREE,
                                                      "native_count_8192_segtree": SEGTREE})
         print("== native window function, default settings (O(r) per row), on fewer rows", flush=True)
         m = {1024: args.native_default_rows, 8192: max(args.native_default_rows // 4, 20_000)}
         small = {f"native_count_{r}_default": (lambda r=r: native_count(source(spark, m[r]), r)) for r in m}
-        b.measure(small, {f"native_count_{r}_default": m[r] for r in m}, reps=max(1, args.reps - 1))
+        b.measure(small, {f"native_count_{r}_default": m[r] for r in m}, reps=2, warmup=False)
         if not args.quick:
             print("== native window() over W[1 h, 1 s] (one run)", flush=True)
             b.measure({"native_time_1h": lambda: native_time(source(spark, 5_000), 3_600_000, 1_000)},
-                      {"native_time_1h": 5_000}, reps=1)
+                      {"native_time_1h": 5_000}, reps=1, warmup=False)
         out["local2"] = b.results
 
         if not args.quick or args.extras:
@@ -271,7 +279,7 @@ def run(args) -> dict:
                 return spark.createDataFrame(rdd, "k long, window_end long, result double")
 
             bx.measure({"ours_rdd_count_1024": rdd_case, "ceiling_rdd_rows": ceiling(source(spark, mr))},
-                       {"ours_rdd_count_1024": mr, "ceiling_rdd_rows": mr}, reps=1)
+                       {"ours_rdd_count_1024": mr, "ceiling_rdd_rows": mr}, reps=1, warmup=False)
             out["local2_extras"] = bx.results
 
         print("== local[2], the same rows cached in memory (the source costs ~nothing)", flush=True)
@@ -281,12 +289,12 @@ def run(args) -> dict:
         cached_cases = {
             "gen": lambda: cached,
             "ceiling": ceiling(cached),
-            "ceiling_time": ceiling(cached, "ts"),
             "ours_count_1024": ours(cached, cnt[1024]),
             "native_count_1024_segtree": lambda: native_count(cached, 1024),
+            "ceiling_time": ceiling(cached, "ts"),
             "ours_time_60s": ours(cached, w60),
-            "ours_time_60s_rows": ours(cached, w60, preaggregate=False),
             "native_time_60s": lambda: native_time(cached, 60_000, 1_000),
+            "ours_time_60s_rows": ours(cached, w60, preaggregate=False),
         }
         bc.measure(cached_cases, {k: n for k in cached_cases}, confs={"native_count_1024_segtree": SEGTREE})
         out["local2_cached"] = bc.results
@@ -300,8 +308,6 @@ def run(args) -> dict:
         try:
             bm = Bench(sp, max(1, args.reps - 1))
             s = source(sp, rows)
-            noop(ceiling(s)())
-            noop(ours(source(sp, min(rows, 500_000)), cnt[1024])())
             bm.measure({"ceiling": ceiling(s), "ours_count_1024": ours(s, cnt[1024])},
                        {"ceiling": rows, "ours_count_1024": rows})
             return bm.results
@@ -474,7 +480,7 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
     args.rows = args.rows or (2_000_000 if args.quick else 10_000_000)
-    args.reps = args.reps or (2 if args.quick else 3)
+    args.reps = args.reps or (2 if args.quick else 5)
     args.native_default_rows = 100_000 if args.quick else 400_000
     t0 = time.time()
     res = run_transports(args) if args.transports else run(args)
