@@ -18,9 +18,9 @@ Spark section):
 * ``groupBy(key).applyInPandas``: Spark only groups by key (a one-column sort,
   16% cheaper than sorting by key and order), each key's rows arrive as one
   pandas DataFrame and are sorted there (already nearly in order, so cheap).
-  Where every row crosses it took 0.75-1.03x ``mapInArrow``'s time over six
-  runs (1.37-1.44x the bare ``repartition + sortWithinPartitions`` in the two
-  since each key's columns reach the operator as numpy arrays,
+  Where every row crosses it took 0.75-1.12x ``mapInArrow``'s time over the
+  full runs (1.33-1.60x the bare ``repartition + sortWithinPartitions`` in the
+  three since each key's columns reach the operator as numpy arrays,
   :func:`~spark_integration.arrow_runner.run_key_frame`). Its costs: a key's
   rows are in one worker's memory at once, as with any ``applyInPandas``; and
   pandas makes NaN of a null, so nulls are rejected or dropped in Spark first.
@@ -29,7 +29,7 @@ Spark section):
   bounded memory. Equal to ``applyInPandas`` on pre-aggregated time windows
   (0.47x vs 0.50x the ceiling), where each key holds only its sub-slices.
 * ``groupBy(key).applyInArrow`` (iterator form over the same sorted partitions
-  as ``mapInArrow``): 1.0-1.4x ``applyInPandas``' time.
+  as ``mapInArrow``): 1.0-1.45x ``applyInPandas``' time.
 
 ``"auto"`` (the default) takes ``applyInPandas`` when rows cross one by one and
 ``mapInArrow`` for pre-aggregated time windows. Pass ``transport="mapInArrow"``
