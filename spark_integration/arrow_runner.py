@@ -382,7 +382,7 @@ class _Runner:
             if col not in names:
                 raise ValueError(f"column {col!r} is not in the {where} (columns: {names})")
 
-    def _null_error(self, key_row: list[pa.Array]) -> None:
+    def _null_error(self, key_row: list[Any]) -> None:
         raise ValueError(
             f"value column {self.cfg.value_label!r} holds nulls (first at key {_key_repr(key_row, self.cfg.key_names)}); "
             + NULL_VALUE_HINT
