@@ -29,6 +29,8 @@ Examples
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import math
 import operator
 from dataclasses import dataclass, field
@@ -44,6 +46,7 @@ __all__ = [
     "get_aggregation",
     "moment_sketch",
     "as_float_array",
+    "quiet_non_finite",
 ]
 
 _INF = math.inf
@@ -77,6 +80,24 @@ def _real(v: Any, agg_name: str) -> float:
     return x
 
 
+_WHY_NON_NEGATIVE = {"geomean": "a geometric mean of positive values"}
+
+
+def _non_negative(x: float, agg_name: str) -> float:
+    """``x`` itself if it is ``>= 0`` (or NaN, which propagates); the log-based aggregations refuse the rest."""
+    if x < 0.0:
+        why = _WHY_NON_NEGATIVE.get(agg_name, "it takes logarithms")
+        raise ValueError(f"value must be >= 0 for aggregation {agg_name!r} ({why}), got {x!r}")
+    return x
+
+
+def _non_negative_array(v: np.ndarray, agg_name: str) -> None:
+    """Refuse a batch holding a negative value, naming the first one (nothing is changed yet)."""
+    neg = v < 0
+    if neg.any():
+        _non_negative(float(v[np.argmax(neg)]), agg_name)
+
+
 def _log(x: float) -> float:
     """Natural log with numpy's conventions: log(0) = -inf, log(<0) = nan."""
     if x > 0.0:
@@ -84,6 +105,72 @@ def _log(x: float) -> float:
     if x == 0.0:
         return -_INF
     return _NAN
+
+
+def _elementwise_lift(lift: Callable, positional: bool) -> Callable:
+    """The kernel form of a user's scalar ``lift``: applied to every value, as the per-tuple path does.
+
+    A faster form declared through ``ufunc=`` speeds up ``combine`` only; the user's own
+    ``lift`` still decides each partial (the spec: every form gives the Python form's results).
+    """
+    if positional:
+        def klift(values: np.ndarray, positions: np.ndarray) -> np.ndarray:
+            out = [lift(v, p) for v, p in zip(values.tolist(), positions.tolist())]
+            return np.array(out, dtype=np.float64).reshape(len(out))
+    else:
+        def klift(values: np.ndarray) -> np.ndarray:
+            out = [lift(v) for v in values.tolist()]
+            return np.array(out, dtype=np.float64).reshape(len(out))
+    return klift
+
+
+def _elementwise_lower(lower: Callable) -> Callable:
+    """The kernel form of a user's scalar ``lower``."""
+    def klower(parts: np.ndarray) -> np.ndarray:
+        return np.asarray([lower(x) for x in parts.tolist()])
+    return klower
+
+
+def quiet_non_finite(fn: Callable) -> Callable:
+    """Run ``fn`` without numpy's warnings for non-finite arithmetic (``inf - inf``, overflow).
+
+    A window holding NaN or infinities gives numpy's result silently, as the per-tuple path (Python
+    floats) and pandas' rolling windows do. Decorates the vectorised entry points (a fresh
+    ``np.errstate`` per call: numpy 2's is thread-local and not re-entrant).
+    """
+    @functools.wraps(fn)
+    def quiet(*args: Any, **kwargs: Any) -> Any:
+        with np.errstate(invalid="ignore", over="ignore"):
+            return fn(*args, **kwargs)
+    return quiet
+
+
+def _code_id(code: Any) -> list:
+    """A code object's bytecode, names and constants (nested code objects recursively, never by address)."""
+    consts = [_code_id(c) if hasattr(c, "co_code") else repr(c) for c in code.co_consts]
+    return [code.co_code.hex(), code.co_names, code.co_varnames, consts]
+
+
+def _callable_id(f: Any) -> str:
+    """What a function computes, as a string stable across processes (see ``Aggregation.fingerprint``)."""
+    if f is None:
+        return "None"
+    if isinstance(f, np.ufunc):
+        return f"ufunc:{f.__name__}"
+    if isinstance(f, functools.partial):
+        return f"partial({_callable_id(f.func)}, {f.args!r}, {sorted(f.keywords.items())!r})"
+    name = f"{getattr(f, '__module__', None)}.{getattr(f, '__qualname__', type(f).__qualname__)}"
+    code = getattr(f, "__code__", None)
+    if code is None:  # a builtin (max, float, ...) or a callable object
+        return name if hasattr(f, "__qualname__") else f"{name}:{f!r}"
+    cells = []
+    for cell in f.__closure__ or ():
+        try:
+            v = cell.cell_contents
+        except ValueError:  # an empty cell
+            v = None
+        cells.append(_callable_id(v) if callable(v) else repr(v))
+    return f"{name}:{_code_id(code)!r}:{cells!r}:{f.__defaults__!r}"
 
 
 def _from_first(parts: np.ndarray, starts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -175,8 +262,9 @@ class UfuncKernel(Kernel):
 
     combine_in_place = True  # elementwise ufuncs
 
-    def __init__(self, groups, identity, lift: Callable, lower: Callable):
+    def __init__(self, groups, identity, lift: Callable, lower: Callable, *, positional: bool = False):
         self._nan_free_ufunc = None
+        self._positional = positional
         if isinstance(groups, np.ufunc):
             self.shape = ()
             self._groups = None
@@ -195,7 +283,7 @@ class UfuncKernel(Kernel):
         self._lower = lower
 
     def lift(self, values, positions):
-        return self._lift(values)
+        return self._lift(values, positions) if self._positional else self._lift(values)
 
     def lower(self, parts):
         return self._lower(parts)
@@ -262,8 +350,9 @@ class StdKernel(Kernel):
         n = np.add.reduceat(cnt, starts)
         s = np.add.reduceat(cnt * mean, starts)
         seg_mean = np.divide(s, n, out=np.zeros_like(s), where=n > 0)
-        dev = mean - np.repeat(seg_mean, lengths)
-        ss = np.add.reduceat(m2, starts) + np.add.reduceat(cnt * dev * dev, starts)
+        with np.errstate(invalid="ignore"):  # inf - inf in a window holding infinities: NaN, as numpy's std
+            dev = mean - np.repeat(seg_mean, lengths)
+            ss = np.add.reduceat(m2, starts) + np.add.reduceat(cnt * dev * dev, starts)
         return np.stack([n, seg_mean, ss], axis=-1)
 
     def combine(self, older, newer, out=None):
@@ -317,9 +406,9 @@ class StdKernel(Kernel):
         return out
 
     def lower(self, parts):
-        n, M2 = parts[..., 0], parts[..., 2]
+        n, mu, M2 = parts[..., 0], parts[..., 1], parts[..., 2]
         with np.errstate(invalid="ignore", divide="ignore"):
-            return np.where(n > 1, np.sqrt(M2 / (n - 1)), np.nan)
+            return np.where((n > 1) & np.isfinite(mu), np.sqrt(M2 / (n - 1)), np.nan)  # as _std_lower
 
 
 class ArgmaxKernel(Kernel):
@@ -469,16 +558,34 @@ class Aggregation:
             if not isinstance(self.ufunc, np.ufunc) or self.ufunc.nin != 2:
                 raise TypeError(f"Aggregation ufunc must be a binary numpy ufunc, got {self.ufunc!r}")
             if self.kernel is None:
-                lift, lower = self.lift, self.lower
-                kern = UfuncKernel(
-                    self.ufunc,
-                    self.identity,
-                    lift=lambda v: np.asarray(v, dtype=np.float64),
-                    lower=lambda a: np.asarray([lower(x) for x in a.tolist()]),
-                )
+                kern = UfuncKernel(self.ufunc, self.identity, lift=_elementwise_lift(self.lift, self.positional),
+                                   lower=_elementwise_lower(self.lower), positional=self.positional)
                 object.__setattr__(self, "kernel", kern)
         if self.kernel is not None and not isinstance(self.kernel, Kernel):
             raise TypeError(f"Aggregation kernel must be a pba_runtime.Kernel, got {type(self.kernel).__name__}")
+
+    @functools.cached_property  # frozen dataclass: cached_property writes __dict__ directly
+    def fingerprint(self) -> str:
+        """What the aggregation computes, as a string stable across processes (snapshots compare it).
+
+        Built from the name, the capabilities, the identity and each function's module,
+        qualified name, bytecode, constants and closure values, so two aggregations that share
+        a name but not a ``combine`` (say ``max`` and ``min``) differ.
+
+        Examples
+        --------
+        >>> hi = Aggregation(lift=float, combine=max, lower=float, identity=float("-inf"))
+        >>> lo = Aggregation(lift=float, combine=min, lower=float, identity=float("inf"))
+        >>> hi.fingerprint == lo.fingerprint, hi.fingerprint == get_aggregation(hi).fingerprint
+        (False, True)
+        """
+        if BUILTIN_AGGREGATIONS.get(self.name) is self:
+            return f"builtin:{self.name}"
+        parts = [self.name, repr(self.identity), self.result, str(self.positional), str(self.commutative),
+                 str(self.selective), None if self.ufunc is None else self.ufunc.__name__,
+                 type(self.kernel).__qualname__]
+        parts += [_callable_id(f) for f in (self.lift, self.combine, self.lower, self.inverse)]
+        return "custom:" + hashlib.sha256(repr(parts).encode()).hexdigest()
 
     @property
     def invertible(self) -> bool:
@@ -549,8 +656,10 @@ def _chan_inverse(t, a):
 
 
 def _std_lower(p):
+    # a window holding NaN or +-inf has a non-finite mean (Chan's update propagates it), and numpy's
+    # np.std(ddof=1) of such a window is NaN: x - mean is NaN for some x
     n = p[0]
-    if n > 1.0:
+    if n > 1.0 and math.isfinite(p[1]):
         return math.sqrt(p[2] / (n - 1.0))
     return _NAN
 
@@ -626,15 +735,10 @@ def _make_builtins() -> dict[str, Aggregation]:
     )
 
     def geo_lift(v):
-        x = _real(v, "geomean")
-        if x < 0.0:
-            raise ValueError(f"value must be >= 0 for aggregation 'geomean' (a geometric mean of positive values), got {v!r}")
-        return (_log(x), 1.0)
+        return (_log(_non_negative(_real(v, "geomean"), "geomean")), 1.0)
 
     def geo_kl(v):
-        if np.any(v < 0):
-            bad = v[v < 0][0]
-            raise ValueError(f"values must be >= 0 for aggregation 'geomean' (a geometric mean of positive values), got {bad!r}")
+        _non_negative_array(v, "geomean")
         with np.errstate(divide="ignore"):
             return np.stack([np.log(v), np.ones(len(v))], axis=-1)
 
@@ -666,7 +770,8 @@ def _make_builtins() -> dict[str, Aggregation]:
 def moment_sketch(k: int = 10) -> Aggregation:
     """The moment sketch of Gan et al.: ``(min, max, count, sum x^1..x^k, sum ln(x)^1..ln(x)^k)``.
 
-    Non-positive values give ``ln`` terms of ``-inf`` (zero) or ``nan`` (negative), as numpy does.
+    Values must be ``>= 0`` (the ``ln`` terms; a negative value raises ``ValueError``, as for
+    ``geomean``); a zero gives ``ln`` terms of ``-inf``, as numpy does.
 
     Examples
     --------
@@ -680,7 +785,7 @@ def moment_sketch(k: int = 10) -> Aggregation:
     name = "moment_sketch" if k == 10 else f"moment_sketch[{k}]"
 
     def lift(v):
-        x = _real(v, name)
+        x = _non_negative(_real(v, name), name)
         out = [x, x, 1.0]
         p = 1.0
         for _ in range(k):
@@ -699,6 +804,7 @@ def moment_sketch(k: int = 10) -> Aggregation:
         return (lo, hi, *[x + y for x, y in zip(a[2:], b[2:])])
 
     def klift(v):
+        _non_negative_array(v, name)
         out = np.empty((len(v), width))
         out[:, 0] = v
         out[:, 1] = v

@@ -25,10 +25,14 @@ ValueError: range must be a positive integer, got 0
 
 from __future__ import annotations
 
+import functools
 import numbers
 from dataclasses import dataclass
 
-__all__ = ["CountWindow", "TimeWindow", "Window", "validate_window"]
+__all__ = ["CountWindow", "TimeWindow", "Window", "validate_window", "INT64_MIN", "INT64_MAX"]
+
+INT64_MIN = -(2**63)
+INT64_MAX = 2**63 - 1
 
 
 def _positive_int(name: str, value: object) -> int:
@@ -112,6 +116,23 @@ class TimeWindow(_SlidingWindow):
             raise TypeError(f"offset must be an integer, got {type(self.offset).__name__} {self.offset!r}")
         # Offsets are equivalent modulo the slide; keep the canonical one.
         object.__setattr__(self, "offset", int(self.offset) % self.slide)
+
+    @functools.cached_property  # per-tuple checks read it (frozen: cached_property writes __dict__ directly)
+    def timestamp_range(self) -> tuple[int, int]:
+        """The timestamps this window accepts, ``(lowest, highest)``, both inclusive.
+
+        Every window holding such a timestamp has bounds that fit in int64, with room
+        for the slicing arithmetic (``range + 2 * slide`` from either end); the
+        operators refuse other timestamps with a ``ValueError`` naming ``timestamps``.
+
+        Examples
+        --------
+        >>> lo, hi = TimeWindow(range=100, slide=10).timestamp_range
+        >>> lo == -2**63 + 120, hi == 2**63 - 1 - 120
+        (True, True)
+        """
+        margin = self.range + 2 * self.slide
+        return INT64_MIN + margin, INT64_MAX - margin
 
     def slice_of(self, timestamp: int) -> int:
         """Index of the slice that holds ``timestamp``."""
