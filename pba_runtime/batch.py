@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from .aggregations import Aggregation, Kernel
+from .aggregations import Aggregation, Kernel, quiet_non_finite
 from .pool import WorkerPool
 
 log = logging.getLogger("pba_runtime")
@@ -199,6 +199,7 @@ def _merge_in_threads(kernel: Kernel, body: np.ndarray, outv: np.ndarray, half: 
         _worker_rows(kernel, body, outv, half, rend, last)
 
 
+@quiet_non_finite
 def _worker_rows(kernel: Kernel, body: np.ndarray, outv: np.ndarray, c1: int, rend: _RowEnds | None,
                  last: np.ndarray) -> None:
     _merge_rows(kernel, body, outv, 0, c1, rend, threaded=True)

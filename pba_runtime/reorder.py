@@ -117,7 +117,7 @@ class ReorderBuffer(WindowOperator):
     without a kernel), and sorted arrays of float values, filled by the vectorised
     :meth:`insert_many` so that they can go to the inner operator's
     ``insert_many``. :meth:`insert` first moves the arrays into the heap; a batch
-    releases both, merged in order. Snapshots hold the heap form (sorted).
+    releases both, merged in order. Snapshots hold both forms as they are.
 
     Examples
     --------
@@ -170,7 +170,7 @@ class ReorderBuffer(WindowOperator):
     def insert(self, value: Any, timestamp: int | None = None) -> list[tuple[int, Any]]:
         """Insert one tuple; return the windows it completes. A late tuple is kept for :meth:`take_late`."""
         self._check_open()
-        t = _check_timestamp(timestamp)
+        t = _check_timestamp(timestamp, self.window)
         agg = self.agg
         p = agg.lift(value, t) if agg.positional else agg.lift(value)  # bad values raise, late or not
         if len(self._pt):
@@ -213,7 +213,7 @@ class ReorderBuffer(WindowOperator):
         if not hasattr(values, "__len__"):
             values = list(values)
         n = len(values)
-        ts = as_timestamps(timestamps, n)
+        ts = as_timestamps(timestamps, n, self.window)
         if self._vector:
             vals, parts = self._float_values(values, ts)
         else:
@@ -273,7 +273,11 @@ class ReorderBuffer(WindowOperator):
         st = self._inner.snapshot()
         st["reorder"] = {
             "allowed_lateness": self._lateness,
-            "heap": sorted(self._heap + self._lifted_pending()),
+            "heap": sorted(self._heap),
+            # the waiting arrays as they are: they reach the inner operator through insert_many, and
+            # lifting them into the heap would release them tuple by tuple after a restore, which
+            # rounds float sums differently from the uninterrupted run
+            "pending": (self._pt.copy(), self._ps.copy(), self._pv.copy()),
             "seq": self._seq,
             "max": self._max,
             "late": list(self._late),
@@ -297,7 +301,7 @@ class ReorderBuffer(WindowOperator):
         self._inner.restore({k: v for k, v in state.items() if k != "reorder"})
         self._heap = list(rb["heap"])
         heapq.heapify(self._heap)
-        self._clear_pending()
+        self._pt, self._ps, self._pv = (a.copy() for a in rb["pending"])
         self._seq = rb["seq"]
         self._max = rb["max"]
         self._late = list(rb["late"])

@@ -30,34 +30,68 @@ import numpy as np
 from ..aggregations import Aggregation, as_float_array, get_aggregation
 from ..windows import CountWindow, TimeWindow, validate_window
 
-__all__ = ["WindowOperator", "SlicedAggregator", "SlideOneInsert", "as_timestamps", "validate_timestamps"]
+__all__ = ["WindowOperator", "SlicedAggregator", "SlideOneInsert", "as_timestamps", "no_timestamps",
+           "validate_timestamps"]
 
-STATE_VERSION = 1
+STATE_VERSION = 2  # 2: snapshots carry the aggregation's fingerprint
 
 
-def _check_timestamp(t: Any) -> int:
+def _check_timestamp(t: Any, window: TimeWindow) -> int:
+    """One timestamp for a time window: an integer in ``window.timestamp_range``."""
     if t is None:
         raise ValueError("timestamp is required for time windows (TimeWindow); pass insert(value, timestamp=...)")
     if isinstance(t, bool) or not isinstance(t, numbers.Integral):
         raise TypeError(f"timestamp must be an integer (e.g. epoch milliseconds), got {type(t).__name__} {t!r}")
-    return int(t)
+    t = int(t)
+    lo, hi = window.timestamp_range
+    if not lo <= t <= hi:
+        _out_of_range(t, window)
+    return t
 
 
-def as_timestamps(timestamps: Any, n: int) -> np.ndarray:
-    """Integer timestamps, one per value, in any order, as int64."""
+def _out_of_range(t: int, window: TimeWindow) -> None:
+    lo, hi = window.timestamp_range
+    raise ValueError(
+        f"timestamps must fit in int64 with the windows that hold them: {window!r} accepts timestamps in "
+        f"[{lo}, {hi}], got {t}"
+    )
+
+
+def no_timestamps(timestamps: Any, window: Any) -> None:
+    """Refuse timestamps given with a count window (which orders tuples by arrival)."""
+    if timestamps is not None:
+        raise ValueError(
+            f"timestamps apply to time windows (TimeWindow) only; {window!r} orders tuples by arrival: "
+            "drop timestamps=, or use a TimeWindow"
+        )
+
+
+def as_timestamps(timestamps: Any, n: int, window: TimeWindow) -> np.ndarray:
+    """Integer timestamps, one per value, in any order, as int64 (each in ``window.timestamp_range``)."""
     if timestamps is None:
         raise ValueError("timestamps are required for time windows (TimeWindow); pass insert_many(values, timestamps=...)")
     ts = np.asarray(timestamps)
     if ts.ndim != 1 or len(ts) != n:
         raise ValueError(f"timestamps must be one-dimensional with one timestamp per value ({n}), got shape {ts.shape}")
-    if n and ts.dtype.kind not in "iu":
+    if not n:
+        return np.zeros(0, dtype=np.int64)
+    if ts.dtype.kind == "O" and all(isinstance(t, numbers.Integral) and not isinstance(t, bool) for t in ts.tolist()):
+        big = max(ts.tolist(), key=abs)  # Python integers beyond int64
+        _out_of_range(int(big), window)
+    if ts.dtype.kind not in "iu":
         raise TypeError(f"timestamps must be integers (e.g. epoch milliseconds), got dtype {ts.dtype}")
+    lo, hi = window.timestamp_range
+    t_min, t_max = int(ts.min()), int(ts.max())  # Python integers: uint64 beyond int64 stays exact
+    if t_min < lo:
+        _out_of_range(t_min, window)
+    if t_max > hi:
+        _out_of_range(t_max, window)
     return ts.astype(np.int64, copy=False)
 
 
-def validate_timestamps(timestamps: Any, n: int, t_last: int | None) -> np.ndarray:
-    """Check a batch of timestamps: integers, one per value, non-decreasing and not before ``t_last``."""
-    ts = as_timestamps(timestamps, n)
+def validate_timestamps(timestamps: Any, n: int, t_last: int | None, window: TimeWindow) -> np.ndarray:
+    """Check a batch of timestamps: integers in range, one per value, non-decreasing and not before ``t_last``."""
+    ts = as_timestamps(timestamps, n, window)
     if n:
         bad = np.flatnonzero(ts[1:] < ts[:-1])
         if len(bad):
@@ -115,7 +149,7 @@ class WindowOperator:
             self._check_open()
         agg = self.agg
         if self._is_time:
-            t = _check_timestamp(timestamp)
+            t = _check_timestamp(timestamp, self.window)
             if self._t_last is not None and t < self._t_last:
                 raise ValueError(
                     f"timestamp {t} is before the last timestamp seen, {self._t_last}: time windows need "
@@ -123,6 +157,7 @@ class WindowOperator:
                 )
             p = agg.lift(value, t) if agg.positional else agg.lift(value)
             return self._step(p, t)
+        no_timestamps(timestamp, self.window)
         p = agg.lift(value, self._n) if agg.positional else agg.lift(value)
         return self._step(p, None)
 
@@ -138,7 +173,11 @@ class WindowOperator:
         if n is None:
             values = list(values)
             n = len(values)
-        ts = validate_timestamps(timestamps, n, self._t_last) if self._is_time else None
+        if self._is_time:
+            ts = validate_timestamps(timestamps, n, self._t_last, self.window)
+        else:
+            no_timestamps(timestamps, self.window)
+            ts = None
         parts = self._lift_all(values, ts)
         ends: list[int] = []
         results: list[Any] = []
@@ -192,6 +231,7 @@ class WindowOperator:
             "algorithm": self.name,
             "window": self.window,
             "aggregation": self.agg.name,
+            "aggregation_id": self.agg.fingerprint,  # restore refuses another aggregation of the same name
             # a copy: buffers the operator keeps mutating must not leak into the snapshot
             "state": copy.deepcopy(self._get_state()),
         }
@@ -208,6 +248,11 @@ class WindowOperator:
         for key, mine in (("algorithm", self.name), ("window", self.window), ("aggregation", self.agg.name)):
             if state.get(key) != mine:
                 raise ValueError(f"state was taken with {key} {state.get(key)!r}, this operator has {mine!r}")
+        if state.get("aggregation_id") != self.agg.fingerprint:
+            raise ValueError(
+                f"state was taken with another aggregation named {self.agg.name!r} (its lift, combine, lower, "
+                "identity or capabilities differ); restore it into an operator with the same aggregation"
+            )
         self._set_state(copy.deepcopy(state["state"]))
         return self
 
@@ -401,7 +446,7 @@ class SlideOneInsert:
     """
 
     def insert(self, value: Any, timestamp: int | None = None) -> list[tuple[int, Any]]:
-        if not self._fast or self._flushed or self._closed:
+        if not self._fast or self._flushed or self._closed or timestamp is not None:
             return super().insert(value, timestamp)
         # count window, slide 1: push, pop, query (the same steps as the slicing layer)
         self._push(value if self._passthrough and value.__class__ is float else self.agg.lift(value))

@@ -62,7 +62,7 @@ from typing import Any, Callable, Iterator
 import numpy as np
 
 from ..reorder import check_allowed_lateness
-from .base import WindowOperator, _check_timestamp, as_timestamps, sizeof, validate_timestamps
+from .base import WindowOperator, _check_timestamp, as_timestamps, no_timestamps, sizeof
 
 __all__ = ["FingerBTree", "FiBA"]
 
@@ -197,6 +197,20 @@ class FingerBTree:
 
         walk(self.root)
         return out
+
+    def state(self) -> dict[str, Any]:
+        """The tree as it is (nodes, partial aggregates, fingers), without ``combine``: a picklable
+        description from which :meth:`from_state` continues bit for bit. A tree rebuilt by
+        inserting the items again could have another shape, so another grouping of the combines."""
+        return {k: v for k, v in vars(self).items() if k != "_c"}
+
+    @classmethod
+    def from_state(cls, combine: Callable[[Any, Any], Any], state: dict[str, Any]) -> "FingerBTree":
+        """The tree a :meth:`state` describes (the caller passes a copy it may own)."""
+        tree = cls.__new__(cls)
+        vars(tree).update(state)
+        tree._c = combine
+        return tree
 
     def height(self) -> int:
         return self.root.level + 1
@@ -700,9 +714,10 @@ class FiBA(WindowOperator):
             self._check_open()
         agg = self.agg
         if not self._is_time:
+            no_timestamps(timestamp, self.window)
             p = agg.lift(value, self._n) if agg.positional else agg.lift(value)
             return self._step(p, None)
-        t = _check_timestamp(timestamp)
+        t = _check_timestamp(timestamp, self.window)
         mx = self._t_last
         if mx is not None and t < mx:
             if self._lateness is None:
@@ -725,7 +740,7 @@ class FiBA(WindowOperator):
         self._check_open()
         if not hasattr(values, "__len__"):
             values = list(values)
-        ts = as_timestamps(timestamps, len(values))
+        ts = as_timestamps(timestamps, len(values), self.window)
         parts = self._lift_all(values, ts)
         raw = values.tolist() if isinstance(values, np.ndarray) else values
         out: list[tuple[int, Any]] = []
@@ -830,7 +845,7 @@ class FiBA(WindowOperator):
 
     def _get_state(self) -> dict[str, Any]:
         st = super()._get_state()
-        st["items"] = self._tree.items()
+        st["tree"] = self._tree.state()
         st["late"] = list(self._late)
         st["allowed_lateness"] = self._lateness
         st["min_arity"] = self.min_arity
@@ -841,10 +856,8 @@ class FiBA(WindowOperator):
             raise ValueError(f"state was taken with allowed_lateness {st['allowed_lateness']}, "
                              f"this operator has {self._lateness}")
         super()._set_state(st)
-        tree = self._tree = FingerBTree(self.agg.combine, self.agg.identity, st["min_arity"])
+        self._tree = FingerBTree.from_state(self.agg.combine, st["tree"])
         self.min_arity = st["min_arity"]
-        for key, v in st["items"]:
-            tree.insert(key, v)
         self._late = list(st["late"])
 
     def stats(self) -> dict[str, Any]:

@@ -55,17 +55,18 @@ from typing import Any
 
 import numpy as np
 
-from ..aggregations import BUILTIN_AGGREGATIONS, Aggregation, Kernel, as_float_array
+from ..aggregations import BUILTIN_AGGREGATIONS, Aggregation, Kernel, as_float_array, quiet_non_finite
 from ..chunking import plan_chunk_size
 from ..batch import windows_with_ends
 from ..pool import WorkerPool, default_pool
-from .base import SlicedAggregator, sizeof, validate_timestamps
+from .base import SlicedAggregator, no_timestamps, sizeof, validate_timestamps
 
 __all__ = ["PBA", "SBA", "build_lcs"]
 
 log = logging.getLogger("pba_runtime")
 
 
+@quiet_non_finite
 def build_lcs(agg: Aggregation, saa: Any) -> Any:
     """The lcs of one chunk: ``lcs[j] = saa[j] (+) ... (+) saa[b-1]``.
 
@@ -171,11 +172,12 @@ class PBA(SlicedAggregator):
         self._deferred: tuple[np.ndarray, int, int] | None = None
 
     def insert(self, value: Any, timestamp: int | None = None) -> list[tuple[int, Any]]:
-        if self._lean:
+        if self._lean and timestamp is None:
             return self._lean_insert(value)
+        self._leave_lean()
         if self._deferred is not None:
             self._build_deferred()
-        if not self._fast or self._flushed or self._closed:
+        if not self._fast or self._flushed or self._closed or timestamp is not None:
             return super().insert(value, timestamp)
         if not self._direct and not self._width:
             self._enter_lean()
@@ -609,6 +611,7 @@ class PBA(SlicedAggregator):
         return array("d", np.ascontiguousarray(rows, dtype=np.float64).tobytes())
 
     # ------------------------------------------------------------------ batch path
+    @quiet_non_finite
     def insert_many(self, values, timestamps=None):
         self._leave_lean()
         kernel = self.agg.kernel
@@ -619,8 +622,9 @@ class PBA(SlicedAggregator):
             values = list(values)
         if self._is_time:
             vals = as_float_array(values, agg_name=self.agg.name)
-            ts = validate_timestamps(timestamps, len(vals), self._t_last)
+            ts = validate_timestamps(timestamps, len(vals), self._t_last, self.window)
             return self._insert_many_time(vals, ts)
+        no_timestamps(timestamps, self.window)
         vals = as_float_array(values, agg_name=self.agg.name)
         N = len(vals)
         if N == 0:
@@ -829,9 +833,12 @@ class PBA(SlicedAggregator):
 
     def _get_state(self) -> dict[str, Any]:
         self._leave_lean()
-        if self._deferred is not None:
-            self._build_deferred()
         st = super()._get_state()
+        if self._deferred is not None:  # after a batch: the slices as one array, as they are
+            X, f, g = self._deferred
+            st["deferred"] = (np.array(X), f, g)
+            st["chunks"], st["open"], st["chunk_size"] = {}, None, self._b
+            return st
         chunks = {}
         for c in list(self._chunks):
             rec = self._chunks[c]
@@ -846,6 +853,7 @@ class PBA(SlicedAggregator):
         st["chunk_size"] = self._b
         return st
 
+    @quiet_non_finite
     def flush(self):
         self._leave_lean()
         kernel = self.agg.kernel
@@ -866,6 +874,11 @@ class PBA(SlicedAggregator):
         super()._set_state(st)
         self._drop_all()
         self._deferred = None
+        if st.get("deferred") is not None:
+            X, f, g = st["deferred"]
+            self._reset_merger(f, g)
+            self._deferred = (X, f, g)
+            return
         if self._direct:
             self._chunks = {}
             for c, (saa, lcs, ca) in st["chunks"].items():
