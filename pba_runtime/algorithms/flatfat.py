@@ -244,6 +244,20 @@ class FlatFAT:
         new.combines += self.combines
         return new
 
+    def state(self) -> dict[str, Any]:
+        """Every node as it is (internal ones included): :meth:`from_state` continues bit for bit."""
+        return {"nodes": list(self._t), "combines": self.combines}
+
+    @classmethod
+    def from_state(cls, combine: Callable[[Any, Any], Any], state: dict[str, Any]) -> "FlatFAT":
+        """The FlatFAT a :meth:`state` describes, nothing recomputed (a rebuilt tree could group differently)."""
+        fat = cls.__new__(cls)
+        fat._combine = combine
+        fat._t = list(state["nodes"])
+        fat._cap = len(fat._t) // 2
+        fat.combines = state["combines"]
+        return fat
+
     def check(self) -> None:
         """Assert that every internal node is the combination of its children (tree consistency)."""
         t, c = self._t, self._combine
@@ -398,17 +412,18 @@ class FlatFATAggregator(SlicedAggregator):
 
     def _get_state(self) -> dict[str, Any]:
         st = super()._get_state()
-        st["flatfat"] = {"items": self._window_order(), "capacity": self._fat.capacity,
-                         "resizes": self._resizes, "compacts": self._compacts}
+        # the tree as it is, slots and internal nodes: a tree rebuilt from the items would
+        # group the combines differently and change float results after restore
+        st["flatfat"] = {"tree": self._fat.state(), "slot0": self._slot0, "span": self._span, "count": self._count,
+                         "dirty": list(self._dirty), "resizes": self._resizes, "compacts": self._compacts}
         return st
 
     def _set_state(self, st: dict[str, Any]) -> None:
         super()._set_state(st)
         d = st["flatfat"]
-        self._fat = FlatFAT(self._combine, d["items"], d["capacity"])
-        self._slot0 = 0
-        self._count = self._span = len(d["items"])
-        self._dirty = []
+        self._fat = FlatFAT.from_state(self._combine, d["tree"])
+        self._slot0, self._span, self._count = d["slot0"], d["span"], d["count"]
+        self._dirty = list(d["dirty"])
         self._resizes, self._compacts = d["resizes"], d["compacts"]
 
     def stats(self) -> dict[str, Any]:
