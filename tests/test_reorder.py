@@ -145,8 +145,14 @@ def spy(op):
 
 
 def buffer_state(op):
-    """Everything the reorder buffer holds (heap sorted), and its counters."""
-    st = op.snapshot()["reorder"]
+    """Everything the reorder buffer holds, and its counters. The waiting tuples in one sorted list
+    ``(timestamp, seq, partial)``, whichever form (heap of partials, arrays of values) holds them."""
+    st = dict(op.snapshot()["reorder"])
+    pt, ps, pv = st.pop("pending")
+    lift = op.agg.lift
+    lifted = [(t, q, lift(v, t) if op.agg.positional else lift(v)) for t, q, v in zip(pt.tolist(), ps.tolist(),
+                                                                                     pv.tolist())]
+    st["heap"] = sorted(st["heap"] + lifted)
     stats = op.stats()
     return st, stats["buffered"], stats["late"], stats["received"], op.watermark
 
