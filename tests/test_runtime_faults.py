@@ -1,0 +1,203 @@
+"""Faults killed for real: orphaned task slots and pool workers, a broken pool's semaphores (issue 15).
+
+Every test starts its processes in a session of their own and kills that
+whole session in ``finally``, so a failure cannot leave processes behind.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+pytestmark = pytest.mark.timeout(120)
+
+CLI = [sys.executable, "-m", "pba_runtime.cli", "--no-progress", "--quiet"]
+#: How long orphans may take to go (they go in well under a second; a loaded machine is slower).
+GONE_TIMEOUT = 20.0
+
+
+def session_pids(sid: int) -> set[int]:
+    """Live (not zombie) processes of session ``sid``."""
+    out = set()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        fields = stat.rsplit(")", 1)[1].split()
+        if fields[0] != "Z" and int(fields[3]) == sid:  # state, ppid, pgrp, session
+            out.add(int(entry))
+    return out
+
+
+def kill_session(sid: int) -> None:
+    for pid in session_pids(sid):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline") as f:
+            return f.read().replace("\0", " ")[:120]
+    except OSError:
+        return "?"
+
+
+def wait_session_gone(sid: int, what: str) -> None:
+    deadline = time.monotonic() + GONE_TIMEOUT
+    while session_pids(sid):
+        if time.monotonic() > deadline:
+            left = {pid: _cmdline(pid) for pid in session_pids(sid)}
+            pytest.fail(f"{what}: still alive {GONE_TIMEOUT} s after the kill: {left}")
+        time.sleep(0.05)
+
+
+def segments_of(pids: set[int]) -> list[str]:
+    """Shared-memory blocks created by any of ``pids`` (named ``pba_<pid>_...``)."""
+    return [n for n in os.listdir("/dev/shm") if n.startswith("pba_") and n.split("_")[1].isdigit()
+            and int(n.split("_")[1]) in pids]
+
+
+def wait_until(cond, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+# ----------------------------------------------------------------------------- item 10: pba-run's task slots
+def test_task_slots_exit_when_the_coordinator_is_killed_mid_stream(tmp_path):
+    """kill -9 of the coordinator while it streams: every slot (even one blocked in read() of a half-written
+    batch), the forkserver and the resource tracker are gone soon after; no pba_* block is left."""
+    out = tmp_path / "out.csv"
+    proc = subprocess.Popen(CLI + ["--tuples", "0", "-p", "2", "--sink", f"csv:{out}"], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+    sid = proc.pid
+    try:
+        # mid-stream: the slots have written results for a while (batches are in flight on every queue)
+        wait_until(lambda: proc.poll() is not None or (out.exists() and out.stat().st_size > 2_000_000), 60,
+                   "the job to stream")
+        assert proc.poll() is None, "the endless job ended by itself"
+        pids = session_pids(sid)
+        assert len(pids) >= 4  # coordinator, forkserver, resource tracker, slots
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+        wait_session_gone(sid, "processes of the killed job")
+        assert segments_of(pids) == []
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        kill_session(sid)
+
+
+# ----------------------------------------------------------------------------- item 11: process pools
+ORPHAN_POOL = textwrap.dedent("""
+    import numpy as np
+    import pba_runtime as pr
+
+    if __name__ == "__main__":
+        pool = pr.WorkerPool(kind="process", workers=2, task_timeout=60)
+        assert pool.ready(60)
+        ops = [pr.create("pba", pr.CountWindow(range=4096, slide=1), "max", pool=pool) for _ in range(3)]
+        x = np.random.default_rng(0).uniform(size=2000)
+        for op in ops:
+            for v in x:
+                op.insert(v)
+        print("ready", flush=True)
+        while True:  # mid-stream, tasks in flight
+            for op in ops:
+                for v in x:
+                    op.insert(v)
+""")
+
+
+def test_pool_workers_exit_and_blocks_are_reclaimed_when_the_parent_is_killed(tmp_path):
+    script = tmp_path / "orphan_pool.py"
+    script.write_text(ORPHAN_POOL)
+    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                            start_new_session=True, text=True)
+    sid = proc.pid
+    pids = {sid}
+    try:
+        assert proc.stdout.readline() == "ready\n"
+        pids = session_pids(sid)
+        assert len(segments_of({proc.pid})) >= 3  # one chunk store per operator
+        assert len(pids) >= 4  # parent, resource tracker, 2 workers
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+        wait_session_gone(sid, "workers of the killed pool's parent")
+        # the resource tracker unlinks the dead parent's blocks once the last worker has let go of it
+        wait_until(lambda: not segments_of(pids), GONE_TIMEOUT, "the dead parent's blocks to be unlinked")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        proc.stdout.close()
+        kill_session(sid)
+        for name in segments_of(pids):  # a failed run killed the resource tracker too: tidy up
+            os.unlink(os.path.join("/dev/shm", name))
+
+
+BROKEN_POOL = textwrap.dedent("""
+    import os, signal, time
+    from concurrent.futures.process import BrokenProcessPool
+    import pba_runtime as pr
+
+    def names(ex):
+        return [getattr(q, a)._semlock.name for q, attrs in ((ex._call_queue, ("_rlock", "_wlock", "_sem")),
+                                                              (ex._result_queue, ("_rlock", "_wlock")))
+                for a in attrs]
+
+    def exists(name):
+        return os.path.exists("/dev/shm/sem." + name.lstrip("/"))
+
+    if __name__ == "__main__":
+        with pr.WorkerPool(kind="process", workers=1, task_timeout=60) as pool:
+            assert pool.ready(60)
+            broken = pool._executor  # kept alive, as a stuck manager thread or a traceback would
+            sems = names(broken)
+            assert all(map(exists, sems)), sems
+            fut = pool.submit(time.sleep, 60)
+            os.kill(pool.pids()[0], signal.SIGKILL)  # mid-task
+            assert isinstance(fut.exception(timeout=60), BrokenProcessPool)
+            assert pool.recover(fut, "test")
+            print("left", [n for n in sems if exists(n)], flush=True)
+            assert pool.submit(sum, [1, 2]).result(timeout=60) == 3
+            again = names(pool._executor)
+        print("closed", [n for n in again if exists(n)], flush=True)
+        del broken
+""")
+
+
+def test_a_restart_releases_the_broken_executors_semaphores(tmp_path):
+    """SIGKILL of a worker mid-task: the restart unlinks the old executor's sem.mp-* at once (not at exit),
+    and the resource tracker prints no KeyError or leak warning at exit."""
+    script = tmp_path / "broken_pool.py"
+    script.write_text(BROKEN_POOL)
+    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            start_new_session=True, text=True)
+    try:
+        out, err = proc.communicate(timeout=100)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+        kill_session(proc.pid)
+    assert proc.returncode == 0, err
+    assert "left []" in out, out
+    assert "closed []" in out, out
+    assert "KeyError" not in err and "leaked" not in err, err
