@@ -201,3 +201,95 @@ def test_a_restart_releases_the_broken_executors_semaphores(tmp_path):
     assert "left []" in out, out
     assert "closed []" in out, out
     assert "KeyError" not in err and "leaked" not in err, err
+
+
+# ----------------------------------------------------------------------------- item 13: full devices, checkpoints
+needs_dev_full = pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+
+
+def _run_cli(args: list[str], stdout=subprocess.PIPE, quiet: bool = True) -> subprocess.CompletedProcess:
+    cli = CLI if quiet else [c for c in CLI if c != "--quiet"]
+    return subprocess.run(cli + args, stdout=stdout, stderr=subprocess.PIPE, text=True, timeout=100, check=False)
+
+
+@needs_dev_full
+@pytest.mark.parametrize("args, to_full_stdout", [
+    (["--source", "debs14", "--tuples", "20000", "--sink", "csv:/dev/full"], False),  # the header fails
+    (["--source", "debs14", "--tuples", "200000", "--sink", "jsonl:/dev/full"], False),  # a later write fails
+    (["--source", "debs14", "--tuples", "200000", "--sink", "jsonl:-"], True),
+    (["--source", "debs14", "--tuples", "20000", "--sink", "csv:-"], True),
+], ids=["csv-file", "jsonl-file", "jsonl-stdout", "csv-stdout"])
+def test_a_sink_on_a_full_device_is_one_line(args, to_full_stdout):
+    with open("/dev/full", "wb") as full:
+        proc = _run_cli(args, stdout=full if to_full_stdout else subprocess.PIPE)
+    assert proc.returncode == 1
+    where = "stdout" if to_full_stdout else "/dev/full"
+    assert proc.stderr.endswith(f"pba-run: failed: cannot write the output {where}: No space left on device\n"), \
+        proc.stderr
+    assert "Traceback" not in proc.stderr and "Exception ignored" not in proc.stderr
+
+
+@needs_dev_full
+def test_the_summary_to_a_full_stdout_is_one_line():
+    with open("/dev/full", "wb") as full:
+        proc = _run_cli(["--source", "debs14", "--tuples", "2000", "--range", "10"], stdout=full, quiet=False)
+    assert proc.returncode == 1
+    assert proc.stderr == "pba-run: failed: cannot write to stdout: No space left on device\n", proc.stderr
+
+
+def _unwritable_dir(tmp_path) -> str:
+    """A directory this process cannot create files in (root ignores permissions: use /proc then)."""
+    if os.geteuid() == 0:
+        return "/proc"
+    d = tmp_path / "ro"
+    d.mkdir()
+    d.chmod(0o500)
+    return str(d)
+
+
+@pytest.mark.parametrize("kind", ["unwritable", "under-a-file"])
+def test_an_unwritable_checkpoint_directory_is_reported_up_front(tmp_path, kind):
+    if kind == "unwritable":
+        ck, message = _unwritable_dir(tmp_path), "cannot write checkpoints into"
+    else:
+        (tmp_path / "file").write_text("")
+        ck, message = str(tmp_path / "file" / "ck"), "cannot create the checkpoint directory"
+    out = tmp_path / "out.csv"
+    proc = _run_cli(["--source", "debs14", "--tuples", "20000", "--sink", f"csv:{out}", "--checkpoint-dir", ck,
+                     "--checkpoint-every", "1000"])
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.startswith(f"pba-run: error: {message} {ck}: ") and proc.stderr.count("\n") == 1, proc.stderr
+    assert proc.stdout == "" and not out.exists()  # before any work: no banner, no sink
+    if kind == "unwritable" and ck != "/proc":
+        assert os.listdir(ck) == []  # no .checkpoint.pkl.<pid>.tmp left
+
+
+def test_stale_checkpoint_temporaries_are_removed_on_start_and_resume(tmp_path):
+    """What a kill during a checkpoint write leaves (the temporary of a dead pid) is removed."""
+    from pba_runtime.runtime.checkpoint import load_checkpoint
+
+    ck = tmp_path / "ck"
+    ck.mkdir()
+    stale = ck / ".checkpoint.pkl.999999.tmp"
+    stale.write_bytes(b"half a pickle")
+    data = tmp_path / "in.csv"
+    data.write_text("key,value\n" + "".join(f"k{i % 3},{i}\n" for i in range(200)) + "k0,oops\n")
+    args = ["--source", f"csv:{data}", "--range", "4", "--sink", f"csv:{tmp_path / 'out.csv'}",
+            "--checkpoint-dir", str(ck), "--checkpoint-every", "50", "--batch-size", "20", "-p", "1"]
+    proc = _run_cli(args)
+    assert proc.returncode == 2 and "line 202" in proc.stderr, proc.stderr
+    assert not stale.exists() and load_checkpoint(str(ck))["id"] >= 1
+    assert [n for n in os.listdir(ck) if n.endswith(".tmp")] == []
+    stale.write_bytes(b"half a pickle")
+    data.write_text("key,value\n" + "".join(f"k{i % 3},{i}\n" for i in range(201)))
+    proc = _run_cli(args + ["--resume"])
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(os.listdir(ck)) == ["checkpoint.pkl"]
+
+
+def test_a_failed_checkpoint_write_leaves_no_temporary(tmp_path):
+    from pba_runtime.runtime.checkpoint import write_checkpoint
+
+    with pytest.raises(Exception, match="pickle"):
+        write_checkpoint(str(tmp_path), {"state": lambda: 0})  # fails half-way through the write
+    assert os.listdir(tmp_path) == []
