@@ -311,6 +311,14 @@ def _setup_logging(level: str) -> None:
         logger.propagate = False
 
 
+def _drop_stdout() -> None:
+    """Point stdout at /dev/null, so that the interpreter's last flush of unwritable output is silent."""
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``pba-run`` with ``argv`` (default ``sys.argv[1:]``); returns the exit code."""
     old_term = None
@@ -334,11 +342,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                   rate=args.rate, progress=progress, metrics_interval=args.metrics_interval,
                   profile_dir=args.profile)
         out = sys.stderr if job.sink_path == "-" else sys.stdout
-        if not args.quiet:
-            print(_describe(job), file=out, flush=True)
+        banner = None if args.quiet else (lambda: print(_describe(job), file=out, flush=True))
         if threading.current_thread() is threading.main_thread():
             old_term = signal.signal(signal.SIGTERM, _on_sigterm)
-        summary = job.run(resume=args.resume)
+        summary = job.run(resume=args.resume, on_start=banner)  # the banner once the source has started well
         if summary.get("already_finished"):
             t = summary["total"]
             print(f"{PROG}: the job in {args.checkpoint_dir} already finished ({t['tuples']:,} tuples, "
@@ -357,6 +364,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except JobError as exc:
         print(f"{PROG}: failed: {exc}", file=sys.stderr)
+        if "output stdout" in str(exc):
+            _drop_stdout()
         return 1
     except (KeyboardInterrupt, _Terminated) as exc:
         sig = "interrupted" if isinstance(exc, KeyboardInterrupt) else "terminated"
@@ -364,11 +373,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{PROG}: {sig}{hint}", file=sys.stderr)
         return 130 if isinstance(exc, KeyboardInterrupt) else 143
     except BrokenPipeError:  # the reader of stdout went away (| head): not an error
-        try:
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        except (OSError, ValueError):
-            pass
+        _drop_stdout()
         return 0
+    except OSError as exc:  # printing the banner or the summary (a full device)
+        print(f"{PROG}: failed: cannot write to stdout: {exc.strerror or exc}", file=sys.stderr)
+        _drop_stdout()
+        return 1
     finally:
         if old_term is not None:
             signal.signal(signal.SIGTERM, old_term)

@@ -56,7 +56,7 @@ from typing import Any, Callable
 
 from . import logs
 
-__all__ = ["WorkerPool", "default_pool", "DEFAULT_TASK_TIMEOUT", "START_METHODS"]
+__all__ = ["WorkerPool", "default_pool", "exit_with_parent", "DEFAULT_TASK_TIMEOUT", "START_METHODS"]
 
 POOL_KINDS = ("thread", "process")
 START_METHODS = ("spawn", "forkserver")
@@ -82,12 +82,55 @@ log = logging.getLogger("pba_runtime")
 _UNSET: Any = object()
 
 
+#: Exit status of a process that ended because its parent died (:func:`exit_with_parent`).
+ORPHAN_EXIT_CODE = 3
+
+
+def exit_with_parent(code: int = ORPHAN_EXIT_CODE) -> threading.Thread | None:
+    """End this process as soon as its :mod:`multiprocessing` parent dies, whatever its threads are doing.
+
+    A daemon thread waits on the parent's sentinel (a pipe the parent holds
+    open; it reads end-of-file when the parent is gone, even after
+    ``kill -9``) and then calls ``os._exit(code)``. A check between blocking
+    calls is not enough: a child can be blocked for good in ``read()`` of a
+    message its parent was killed while writing. ``prctl(PR_SET_PDEATHSIG)``
+    is no substitute either: under ``forkserver`` the parent is the fork
+    server, not the process that started the child, and it fires when the
+    *thread* that started the child ends.
+
+    Returns the thread, or ``None`` in a process that has no
+    :mod:`multiprocessing` parent (nothing to watch).
+
+    Parameters
+    ----------
+    code : int
+        Exit status when the parent is gone.
+    """
+    parent = multiprocessing.parent_process()
+    if parent is None:
+        return None
+
+    def watch() -> None:
+        parent.join()
+        os._exit(code)
+
+    thread = threading.Thread(target=watch, name="pba-parent-watch", daemon=True)
+    thread.start()
+    return thread
+
+
 def _worker_init(log_cfg: tuple | None) -> None:
-    """Initializer of every worker process: logging as in the main process; Ctrl-C is the parent's business."""
+    """Initializer of every worker process.
+
+    Logging as in the main process; Ctrl-C is the parent's business; the worker
+    exits when its parent dies (its blocks are then reclaimed by the resource
+    tracker, which outlives the last worker holding its pipe).
+    """
     try:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
     except (ValueError, OSError):  # pragma: no cover
         pass
+    exit_with_parent()
     logs.apply_config(log_cfg)
     log.debug("worker pid %d started (parent %d)", os.getpid(), os.getppid())
 
@@ -370,6 +413,7 @@ class WorkerPool:
         by ``shutdown`` is not notified, and ``wait()`` on it would block.
         """
         procs = cls._procs(ex) if procs is None else procs
+        locks = _semaphores(ex)  # before shutdown() drops the executor's queues
         for p in procs:
             try:
                 p.kill()
@@ -381,6 +425,7 @@ class WorkerPool:
             ex.shutdown(wait=False)
         except Exception:  # pragma: no cover
             pass
+        _release_semaphores(locks)
 
     def pids(self) -> list[int]:
         """Process ids of the current workers (process pools; ``[]`` for threads)."""
@@ -456,6 +501,48 @@ class WorkerPool:
         state = "closed" if self._closed else "open"
         extra = f", start_method={self.start_method!r}" if self.kind == "process" else ""
         return f"WorkerPool(kind={self.kind!r}, workers={self.workers}{extra}, {state})"
+
+
+def _semaphores(ex: ProcessPoolExecutor) -> list:
+    """The :mod:`multiprocessing` locks and semaphores of an executor's queues (named ``/dev/shm/sem.mp-*``)."""
+    locks = []
+    for q in (getattr(ex, "_call_queue", None), getattr(ex, "_result_queue", None)):
+        for attr in ("_rlock", "_wlock", "_sem"):
+            lock = getattr(q, attr, None)
+            if lock is not None and hasattr(lock, "_semlock"):
+                locks.append(lock)
+    return locks
+
+
+def _release_semaphores(locks: list) -> int:
+    """Unlink the names of an executor's semaphores (:func:`_semaphores`) once its workers are gone.
+
+    Each :mod:`multiprocessing` lock or semaphore unlinks its name when the
+    object is collected, or at interpreter exit. A broken executor can stay
+    referenced long after its restart (its manager thread, a traceback), so its
+    names would stay until exit, where a late unregister could also reach a
+    resource tracker that no longer knows them (``KeyError`` tracebacks).
+    Running each lock's own finalizer now unlinks and unregisters it exactly
+    once (a finalizer runs at most once); a process that still holds the
+    semaphore keeps using it, as with an unlinked file. Returns how many were
+    released.
+    """
+    from multiprocessing import util
+
+    if not locks:
+        return 0
+    done = 0
+    registry = getattr(util, "_finalizer_registry", {})
+    for fin in list(registry.values()):
+        ref = getattr(fin, "_weakref", None)
+        obj = ref() if ref is not None else None
+        if obj is not None and any(obj is lock for lock in locks):
+            try:
+                fin()
+                done += 1
+            except OSError:  # pragma: no cover - already unlinked
+                pass
+    return done
 
 
 _live_pools: weakref.WeakSet = weakref.WeakSet()

@@ -291,10 +291,16 @@ def test_a_fresh_start_drops_the_previous_checkpoint(tmp_path):
     Job(CsvSource(str(data), ts_col=None), pr.CountWindow(range=2, slide=1), "max", "sba", parallelism=1,
         sink=f"csv:{tmp_path / 'o.csv'}", checkpoint_dir=ck, checkpoint_every=10, batch_size=10).run()
     assert load_checkpoint(ck)["finished"]
+    before = (tmp_path / "o.csv").read_bytes()
     data.write_text("key,value\na,oops\n")
-    with pytest.raises(UserError, match="oops"):  # fails before its first checkpoint
+    with pytest.raises(UserError, match="oops"):  # fails in its first batch: before the sink is opened
         Job(CsvSource(str(data), ts_col=None), pr.CountWindow(range=2, slide=1), "max", "sba", parallelism=1,
             sink=f"csv:{tmp_path / 'o.csv'}", checkpoint_dir=ck, checkpoint_every=10, batch_size=10).run()
+    assert load_checkpoint(ck)["finished"] and (tmp_path / "o.csv").read_bytes() == before  # both untouched
+    data.write_text("key,value\n" + "a,1\n" * 3 + "a,oops\n")
+    with pytest.raises(UserError, match="oops"):  # fails in its second batch, before its first checkpoint
+        Job(CsvSource(str(data), ts_col=None), pr.CountWindow(range=2, slide=1), "max", "sba", parallelism=1,
+            sink=f"csv:{tmp_path / 'o.csv'}", checkpoint_dir=ck, checkpoint_every=10, batch_size=2).run()
     assert load_checkpoint(ck) is None  # so --resume cannot pair the old state with the rewritten sink
 
 

@@ -15,6 +15,10 @@ The runtime takes *aligned* checkpoints, as Flink does:
    records their byte lengths in the checkpoint with ``X`` and all key states.
 4. The checkpoint is written to a temporary file, fsynced, and renamed over
    ``checkpoint.pkl`` (``os.replace`` is atomic), then the directory is fsynced.
+   A write that fails removes its temporary file; one that a kill cut short
+   leaves it, and the next start or resume removes it
+   (:func:`prepare_checkpoint_dir`, which also checks up front, before any
+   work, that the directory can be written).
 
 **Exactly-once output by truncation.** A resumed job truncates the sink (and
 the late side output) back to the recorded lengths before it appends, then
@@ -50,32 +54,110 @@ import pickle
 from collections import deque
 from typing import Any, Callable
 
-from .errors import UserError
+from .errors import JobError, UserError
 
 __all__ = ["CHECKPOINT_FILE", "CheckpointPolicy", "BarrierAligner", "write_checkpoint", "load_checkpoint",
-           "fingerprint"]
+           "fingerprint", "prepare_checkpoint_dir"]
 
 CHECKPOINT_FILE = "checkpoint.pkl"
 FORMAT_VERSION = 1
 
 
-def write_checkpoint(directory: str, data: dict[str, Any]) -> str:
-    """Write ``data`` as ``directory/checkpoint.pkl`` atomically (temp file + fsync + rename + fsync dir)."""
-    os.makedirs(directory, exist_ok=True)
-    path = os.path.join(directory, CHECKPOINT_FILE)
-    tmp = os.path.join(directory, f".{CHECKPOINT_FILE}.{os.getpid()}.tmp")
-    payload = dict(data, format_version=FORMAT_VERSION)
-    with open(tmp, "wb") as f:
-        pickle.dump(payload, f, protocol=pickle.HIGHEST_PROTOCOL)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+_TMP_PREFIX = f".{CHECKPOINT_FILE}."
+_TMP_SUFFIX = ".tmp"
+
+
+def _tmp_path(directory: str) -> str:
+    return os.path.join(directory, f"{_TMP_PREFIX}{os.getpid()}{_TMP_SUFFIX}")
+
+
+def _fsync_dir(directory: str) -> None:
     dfd = os.open(directory, os.O_RDONLY)
     try:
         os.fsync(dfd)
     finally:
         os.close(dfd)
+
+
+def write_checkpoint(directory: str, data: dict[str, Any]) -> str:
+    """Write ``data`` as ``directory/checkpoint.pkl`` atomically (temp file + fsync + rename + fsync dir).
+
+    A failure removes the temporary file and raises :class:`JobError` (an
+    ``OSError`` says the checkpoint directory cannot be written).
+    """
+    path = os.path.join(directory, CHECKPOINT_FILE)
+    tmp = _tmp_path(directory)
+    payload = dict(data, format_version=FORMAT_VERSION)
+    try:
+        os.makedirs(directory, exist_ok=True)
+        with open(tmp, "wb") as f:
+            pickle.dump(payload, f, protocol=pickle.HIGHEST_PROTOCOL)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+        _fsync_dir(directory)
+    except BaseException as exc:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        if isinstance(exc, OSError):
+            raise JobError(f"cannot write a checkpoint into {directory}: {exc.strerror or exc}") from None
+        raise
     return path
+
+
+def prepare_checkpoint_dir(directory: str) -> list[str]:
+    """Before a job starts: create ``directory``, remove stale temporary files, check it can be written.
+
+    Temporary files (``.checkpoint.pkl.<pid>.tmp``) are what a process killed
+    while writing a checkpoint leaves behind; a directory is used by one job
+    at a time, so every one is stale when a job starts. Raises
+    :class:`UserError` if the directory cannot be created or written (a file
+    is created, fsynced and removed), so that this is known before any work
+    is done, not at the first checkpoint. Returns the removed files.
+
+    Examples
+    --------
+    >>> import tempfile, shutil
+    >>> d = tempfile.mkdtemp()
+    >>> _ = open(os.path.join(d, ".checkpoint.pkl.999999.tmp"), "wb")
+    >>> [os.path.basename(p) for p in prepare_checkpoint_dir(d)], os.listdir(d)
+    (['.checkpoint.pkl.999999.tmp'], [])
+    >>> shutil.rmtree(d)
+    """
+    try:
+        os.makedirs(directory, exist_ok=True)
+    except OSError as exc:
+        raise UserError(f"cannot create the checkpoint directory {directory}: {exc.strerror or exc}") from None
+    removed = []
+    try:
+        names = os.listdir(directory)
+    except OSError as exc:
+        raise UserError(f"cannot read the checkpoint directory {directory}: {exc.strerror or exc}") from None
+    for name in names:
+        if name.startswith(_TMP_PREFIX) and name.endswith(_TMP_SUFFIX):
+            path = os.path.join(directory, name)
+            try:
+                os.unlink(path)
+                removed.append(path)
+            except FileNotFoundError:
+                pass
+            except OSError as exc:
+                raise UserError(f"cannot remove the stale checkpoint file {path}: {exc.strerror or exc}") from None
+    tmp = _tmp_path(directory)
+    try:
+        try:
+            with open(tmp, "wb") as f:
+                f.write(b"probe")
+                f.flush()
+                os.fsync(f.fileno())
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+    except OSError as exc:
+        raise UserError(f"cannot write checkpoints into {directory}: {exc.strerror or exc}") from None
+    return removed
 
 
 def load_checkpoint(directory: str) -> dict[str, Any] | None:

@@ -27,6 +27,7 @@ Examples
 
 from __future__ import annotations
 
+import itertools
 import logging
 import math
 import multiprocessing
@@ -37,18 +38,30 @@ import signal
 import sys
 import threading
 import time
-from typing import Any, TextIO
-
-import numpy as np
+from typing import Any, Callable, Iterator, TextIO
 
 import pba_runtime as pr
 
 from .. import logs
-from .checkpoint import CHECKPOINT_FILE, BarrierAligner, CheckpointPolicy, fingerprint, load_checkpoint, write_checkpoint
+from .checkpoint import (
+    CHECKPOINT_FILE,
+    BarrierAligner,
+    CheckpointPolicy,
+    fingerprint,
+    load_checkpoint,
+    prepare_checkpoint_dir,
+    write_checkpoint,
+)
 from .errors import JobError, UserError
 from .metrics import JobMetrics, PhaseClock
-from .partitioning import slot_of, split_by_slot
-from .sinks import LATE_COLUMNS, RESULT_COLUMNS, FileSink, late_path_for, parse_sink_spec
+from .partitioning import key_array, slot_of, split_by_slot
+from .sinks import (
+    LATE_COLUMNS,
+    RESULT_COLUMNS,
+    FileSink,
+    late_path_for,
+    parse_sink_spec,
+)
 from .slot import POLL, SlotSpec, make_operator, slot_main
 from .sources import DEFAULT_BATCH_SIZE, Source
 
@@ -214,8 +227,13 @@ class Job:
                         late_format=self.late_format, profile_path=profile, log_config=logs.current_config())
 
     # ------------------------------------------------------------------ run
-    def run(self, resume: bool = False) -> dict[str, Any]:
+    def run(self, resume: bool = False, on_start: Callable[[], None] | None = None) -> dict[str, Any]:
         """Run to the end of the source (or until interrupted); returns the metrics summary.
+
+        Before any output is written or any process started, the job checks
+        that the checkpoint directory can be written (and removes temporary
+        files a killed run left there) and reads the source's first batch, so
+        a bad checkpoint directory or a bad start of the input fails first.
 
         Parameters
         ----------
@@ -223,8 +241,11 @@ class Job:
             Continue from the checkpoint in ``checkpoint_dir``: restore every
             key's state, truncate the sink and late output to what the
             checkpoint had written, and read the source from its position.
+        on_start : callable, optional
+            Called once those checks passed, before the sink is opened (the
+            CLI prints its banner there).
         """
-        return _Run(self).execute(resume)
+        return _Run(self).execute(resume, on_start)
 
 
 class _Run:
@@ -294,7 +315,7 @@ class _Run:
             saved.update(pickle.loads(blob))
         if saved:
             keys = list(saved)
-            owners = slot_of(np.array(keys), P).tolist()  # re-partition: the parallelism may have changed
+            owners = slot_of(key_array(keys), P).tolist()  # re-partition: the parallelism may have changed
             for k, s in zip(keys, owners):
                 states[s][k] = saved[k]
         ctx = job._ctx
@@ -430,7 +451,7 @@ class _Run:
             except queue.Full:
                 continue
 
-    def _source_loop(self, start: Any) -> None:
+    def _source_loop(self, start: Any, batches: Iterator[Any]) -> None:
         job, m = self.job, self.metrics
         P = job.parallelism
         policy = None
@@ -442,7 +463,7 @@ class _Run:
         self.end_position = start
         clock = self.clock
         clock.mark()
-        for batch in src.batches(start, job.batch_size):
+        for batch in batches:
             clock.lap("source")
             n = len(batch)
             if n:
@@ -482,7 +503,7 @@ class _Run:
                 raise self.failure
             clock.mark()
 
-    def execute(self, resume: bool) -> dict[str, Any]:
+    def execute(self, resume: bool, on_start: Callable[[], None] | None = None) -> dict[str, Any]:
         job = self.job
         ckpt = self._load(resume)
         if ckpt is not None and ckpt.get("finished"):
@@ -490,17 +511,29 @@ class _Run:
             self.metrics.restored.update(ckpt["counters"])
             self.metrics.finish()
             return dict(self.metrics.summary(), already_finished=True)
+        start = None if ckpt is None else ckpt["position"]
+        try:  # before any output, process or work: the checkpoint directory, then the source's first batch
+            if job.checkpoint_dir is not None:
+                for path in prepare_checkpoint_dir(job.checkpoint_dir):
+                    log.info("removed %s (left by a run killed while writing a checkpoint)", path)
+            batches: Iterator[Any] = job.source.batches(start, job.batch_size)
+            first = next(batches, None)
+            if on_start is not None:
+                on_start()
+        except BaseException:
+            job.source.close()
+            raise
+        if first is not None:
+            batches = itertools.chain([first], batches)
         if ckpt is not None:
             self.metrics.restored.update(ckpt["counters"])
             self.checkpoint_id = ckpt["id"]
-        start = None if ckpt is None else ckpt["position"]
         if ckpt is None and job.checkpoint_dir is not None:
             # A fresh start rewrites the sink: an older checkpoint no longer matches it.
             stale = os.path.join(job.checkpoint_dir, CHECKPOINT_FILE)
             if os.path.exists(stale):
                 log.info("fresh start: removing the previous checkpoint %s", stale)
                 os.unlink(stale)
-        self._open_sinks(ckpt)
         profiler = None
         if job.profile_dir:
             import cProfile
@@ -509,7 +542,9 @@ class _Run:
             profiler = cProfile.Profile()
         old_usr1 = _install_sigusr1(self.report_now)
         sink_thread = None
+        close_error = None
         try:
+            self._open_sinks(ckpt)
             if job.progress and job.source.total is not None:
                 from tqdm import tqdm
 
@@ -524,8 +559,10 @@ class _Run:
             if profiler is not None:
                 profiler.enable()
             self.clock = PhaseClock()
+            if first is not None:
+                first.arrival = time.monotonic()  # read before the slots started: latency counts from now
             try:
-                self._source_loop(start)
+                self._source_loop(start, batches)
             finally:
                 self.metrics.coordinator = self.clock.report()
             for i in range(job.parallelism):
@@ -560,9 +597,14 @@ class _Run:
                 self.bar.close()
             for s in (self.sink, self.late_sink):
                 if s is not None:
-                    s.close()
+                    try:
+                        s.close()
+                    except JobError as exc:  # a full device at the last flush; an earlier failure comes first
+                        close_error = close_error or exc
             job.source.close()
             self._close_queues()
+        if close_error is not None:
+            raise close_error
         return self.metrics.summary()
 
     def _abort(self) -> None:

@@ -256,8 +256,9 @@ class JobMetrics:
         lat = self.latency
         return (f"[{el:6.1f}s] {format_count(self.tuples)} tuples ({format_count(self.tuples / max(el, 1e-9))}/s), "
                 f"{format_count(self.windows)} windows, {self.late} late, "
-                f"latency p50 {lat.percentile(50) * 1000:.1f} ms p99 {lat.percentile(99) * 1000:.1f} ms, "
-                f"lcs stalls {int(self._slot_sum('stalls'))}, checkpoints {self.checkpoints}")
+                + (f"latency p50 {lat.percentile(50) * 1000:.1f} ms p99 {lat.percentile(99) * 1000:.1f} ms, "
+                   if lat.count else "latency - (no windows yet), ")
+                + f"lcs stalls {int(self._slot_sum('stalls'))}, checkpoints {self.checkpoints}")
 
     def text(self) -> str:
         """The end-of-job summary, for people."""
@@ -269,8 +270,9 @@ class JobMetrics:
             f"(parallelism {self.parallelism})",
             f"windows      {s['windows']:,} emitted",
             f"late tuples  {s['late']:,}",
-            f"latency      p50 {lat['p50']:.2f} ms, p90 {lat['p90']:.2f} ms, p99 {lat['p99']:.2f} ms, "
-            f"max {lat['max']:.2f} ms (arrival of the completing tuple -> result at the sink)",
+            (f"latency      p50 {lat['p50']:.2f} ms, p90 {lat['p90']:.2f} ms, p99 {lat['p99']:.2f} ms, "
+             f"max {lat['max']:.2f} ms (arrival of the completing tuple -> result at the sink)"
+             if self.latency.count else "latency      - (no windows)"),
             f"lcs          {s['lcs_tasks']:,} tasks, {s['lcs_stalls']:,} stalls ({s['lcs_stall_s'] * 1000:.1f} ms waited)",
             f"keys         {s['keys']:,} ({algs})",
         ]

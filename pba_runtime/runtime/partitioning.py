@@ -5,7 +5,10 @@ lands on the same slot in every run, every process and after a ``--resume``
 (Python's built-in ``hash()`` of a ``str`` is salted per process and would not do):
 
 * integer keys: the splitmix64 finaliser of the 64-bit value;
-* string keys: CRC-32 of the UTF-8 bytes.
+* string keys: CRC-32 of the UTF-8 bytes. String keys may come as ``str_``
+  arrays or as ``object`` arrays of ``str`` (what the text sources use: a
+  ``str_`` array drops trailing NUL characters, so ``"a\\x00"`` would become
+  ``"a"``); both hash alike.
 
 Within one batch a slot then groups tuples by key with a *stable* sort, so
 each key sees its tuples in arrival order (per-key order is kept end to end).
@@ -29,7 +32,7 @@ from typing import Any, Iterator
 
 import numpy as np
 
-__all__ = ["stable_hash", "slot_of", "split_by_slot", "group_by_key", "key_to_python"]
+__all__ = ["stable_hash", "slot_of", "split_by_slot", "group_by_key", "key_to_python", "key_array"]
 
 _M1 = np.uint64(0xBF58476D1CE4E5B9)
 _M2 = np.uint64(0x94D049BB133111EB)
@@ -52,7 +55,8 @@ def stable_hash(keys: np.ndarray) -> np.ndarray:
     Parameters
     ----------
     keys : numpy.ndarray
-        Integer (any width) or string (``str_``) keys, one-dimensional.
+        Integer (any width) or string (``str_``, or ``object`` holding ``str``)
+        keys, one-dimensional.
 
     Returns
     -------
@@ -69,7 +73,9 @@ def stable_hash(keys: np.ndarray) -> np.ndarray:
     keys = np.asarray(keys)
     if keys.dtype.kind in "iub":
         return _splitmix64(keys.astype(np.int64, copy=False).view(np.uint64))
-    if keys.dtype.kind in "US":
+    if keys.dtype.kind in "USO":
+        if keys.dtype.kind == "O" and not all(isinstance(k, (str, bytes)) for k in keys.tolist()):
+            raise TypeError("keys of an object array must all be str")
         uniq, inverse = np.unique(keys, return_inverse=True)
         hashed = np.fromiter(
             (zlib.crc32(k.encode("utf-8") if isinstance(k, str) else k) for k in uniq.tolist()),
@@ -117,6 +123,21 @@ def split_by_slot(slots: np.ndarray, parallelism: int) -> list[np.ndarray | None
     for c in counts.tolist():
         out.append(order[lo : lo + c] if c else None)
         lo += c
+    return out
+
+
+def key_array(keys: list) -> np.ndarray:
+    """Python keys as an array :func:`slot_of` takes: int64 for ints, ``object`` for strings (NULs kept).
+
+    Examples
+    --------
+    >>> key_array(["a", "a\\x00"]).tolist(), key_array([3, 4]).dtype.name
+    (['a', 'a\\x00'], 'int64')
+    """
+    if keys and all(isinstance(k, (int, np.integer)) and not isinstance(k, bool) for k in keys):
+        return np.array(keys, dtype=np.int64)
+    out = np.empty(len(keys), dtype=object)
+    out[:] = keys
     return out
 
 

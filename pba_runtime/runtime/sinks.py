@@ -45,7 +45,7 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
-from .errors import UserError
+from .errors import JobError, UserError
 
 __all__ = ["FORMATS", "parse_sink_spec", "format_results", "format_late", "header", "FileSink", "late_path_for"]
 
@@ -158,6 +158,10 @@ class FileSink:
     columns : tuple of str
     lazy : bool
         Create the file only at the first write (the late side output).
+
+    A write, flush or fsync that fails (a full device) raises
+    :class:`~pba_runtime.runtime.errors.JobError` naming the output; a
+    ``BrokenPipeError`` (the reader of stdout went away) is raised as it is.
     """
 
     def __init__(self, path: str, fmt: str, columns: tuple[str, ...] = RESULT_COLUMNS, *, lazy: bool = False):
@@ -211,9 +215,18 @@ class FileSink:
         self._offset = 0
         self._write_raw(header(self.fmt, self.columns))
 
+    def _failed(self, exc: OSError) -> JobError:
+        where = "stdout" if not self.rewindable else self.path
+        return JobError(f"cannot write the output {where}: {exc.strerror or exc}")
+
     def _write_raw(self, data: bytes) -> None:
         if data:
-            self._f.write(data)
+            try:
+                self._f.write(data)
+            except BrokenPipeError:
+                raise
+            except OSError as exc:
+                raise self._failed(exc) from None
             self._offset += len(data)
 
     def write(self, data: bytes) -> None:
@@ -230,9 +243,14 @@ class FileSink:
     def sync(self) -> int:
         """Make everything written durable (flush + fsync); returns the file's length in bytes."""
         if self._f is not None:
-            self._f.flush()
-            if self.rewindable:
-                os.fsync(self._f.fileno())
+            try:
+                self._f.flush()
+                if self.rewindable:
+                    os.fsync(self._f.fileno())
+            except BrokenPipeError:
+                raise
+            except OSError as exc:
+                raise self._failed(exc) from None
         return self._offset
 
     @property
@@ -241,11 +259,20 @@ class FileSink:
         return self._offset
 
     def close(self) -> None:
+        """Flush and close (stdout is flushed, not closed); a failed flush raises :class:`JobError`."""
         self._closed = True
-        if self._f is not None:
-            try:
-                self._f.flush()
-            finally:
-                if self.rewindable:
-                    self._f.close()
-                self._f = None
+        f, self._f = self._f, None
+        if f is None:
+            return
+        try:
+            f.flush()
+        except BrokenPipeError:
+            raise
+        except OSError as exc:
+            raise self._failed(exc) from None
+        finally:
+            if self.rewindable:
+                try:
+                    f.close()
+                except OSError:  # the flush above already failed and said why
+                    pass

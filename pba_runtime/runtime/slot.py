@@ -19,8 +19,9 @@ A slot reads messages from its bounded input queue, in order:
 
 Each slot owns one :class:`pba_runtime.WorkerPool` that builds the lcs of all
 its keys (the paper's Flink integration runs one pool per task slot). Slots
-watch their parent: if the coordinator dies (``kill -9``), they exit within a
-second instead of lingering.
+watch their parent: if the coordinator dies (``kill -9``), they exit at once
+(:func:`pba_runtime.pool.exit_with_parent`), even when blocked reading a batch
+the coordinator was killed while writing.
 
 Examples
 --------
@@ -54,6 +55,7 @@ import numpy as np
 
 import pba_runtime as pr
 
+from ..pool import ORPHAN_EXIT_CODE, exit_with_parent
 from .metrics import PhaseClock
 from .partitioning import group_by_key
 from .sinks import format_late, format_results
@@ -287,6 +289,7 @@ def _put(q: Any, msg: Any, slot: TaskSlot) -> None:
 def slot_main(spec: SlotSpec, in_q: Any, out_q: Any, states: dict[Any, Any]) -> None:
     """Body of a slot process (see the module doc)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the coordinator's to handle
+    exit_with_parent()  # a read() of a half-written batch would never return to _get's check
     if spec.log_config is not None:
         from .. import logs
 
@@ -324,7 +327,7 @@ def slot_main(spec: SlotSpec, in_q: Any, out_q: Any, states: dict[Any, Any]) -> 
     except _ParentGone:
         out_q.cancel_join_thread()
         in_q.cancel_join_thread()
-        os._exit(3)
+        os._exit(ORPHAN_EXIT_CODE)
     except BaseException as exc:  # report any failure to the coordinator, then exit
         from .errors import UserError
 

@@ -28,7 +28,12 @@ Text sources read a file (resumable: the position is a byte offset) or stdin
 * :class:`CsvSource`: a CSV file with a header row.
 * :class:`JsonlSource`: JSON lines, one object per line.
 
-Keys of text sources are strings.
+Keys of text sources are strings, in ``str_`` arrays, or in ``object`` arrays
+for a batch where a key holds a NUL character: a fixed-width ``str_`` array
+drops trailing NULs and would merge key ``"a\\x00"`` into ``"a"``. A line that cannot be read (not UTF-8, a CSV row
+with too few or too many columns, a field over :data:`CSV_FIELD_LIMIT`
+characters, a number out of float64's range) is a :class:`UserError` naming
+the line.
 
 Examples
 --------
@@ -74,6 +79,9 @@ DEFAULT_BATCH_SIZE = 65_536
 #: Tuples per generated block: generated data depends on ``(seed, block)`` only.
 GENERATOR_BLOCK = 65_536
 
+#: Longest CSV field (characters) a CSV source reads (the :mod:`csv` module's default limit).
+CSV_FIELD_LIMIT = csv.field_size_limit()
+
 
 @dataclass
 class Batch:
@@ -82,7 +90,8 @@ class Batch:
     Attributes
     ----------
     keys : numpy.ndarray
-        int64 or ``str_`` keys.
+        int64 keys, or string keys (``str_``, or ``object`` arrays of ``str``
+        when a key holds a NUL character).
     values : numpy.ndarray
         float64 values.
     timestamps : numpy.ndarray or None
@@ -378,6 +387,8 @@ class _TextSource(Source):
     """Line-oriented file or stdin source; subclasses parse lines into columns."""
 
     progress_unit = "B"
+    #: What a named field is called in error messages.
+    field_word = "column"
 
     def __init__(self, path: str, *, key_col: str = "key", value_col: str = "value", ts_col: str | None = "ts",
                  linger: float = 0.1):
@@ -393,6 +404,11 @@ class _TextSource(Source):
             if not os.path.isfile(path):
                 raise UserError(f"{self.kind} source: no such file: {path}")
             self._size = os.path.getsize(path)
+            try:
+                with open(path, "rb") as f:  # a bad header fails here, before the job prints or writes anything
+                    self._header(f.readline)
+            except OSError as exc:
+                raise UserError(f"{self.kind} source: cannot read {path}: {exc.strerror}") from None
 
     @property
     def total(self) -> int | None:
@@ -407,6 +423,22 @@ class _TextSource(Source):
 
     def _where(self, line_no: int) -> str:
         return f"{self.kind} source {'stdin' if self.path == '-' else self.path}, line {line_no}"
+
+    def _decode(self, line: bytes, line_no: int, encoding: str = "utf-8") -> str:
+        try:
+            return line.decode(encoding)
+        except UnicodeDecodeError as exc:
+            raise UserError(f"{self._where(line_no)}: not valid UTF-8 (byte 0x{line[exc.start]:02x} at byte "
+                            f"{exc.start + 1} of the line)") from None
+
+    def _decode_all(self, lines: list[bytes], first_line: int) -> str:
+        """The lines as one string; a line that is not UTF-8 is a :class:`UserError` naming it."""
+        try:
+            return b"".join(lines).decode("utf-8")
+        except UnicodeDecodeError:
+            for j, line in enumerate(lines):
+                self._decode(line, first_line + j)
+            raise  # pragma: no cover - some line fails above
 
     def _header(self, readline: Callable[[], bytes]) -> tuple[int, int]:
         """Read what precedes the data with ``readline``; returns (bytes, lines) consumed."""
@@ -438,20 +470,24 @@ class _TextSource(Source):
 
     def _columns(self, keys: list, values: list, ts: list | None, position: Any, arrival: float,
                  first_line: int) -> Batch:
-        k = np.array(keys, dtype=str) if keys else np.array([], dtype=str)
+        if "\x00" in "".join(keys):  # str_ would strip trailing NULs and merge "a\x00" into "a"
+            k = np.empty(len(keys), dtype=object)
+            k[:] = keys
+        else:  # str_: several times faster to hash, partition and group than object
+            k = np.array(keys, dtype=str) if keys else np.array([], dtype=str)
         try:
             v = np.array(values, dtype=np.float64)
-        except (ValueError, TypeError):
+        except (ValueError, TypeError, OverflowError):
             i, bad = next((i, x) for i, x in enumerate(values) if not _is_float(x))
-            raise UserError(f"{self._where(first_line + i)}: column {self.value_col!r}: "
-                            f"cannot read {bad!r} as a number") from None
+            raise UserError(f"{self._where(first_line + i)}: {self.field_word} {self.value_col!r}: "
+                            f"cannot read {_short(bad)} as a number (float64)") from None
         t = None
         if ts is not None:
             try:
                 t = np.array(ts, dtype=np.int64) if ts else np.array([], dtype=np.int64)
             except (ValueError, TypeError, OverflowError):
                 i, bad = next((i, x) for i, x in enumerate(ts) if not _is_int(x))
-                raise UserError(f"{self._where(first_line + i)}: column {self.ts_col!r}: cannot read {bad!r} "
+                raise UserError(f"{self._where(first_line + i)}: {self.field_word} {self.ts_col!r}: cannot read {_short(bad)} "
                                 "as an integer timestamp (epoch milliseconds)") from None
         return Batch(k, v, t, position, arrival)
 
@@ -465,8 +501,16 @@ def _is_float(x: Any) -> bool:
     try:
         float(x)
         return not isinstance(x, bool)
-    except (ValueError, TypeError):
+    except (ValueError, TypeError, OverflowError):
         return False
+
+
+def _short(x: Any, limit: int = 40) -> str:
+    """``repr(x)``, cut to about ``limit`` characters (a 400-digit number or a huge field in an error message)."""
+    text = repr(x) if not isinstance(x, int) else str(x)
+    if len(text) <= limit:
+        return text
+    return f"{text[: limit // 2]}...{text[-8:]} ({len(text)} characters)"
 
 
 def _is_int(x: Any) -> bool:
@@ -480,8 +524,9 @@ def _is_int(x: Any) -> bool:
 class CsvSource(_TextSource):
     """A CSV file (or stdin, ``"-"``) with a header row naming the columns.
 
-    One record per line (no line breaks inside quoted fields). Empty lines are
-    skipped.
+    One record per line (no line breaks inside quoted fields), with as many
+    columns as the header; empty lines are skipped. A field may hold up to
+    :data:`CSV_FIELD_LIMIT` characters.
 
     Parameters
     ----------
@@ -502,7 +547,10 @@ class CsvSource(_TextSource):
         line = readline()
         if not line:
             raise UserError(f"{self._where(1)}: empty file (a header row is needed)")
-        header = next(csv.reader([line.decode("utf-8-sig").rstrip("\r\n")]), [])
+        try:
+            header = next(csv.reader([self._decode(line, 1, "utf-8-sig").rstrip("\r\n")]), [])
+        except csv.Error as exc:
+            raise UserError(f"{self._where(1)}: cannot read the header: {exc}") from None
         cols = [c.strip() for c in header]
         idx = []
         for role, name in (("key", self.key_col), ("value", self.value_col), ("timestamp", self.ts_col)):
@@ -518,18 +566,27 @@ class CsvSource(_TextSource):
         return len(line), 1
 
     def _parse(self, lines: list[bytes], first_line: int) -> tuple[list, list, list | None]:
-        text = b"".join(lines).decode("utf-8")
+        text = self._decode_all(lines, first_line)
         ki, vi, ti = self._idx
-        need = max(i for i in self._idx if i is not None) + 1
-        rows = list(csv.reader(io.StringIO(text)))
-        if len(rows) != len(lines) or any(len(r) < need for r in rows):
+        ncols = self._ncols
+        try:
+            rows = list(csv.reader(io.StringIO(text)))
+        except csv.Error:
             rows = []
+        if len(rows) != len(lines) or any(len(r) != ncols for r in rows):
+            rows = []  # line by line: skip empty lines, name the bad one
             for j, line in enumerate(lines):
-                row = next(csv.reader([line.decode("utf-8")]), [])
+                try:
+                    row = next(csv.reader([self._decode(line, first_line + j)]), [])
+                except csv.Error as exc:
+                    why = (f"a field is longer than {CSV_FIELD_LIMIT:,} characters" if "field larger" in str(exc)
+                           else str(exc))
+                    raise UserError(f"{self._where(first_line + j)}: {why}") from None
                 if not row or (len(row) == 1 and not row[0].strip()):
                     continue
-                if len(row) < need:
-                    raise UserError(f"{self._where(first_line + j)}: expected {self._ncols} columns, got {len(row)}")
+                if len(row) != ncols:
+                    raise UserError(f"{self._where(first_line + j)}: expected {ncols} columns (as the header), "
+                                    f"got {len(row)}")
                 rows.append(row)
         keys = [r[ki] for r in rows]
         values = [r[vi] for r in rows]
@@ -552,6 +609,7 @@ class JsonlSource(_TextSource):
     """
 
     kind = "jsonl"
+    field_word = "member"
 
     def _parse(self, lines: list[bytes], first_line: int) -> tuple[list, list, list | None]:
         keys, values = [], []
@@ -560,13 +618,16 @@ class JsonlSource(_TextSource):
         for j, line in enumerate(lines):
             if not line.strip():
                 continue
+            text = self._decode(line, first_line + j)
             try:
-                obj = json.loads(line)
+                obj = json.loads(text)
                 k = obj[kc]
                 v = obj[vc]
                 t = obj[tc] if tc is not None else None
             except json.JSONDecodeError as exc:
                 raise UserError(f"{self._where(first_line + j)}: not valid JSON ({exc.msg})") from None
+            except ValueError as exc:  # e.g. an integer of more digits than Python converts
+                raise UserError(f"{self._where(first_line + j)}: cannot read the line: {exc}") from None
             except KeyError as exc:
                 raise UserError(f"{self._where(first_line + j)}: no member {exc.args[0]!r}") from None
             except TypeError:
