@@ -187,3 +187,12 @@ def test_relative_links_resolve() -> None:
             if not (path.parent / target).exists():
                 broken.append(f"{path.relative_to(ROOT)} -> {target}")
     assert not broken, broken
+
+
+def test_the_spec_copy_is_current() -> None:
+    """docs/semantics.md is the project's copy of the shared contract; it must not drift from it."""
+    shared = ROOT.parent / "shared" / "spec" / "semantics.md"
+    if not shared.exists():
+        pytest.skip("no shared spec beside this checkout (a clone has only the copy)")
+    assert (ROOT / "docs" / "semantics.md").read_text(encoding="utf-8") == shared.read_text(encoding="utf-8"), (
+        "docs/semantics.md differs from shared/spec/semantics.md: copy the shared spec over it")
