@@ -24,7 +24,9 @@ Directives, in an HTML comment on the line(s) just before a block:
     removed once that fix is merged.
 
 Blocks that mention ``pyspark`` or ``spark_integration`` get the ``spark``
-marker and are skipped without Java.
+marker and are skipped without Java. A block repeated verbatim (the README's
+Spark example, shown again in docs/spark.md) runs once: each Spark block
+starts a JVM, which costs 10-20 s.
 """
 
 from __future__ import annotations
@@ -98,10 +100,11 @@ def _java_available() -> bool:
 
 
 def _params(blocks: list[Block]) -> list:
-    params = []
+    params, seen = [], set()
     for b in blocks:
-        if "no-test" in b.directives:
-            continue
+        if "no-test" in b.directives or b.code in seen:
+            continue  # a fragment; or a copy of a block already collected (runs once, under the first id)
+        seen.add(b.code)
         marks = []
         if "pyspark" in b.code or "spark_integration" in b.code:
             marks.append(pytest.mark.spark)
