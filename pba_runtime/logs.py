@@ -13,8 +13,10 @@ processes can be told apart.
 Examples
 --------
 >>> import logging, os, tempfile
->>> path = os.path.join(tempfile.mkdtemp(), "pba.log")
+>>> path = os.path.join(tempfile.mkdtemp(), "logs", "pba.log")
 >>> handler = configure_logging(path, "DEBUG")
+>>> os.path.exists(path)  # created at once (the handler itself opens it at the first record)
+True
 >>> logging.getLogger("pba_runtime").debug("hello")
 >>> "DEBUG pba_runtime: hello" in open(path).read()
 True
@@ -112,6 +114,10 @@ def _install(cfg: tuple | None) -> None:
 
     path, lvl, max_bytes, backup_count, fmt = cfg
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    # The handler always opens its file lazily, at the first record at `lvl`: create it now, so that a
+    # run that logs nothing still shows where its log goes (and a path that cannot be written fails here).
+    with open(path, "a", encoding="utf-8"):
+        pass
     handler = ConcurrentRotatingFileHandler(path, "a", maxBytes=max_bytes, backupCount=backup_count)
     handler.setFormatter(logging.Formatter(fmt))
     handler.setLevel(lvl)
