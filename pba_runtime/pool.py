@@ -474,6 +474,7 @@ class WorkerPool:
             return
         ex = self._executor
         procs = self._procs(ex)
+        locks = _semaphores(ex)  # before shutdown() drops the executor's queues
         try:
             if wait:  # queued tasks run, then the workers exit
                 ex.shutdown(wait=False)
@@ -481,6 +482,7 @@ class WorkerPool:
                 for p in procs:
                     p.join(timeout=max(0.0, deadline - time.monotonic()))
             self._kill(ex, procs)
+            _release_semaphores(locks)  # now, not whenever the executor is collected
             if self._threads is not None:
                 self._threads.shutdown(wait=wait, cancel_futures=not wait)
         finally:
