@@ -116,11 +116,18 @@ class SubtractOnEvict(SlideOneInsert, SlicedAggregator):
             self._pop = self._pop_sum
             self._query = self._query_sum
             self._take = self._take_sum
-        elif self._exact is not None:
+        elif self._exact == "std":
             self._push = self._push_exact
             self._pop = self._pop_exact
-            self._query = self._query_std if self._exact == "std" else self._query_pair
-            self._take = self._take_std if self._exact == "std" else self._take_pair
+            self._query = self._query_std
+            self._take = self._take_std
+        elif self._exact is not None:  # mean, geomean
+            self._push = self._push_pair
+            self._pop = self._pop_pair
+            self._query = self._query_pair
+            self._take = self._take_pair
+        if self._exact is not None and self._m:
+            self._emit = self._emit_head  # windows end inside a slice (range % slide != 0)
         self._fast, self._passthrough, self._lower_float = fast_path_flags(self)
         self._reset_merger()
 
@@ -171,16 +178,14 @@ class SubtractOnEvict(SlideOneInsert, SlicedAggregator):
             return self._old
         return self._combine(self._old, self._new)
 
-    def _emit(self, k: int, head: Any) -> Any:
-        """Exact accumulators: the head of slice ``k+q`` joins the exact totals for the query, then leaves."""
-        if head is None or self._exact is None:
-            return super()._emit(k, head)
+    def _emit_head(self, k: int, head: Any) -> Any:
+        """``_emit`` of the exact accumulators: the head of slice ``k+q`` joins the exact totals, then leaves."""
         while self._front < k:
             self._pop()
             self._front += 1
         self._take(head, 1)
         try:
-            return super()._emit(k, None)
+            return SlicedAggregator._emit(self, k, None)
         finally:
             self._take(head, -1)
 
@@ -233,17 +238,25 @@ class SubtractOnEvict(SlideOneInsert, SlicedAggregator):
         return a << (self._E - k)
 
     def _take_sum(self, x: float, sign: int) -> None:
-        """Add (``sign`` 1) or subtract (-1) the float ``x`` exactly: the slow path of ``_push_sum``."""
-        if x - x == 0.0:  # finite
-            if x:
-                i = self._scaled(x)
-                self._S += i if sign > 0 else -i
-        elif x > 0.0:
-            self._pinf += sign
-        elif x < 0.0:
-            self._ninf += sign
+        """Add (``sign`` 1) or subtract (-1) the float ``x`` exactly."""
+        if self._lo <= (x if x >= 0.0 else -x) < self._hi:
+            i = int(x * self._scale)
+        elif x - x == 0.0:  # finite: zero, too fine for the scale or huge
+            if not x:
+                return
+            i = self._scaled(x)
         else:
-            self._nan += sign
+            if x > 0.0:
+                self._pinf += sign
+            elif x < 0.0:
+                self._ninf += sign
+            else:
+                self._nan += sign
+            return
+        if sign > 0:
+            self._S += i
+        else:
+            self._S -= i
 
     def _take_pair(self, p: Any, sign: int) -> None:
         """mean, geomean: ``(sum, count)``."""
@@ -351,6 +364,39 @@ class SubtractOnEvict(SlideOneInsert, SlicedAggregator):
         self._take(p, -1)
         if self._E > _E_TIDY:
             self._tidy()
+
+    def _push_pair(self, p: Any) -> None:
+        # mean, geomean: _append and _take_pair inlined
+        e = self._e
+        if e - self._f == self._cap:
+            self._append(p)
+        else:
+            self._vals[e & (self._cap - 1)] = p
+            self._e = e + 1
+        x = p[0]
+        if self._lo <= (x if x >= 0.0 else -x) < self._hi:
+            self._S += int(x * self._scale)
+        else:
+            self._take_sum(x, 1)
+        self._cnt += p[1]
+
+    def _pop_pair(self) -> None:
+        f = self._f
+        j = f & (self._cap - 1)
+        p = self._vals[j]
+        self._vals[j] = None
+        f = self._f = f + 1
+        if f == self._e:
+            self._clear_exact()
+            return
+        x = p[0]
+        if self._lo <= (x if x >= 0.0 else -x) < self._hi:
+            self._S -= int(x * self._scale)
+        else:
+            self._take_sum(x, -1)
+            if self._E > _E_TIDY:
+                self._tidy()
+        self._cnt -= p[1]
 
     def _query_pair(self) -> Any:
         return (self._query_sum(), self._cnt)
