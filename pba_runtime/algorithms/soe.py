@@ -14,11 +14,13 @@ accumulators:
 
 * every finite float is an integer multiple of ``2**-1074``, so a sum of
   floats is held exactly as a Python integer ``S`` scaled by ``2**E``
-  (``E`` only as large as the values in the window need, raised when a
-  finer value arrives and lowered again when the low bits clear); a push adds
-  the slice's integer, a pop subtracts it, both exactly, and a query rounds
-  ``S / 2**E`` once (Python's correctly rounded integer division). A window
-  of zeros is exactly ``0.0``; no evicted value leaves a trace.
+  (``E`` only as large as the values held need: raised when a finer value
+  arrives and, above 128, lowered again as soon as the totals allow); a push
+  adds the slice's integer, a pop subtracts it, both exactly, and a query
+  rounds ``S * 2**-E`` once (``float(S)`` is correctly rounded; beyond the
+  floats, Python's ``int / int`` is). A window of zeros is exactly ``0.0``;
+  no evicted value leaves a trace. Finite sums beyond the largest float round
+  to an infinity (numpy's overflow depends on its summation order).
 * non-finite slice partials (NaN, +inf, -inf) are counted aside, so they
   leave the window with their slice; while one is in the window the result is
   numpy's: any NaN, or +inf beside -inf, gives NaN; otherwise the infinity.
@@ -423,13 +425,10 @@ class SubtractOnEvict(SlideOneInsert, SlicedAggregator):
         mask = self._cap - 1
         return [self._vals[i & mask] for i in range(self._f, self._e)]
 
-    _EXACT_FIELDS = ("_S", "_S2", "_E", "_cnt", "_nan", "_pinf", "_ninf")
-
     def _get_state(self) -> dict[str, Any]:
         st = super()._get_state()
         st["soe"] = {"f": self._f, "e": self._e, "old": self._old, "mark": self._mark,
-                     "new": self._new, "refreshes": self._refreshes, "vals": self.held(),
-                     "exact": {f: getattr(self, f) for f in self._EXACT_FIELDS}}
+                     "new": self._new, "refreshes": self._refreshes, "vals": self.held()}
         return st
 
     def _set_state(self, st: dict[str, Any]) -> None:
@@ -446,9 +445,11 @@ class SubtractOnEvict(SlideOneInsert, SlicedAggregator):
         self._f, self._e = f, e
         self._old, self._mark, self._new = s["old"], s["mark"], s["new"]
         self._refreshes = s["refreshes"]
-        for name, v in s["exact"].items():
-            setattr(self, name, v)
-        self._set_scale(self._E)
+        # the exact totals are the exact sums of the slices held: rebuilt, they are the same numbers
+        self._clear_exact()
+        if self._exact is not None:
+            for p in s["vals"]:
+                self._take(p, 1)
 
     def stats(self) -> dict[str, Any]:
         st = super().stats()
