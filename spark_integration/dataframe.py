@@ -136,11 +136,16 @@ def _spark_result_type(agg: pr.Aggregation) -> Any:
 
 
 def _order_ms(col: Any, otype: Any) -> Any:
-    """The order column as an integer Spark expression: milliseconds (floored) for timestamps and dates."""
+    """The order column as an integer Spark expression: milliseconds (floored) for timestamps and dates.
+
+    A ``TimestampNTZType`` (wall clock, no zone) is read as if UTC, as Spark's ``window()`` groups it:
+    ``unix_millis`` reads its stored microseconds without a time zone (a cast to ``TimestampType``
+    would read it in the session zone and move the windows, or cast at all: ``cast`` to a long is refused).
+    """
     from pyspark.sql import functions as F
     from pyspark.sql import types as T
 
-    if isinstance(otype, T.TimestampType):
+    if isinstance(otype, (T.TimestampType, T.TimestampNTZType)):
         return F.unix_millis(col)  # floors: a microsecond before 1970 is -1 ms
     if isinstance(otype, T.DateType):
         return F.unix_date(col).cast("long") * F.lit(86_400_000)
@@ -398,7 +403,7 @@ def sliding_window_aggregate(
     )
 
     agg_name = agg if isinstance(agg, str) else None
-    can_preagg = is_time and agg_name in PREAGGREGATABLE and not isinstance(otype, T.TimestampNTZType)
+    can_preagg = is_time and agg_name in PREAGGREGATABLE
     if preaggregate and not can_preagg:
         raise ValueError(
             "preaggregate=True needs a time window, an order_by that is integral, a timestamp or a date, and "

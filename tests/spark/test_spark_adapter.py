@@ -143,6 +143,47 @@ def test_sub_millisecond_timestamps_floor_to_the_millisecond_before_and_after_19
     _assert_same(out, _native_time(d, 10, 3, agg), agg)
 
 
+@pytest.mark.parametrize("transport,preaggregate", [("mapInArrow", True), ("applyInPandas", False),
+                                                    ("mapInArrow", False), ("applyInArrow", False)],
+                         ids=["preagg", "rows-applyInPandas", "rows-mapInArrow", "rows-applyInArrow"])
+def test_timestamp_ntz_order_is_its_wall_clock_as_utc_epoch_ms(spark, transport, preaggregate):
+    """A TimestampNTZ order_by: its wall clock read as UTC epoch ms (floored), as Spark's window() groups it.
+
+    The session time zone is not UTC and the data straddle the epoch (sub-millisecond, before 1970) and
+    New York's 2024 spring-forward gap (wall-clock times that do not exist there), so reading the wall
+    clock in the session zone would move windows; the windows are checked against Spark's window() and
+    the oracle on the micros floored to ms.
+    """
+    import datetime as dt
+
+    rng = np.random.default_rng(11)
+    gap_us = int((dt.datetime(2024, 3, 10, 2, 0) - dt.datetime(1970, 1, 1)).total_seconds()) * 1_000_000
+    us = np.sort(np.concatenate([rng.integers(-40_000, 40_000, 300), gap_us + rng.integers(-1_000_000, 1_000_000, 300)]))
+    keys = rng.integers(0, 3, us.size)
+    vals = np.round(rng.normal(0, 5, us.size))
+    rows = [(f"k{k}", dt.datetime(1970, 1, 1) + dt.timedelta(microseconds=int(u)), float(v))
+            for k, u, v in zip(keys, us, vals)]
+    d = spark.createDataFrame(rows, "k string, ts timestamp_ntz, v double")
+    win = pr.TimeWindow(range=10, slide=3)
+    spark.conf.set("spark.sql.session.timeZone", "America/New_York")
+    try:
+        for agg in ("max", "argmax"):
+            out = si.sliding_window_aggregate(d, key="k", order_by="ts", value="v", window=win, agg=agg,
+                                              transport=transport, preaggregate=preaggregate)
+            got = _as_dict(out.collect())
+            _assert_same(out, _native_time(d, win.range, win.slide, agg), agg)
+            nwin = 0
+            for k in np.unique(keys):  # per key and per cluster of times (the oracle walks every slide between)
+                for cluster in (us < gap_us // 2, us >= gap_us // 2):
+                    sel = (keys == k) & cluster
+                    ends, want = time_windows(vals[sel], np.floor_divide(us[sel], 1000), win.range, win.slide, agg)
+                    assert [got.get((f"k{k}", e)) for e in ends] == want
+                    nwin += len(ends)
+            assert len(got) == nwin
+    finally:
+        spark.conf.set("spark.sql.session.timeZone", "UTC")
+
+
 def test_tumbling_time_window_one_hour(df):
     out = si.sliding_window_aggregate(df, key="k", order_by="ts", value="v", window=("1 hour", "1 hour"), agg="max")
     _assert_same(out, _native_time(df, 3_600_000, 3_600_000, "max"), "max")
