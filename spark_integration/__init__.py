@@ -34,6 +34,7 @@ from .runtime import (
     close_worker_pool,
     worker_pool,
 )
+from .session import WorkerPythonError, ensure_worker_python
 
 __all__ = [
     "AlgorithmMetrics",
@@ -41,10 +42,12 @@ __all__ = [
     "PBA_MIN_KEY_SLICES",
     "RunnerConfig",
     "SPARK_PBA_MIN_SLICES",
+    "WorkerPythonError",
     "algorithm_metrics",
     "choose_algorithm",
     "close_worker_pool",
     "cores_per_task_of",
+    "ensure_worker_python",
     "executor_cores_of",
     "parse_interval",
     "pba_partition_function",

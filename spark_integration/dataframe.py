@@ -63,6 +63,7 @@ from .arrow_runner import (
     run_keyed_batches,
 )
 from .intervals import as_window
+from .session import ensure_worker_python
 
 __all__ = ["sliding_window_aggregate", "executor_cores_of", "cores_per_task_of"]
 
@@ -383,6 +384,8 @@ def sliding_window_aggregate(
     if num_partitions is not None and (isinstance(num_partitions, bool) or not isinstance(num_partitions, int)
                                        or num_partitions < 1):
         raise ValueError(f"num_partitions must be a positive integer or None, got {num_partitions!r}")
+
+    ensure_worker_python(df.sparkSession)  # before the UDF is wrapped: it takes the workers' Python then
 
     cfg = RunnerConfig(
         key_names=keys,
