@@ -219,6 +219,22 @@ def test_partition_function_datetimes():
     assert list(f(rows)) == [(1, base + 1000, 1), (1, base + 2000, 1)]
 
 
+
+def test_key_partition_check_flags_a_key_in_two_partitions_of_one_stage_only():
+    from spark_integration.rdd import KeyPartitionWarning, _fingerprint, _KeyOwners, _KeyOwnersParam
+
+    fp = np.array([_fingerprint(k) for k in ("a", "b", -1, -2, 1, ("t", None))], dtype=np.uint64)
+    assert len(set(fp.tolist())) == fp.size  # hash(-1) == hash(-2) in Python; the fingerprints differ
+    assert _fingerprint("a") == _fingerprint("a")
+    param = _KeyOwnersParam("hint")
+    acc = param.zero(None)
+    for stage, part, idx in ((1, 0, [0, 2, 4]), (1, 0, [0, 2]), (2, 1, [0, 1]), (1, 1, [1, 3, 5])):
+        acc = param.addInPlace(acc, _KeyOwners.of(stage, part, fp[idx]))  # a retry; another stage: no split
+    assert acc.split == 0
+    with pytest.warns(KeyPartitionWarning, match=r"2 key\(s\) had records in more than one partition .*partitions [01] and 2"):
+        acc = param.addInPlace(acc, _KeyOwners.of(1, 2, fp[[0, 5]]))
+    assert acc.split == 2
+
 # --------------------------------------------------------------------------- intervals
 def test_intervals():
     assert si.parse_interval("1 hour") == 3_600_000

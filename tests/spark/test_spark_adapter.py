@@ -237,6 +237,46 @@ def test_rdd_function_matches_dataframe_api(spark, df):
         for key, w in want.items():
             assert math.isclose(got[key], w, rel_tol=1e-12), key
         assert sum(metrics.algorithms().values()) == len(SIZES)
+        assert f.split_keys() == 0  # each key in one partition: nothing flagged
+
+
+def test_rdd_not_partitioned_by_key_gives_right_windows_or_a_warning_never_silently_wrong_ones(spark, df):
+    """The README's RDD form on an RDD ordered by time (keys spread over every partition).
+
+    ``sliding_window_rdd`` partitions by key itself: the DataFrame API's windows. The bare partition
+    function cannot see other partitions: the driver warns as soon as a key was in two of them.
+    """
+    window = si.time_window("5 seconds", "2 seconds")
+    rdd = df.select("k", "ts", "v").repartitionByRange(3, "ts").sortWithinPartitions("ts").rdd  # keys split
+    assert rdd.getNumPartitions() > 1
+    want_df = si.sliding_window_aggregate(df, key="k", order_by="ts", value="v", window=window, agg="sum")
+    want = {(r.k, r.window_end): r.result for r in want_df.collect()}
+    got = {(k, e): r for k, e, r in si.sliding_window_rdd(rdd, window, "sum", key="k", order="ts", value="v",
+                                                           num_partitions=3).collect()}
+    assert got.keys() == want.keys()
+    for key, w in want.items():
+        assert math.isclose(got[key], w, rel_tol=1e-12, abs_tol=1e-9), key
+
+    f = si.pba_partition_function(window, "sum", key="k", order="ts", value="v")
+    with pytest.warns(si.KeyPartitionWarning, match=r"key\(s\) had records in more than one partition"):
+        wrong = rdd.mapPartitions(f).collect()
+    assert len(wrong) != len(want)  # what the warning is about: one operator per piece of a key
+    assert f.split_keys() >= 2
+
+
+def test_rdd_helper_sorts_by_order_and_keeps_unorderable_keys(spark):
+    rows = [(None, 3, 1.0), (("t", 1), 2, 4.0), (None, 1, 5.0), (1, 2, 3.0), (("t", 1), 1, 2.0), (None, 2, 2.0),
+            (1.0, 1, 6.0)]  # keys of mixed types (1 and 1.0 are one key, as in a dict); arrival order shuffled
+    rdd = spark.sparkContext.parallelize(rows, 3)
+    out = si.sliding_window_rdd(rdd, pr.CountWindow(range=2, slide=1), "collect", key=0, order=1, value=2)
+    got = sorted(out.collect(), key=repr)
+    assert got == sorted([(None, 2, [5.0, 2.0]), (None, 3, [2.0, 1.0]), (("t", 1), 2, [2.0, 4.0]),
+                          (1.0, 2, [6.0, 3.0])], key=repr) or got == sorted(
+        [(None, 2, [5.0, 2.0]), (None, 3, [2.0, 1.0]), (("t", 1), 2, [2.0, 4.0]), (1, 2, [6.0, 3.0])], key=repr)
+    with pytest.raises(ValueError, match="order is required"):
+        si.sliding_window_rdd(rdd, pr.CountWindow(range=2, slide=1), "max", key=0, order=None, value=2)
+    with pytest.raises(ValueError, match="num_partitions must be a positive integer"):
+        si.sliding_window_rdd(rdd, pr.CountWindow(range=2, slide=1), "max", key=0, order=1, value=2, num_partitions=0)
 
 
 def test_rdd_function_unsorted_order_is_a_clear_error(df):

@@ -70,7 +70,7 @@ def _run(foreign_python3, tmp_path, mode: str, *args: str, **env_extra: str) -> 
                           cwd=tmp_path, timeout=100)
 
 
-@pytest.mark.parametrize("mode", ["dataframe"])
+@pytest.mark.parametrize("mode", ["dataframe", "rdd"])
 def test_unactivated_venv_runs_the_workers_on_the_drivers_python(foreign_python3, tmp_path, mode):
     p = _run(foreign_python3, tmp_path, mode)
     assert "RESULT" in p.stdout, p.stdout + p.stderr[-3000:]
