@@ -77,6 +77,8 @@ def executor_cores_of(spark: Any) -> int | None:
 
     Examples
     --------
+    >>> from pyspark.sql import SparkSession  # doctest: +SKIP
+    >>> spark = SparkSession.builder.master("local[2]").getOrCreate()  # doctest: +SKIP
     >>> executor_cores_of(spark)  # doctest: +SKIP
     2
     """
@@ -100,7 +102,9 @@ def cores_per_task_of(spark: Any) -> int | None:
 
     Examples
     --------
-    >>> cores_per_task_of(spark)  # doctest: +SKIP
+    >>> from pyspark.sql import SparkSession  # doctest: +SKIP
+    >>> spark = SparkSession.builder.master("local[2]").getOrCreate()  # doctest: +SKIP
+    >>> cores_per_task_of(spark)  # spark.task.cpus is 1 unless set  # doctest: +SKIP
     1
     """
     try:  # Spark Connect has no SparkContext: unknown
@@ -338,10 +342,21 @@ def sliding_window_aggregate(
 
     Examples
     --------
-    >>> out = sliding_window_aggregate(df, key="plug", order_by="ts", value="load",
-    ...                                window=("1 hour", "1 second"), agg="max")  # doctest: +SKIP
+    >>> import pba_runtime as pr, spark_integration as si  # doctest: +SKIP
+    >>> from pyspark.sql import SparkSession, functions as F  # doctest: +SKIP
+    >>> spark = SparkSession.builder.master("local[2]").getOrCreate()  # doctest: +SKIP
+    >>> df = (spark.createDataFrame([("p1", 0, 3.0), ("p1", 1000, 5.0), ("p1", 2500, 4.0), ("p2", 500, 1.0)],
+    ...                             "plug string, ms long, load double")
+    ...       .withColumn("ts", F.timestamp_millis("ms")))  # doctest: +SKIP
+    >>> metrics = si.algorithm_metrics(spark)  # optional: which algorithm ran, per key  # doctest: +SKIP
+    >>> out = si.sliding_window_aggregate(df, key="plug", order_by="ts", value="load",
+    ...                                   window=("2 seconds", "1 second"), agg="max", metrics=metrics)  # doctest: +SKIP
     >>> out.columns  # doctest: +SKIP
     ['plug', 'window_end', 'result']
+    >>> sorted(tuple(r) for r in out.collect())  # window_end: epoch ms  # doctest: +SKIP
+    [('p1', 1000, 3.0), ('p1', 2000, 5.0), ('p1', 3000, 5.0), ('p1', 4000, 4.0), ('p2', 1000, 1.0), ('p2', 2000, 1.0)]
+    >>> metrics.algorithms(), metrics.reasons()  # counted by the action (collect) above  # doctest: +SKIP
+    ({'sba': 2}, {'small_window': 2})
     """
     from pyspark.sql import functions as F
     from pyspark.sql import types as T

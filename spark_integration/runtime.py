@@ -479,12 +479,27 @@ class AlgorithmMetrics:
 def algorithm_metrics(spark: Any) -> AlgorithmMetrics:
     """A new :class:`AlgorithmMetrics` backed by an accumulator of ``spark``'s SparkContext.
 
+    The counts arrive with the tasks' results: they are empty until an action
+    has run the job, and a second action on the same uncached result counts again.
+
     Examples
     --------
-    >>> metrics = algorithm_metrics(spark)  # doctest: +SKIP
-    >>> out = sliding_window_aggregate(df, ..., metrics=metrics); out.write.parquet(...)  # doctest: +SKIP
-    >>> metrics.algorithms()  # doctest: +SKIP
-    {'pba': 80, 'sba': 4}
+    >>> import pba_runtime as pr, spark_integration as si  # doctest: +SKIP
+    >>> from pyspark.sql import SparkSession  # doctest: +SKIP
+    >>> spark = SparkSession.builder.master("local[2]").getOrCreate()  # doctest: +SKIP
+    >>> df = spark.createDataFrame([("a", t, float(t % 7)) for t in range(100)] + [("b", 0, 1.0)],
+    ...                            "k string, t long, v double")  # doctest: +SKIP
+    >>> metrics = si.algorithm_metrics(spark)  # doctest: +SKIP
+    >>> out = si.sliding_window_aggregate(df, key="k", order_by="t", value="v",
+    ...                                   window=pr.CountWindow(range=10, slide=1), agg="max", metrics=metrics)  # doctest: +SKIP
+    >>> metrics.algorithms()  # nothing ran yet  # doctest: +SKIP
+    {}
+    >>> len(out.collect())  # doctest: +SKIP
+    91
+    >>> metrics.algorithms(), metrics.reasons()  # doctest: +SKIP
+    ({'sba': 2}, {'small_window': 2})
+    >>> metrics.value["rows.sba"], metrics.value["windows"]  # doctest: +SKIP
+    (101, 91)
     """
     sc = getattr(spark, "sparkContext", spark)
     return AlgorithmMetrics(sc.accumulator({}, MetricsParam()))
