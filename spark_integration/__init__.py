@@ -44,12 +44,12 @@ from .runtime import (
 from .session import WorkerPythonError, ensure_worker_python
 
 __all__ = [
+    "PBA_MIN_KEY_SLICES",
+    "SPARK_PBA_MIN_SLICES",
     "AlgorithmMetrics",
     "KeyPartitionWarning",
     "MetricsParam",
-    "PBA_MIN_KEY_SLICES",
     "RunnerConfig",
-    "SPARK_PBA_MIN_SLICES",
     "WorkerPythonError",
     "algorithm_metrics",
     "choose_algorithm",

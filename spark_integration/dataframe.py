@@ -41,7 +41,8 @@ from __future__ import annotations
 import logging
 import os
 import re
-from typing import Any, Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
 import pyarrow as pa
 
@@ -65,7 +66,7 @@ from .arrow_runner import (
 from .intervals import as_window
 from .session import ensure_worker_python
 
-__all__ = ["sliding_window_aggregate", "executor_cores_of", "cores_per_task_of"]
+__all__ = ["cores_per_task_of", "executor_cores_of", "sliding_window_aggregate"]
 
 log = logging.getLogger("spark_integration")
 
@@ -111,7 +112,7 @@ def cores_per_task_of(spark: Any) -> int | None:
         sc = getattr(spark, "sparkContext", spark)
         task = int(sc.getConf().get("spark.task.cpus", "1") or 1)
         ex = executor_cores_of(sc)
-    except Exception:
+    except Exception:  # noqa: BLE001 - Spark Connect (no SparkContext) or any odd conf: unknown
         return None
     return task if ex is None else min(task, ex)
 

@@ -42,7 +42,8 @@ import numbers
 import operator
 import sys
 import warnings
-from typing import Any, Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
 
 import numpy as np
 
@@ -57,7 +58,7 @@ __all__ = ["KeyPartitionWarning", "pba_partition_function", "sliding_window_rdd"
 
 log = logging.getLogger("spark_integration")
 
-_EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
+_EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.UTC)
 _MS = _dt.timedelta(milliseconds=1)
 
 
@@ -116,7 +117,7 @@ def _fingerprint(key: Any) -> int:
 class _KeyOwners:
     """Which partition saw each key (by fingerprint), per stage; and how many keys more than one did."""
 
-    __slots__ = ("owners", "split", "example")
+    __slots__ = ("example", "owners", "split")
 
     def __init__(self) -> None:
         self.owners: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # stage -> (sorted fps, partition of each)
@@ -190,7 +191,7 @@ _PARTITION_HINT = ("si.sliding_window_rdd(rdd, window, agg, key=..., order=..., 
 
 
 class _Key:
-    __slots__ = ("kop", "vals", "ts", "last", "rows")
+    __slots__ = ("kop", "last", "rows", "ts", "vals")
 
     def __init__(self) -> None:
         self.kop: rt.KeyOperator | None = None
@@ -506,7 +507,7 @@ def _as_values(vals: list[Any], label: str, agg_name: str) -> np.ndarray:
     if arr.dtype.kind in "biuf":
         return arr.astype(np.float64, copy=False)
     for v in vals:
-        if isinstance(v, bool) or isinstance(v, (numbers.Real, decimal.Decimal)):
+        if isinstance(v, (bool, numbers.Real, decimal.Decimal)):
             continue
         raise TypeError(f"value column {label} must be numeric for aggregation {agg_name!r}, "
                         f"got {type(v).__name__} {v!r}")

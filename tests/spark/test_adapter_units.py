@@ -19,7 +19,13 @@ from oracle import assert_results_equal, count_windows, time_windows
 import pba_runtime as pr
 import spark_integration as si
 from spark_integration import runtime as rt
-from spark_integration.arrow_runner import ORDER_COL, VALUE_COL, RunnerConfig, run_key_frame, run_keyed_batches
+from spark_integration.arrow_runner import (
+    ORDER_COL,
+    VALUE_COL,
+    RunnerConfig,
+    run_key_frame,
+    run_keyed_batches,
+)
 
 AGGS = ["max", "sum", "mean", "argmax", "count", "std", "collect", "moment_sketch"]
 
@@ -211,7 +217,7 @@ def test_partition_function_bad_input():
 
 
 def test_partition_function_datetimes():
-    utc = dt.timezone.utc
+    utc = dt.UTC
     f = si.pba_partition_function(("1 second", "1 second"), "count", key="k", order="t", value="v")
     rows = [{"k": 1, "t": dt.datetime(2024, 1, 1, 0, 0, 0, 999_999, tzinfo=utc), "v": 1.0},
             {"k": 1, "t": dt.datetime(2024, 1, 1, 0, 0, 1, tzinfo=utc), "v": 2.0}]
@@ -221,7 +227,12 @@ def test_partition_function_datetimes():
 
 
 def test_key_partition_check_flags_a_key_in_two_partitions_of_one_stage_only():
-    from spark_integration.rdd import KeyPartitionWarning, _fingerprint, _KeyOwners, _KeyOwnersParam
+    from spark_integration.rdd import (
+        KeyPartitionWarning,
+        _fingerprint,
+        _KeyOwners,
+        _KeyOwnersParam,
+    )
 
     fp = np.array([_fingerprint(k) for k in ("a", "b", -1, -2, 1, ("t", None))], dtype=np.uint64)
     assert len(set(fp.tolist())) == fp.size  # hash(-1) == hash(-2) in Python; the fingerprints differ

@@ -339,7 +339,7 @@ def test_pba_runs_for_a_large_window_and_key(spark):
 def test_bad_input_on_the_driver(spark, df):
     from pyspark.sql import functions as F
 
-    kw = dict(key="k", order_by="t", value="v", window=pr.CountWindow(range=3, slide=1), agg="max")
+    kw = {"key": "k", "order_by": "t", "value": "v", "window": pr.CountWindow(range=3, slide=1), "agg": "max"}
     with pytest.raises(ValueError, match="value column 'load' is not in the DataFrame"):
         si.sliding_window_aggregate(df, **{**kw, "value": "load"})
     with pytest.raises(ValueError, match="key column 'plug' is not in the DataFrame"):
@@ -362,7 +362,7 @@ def test_null_values_fail_or_skip(spark, df, preaggregate):
     from pyspark.sql import functions as F
 
     with_nulls = df.withColumn("v", F.when(F.col("t") % 5 == 0, F.lit(None)).otherwise(F.col("v")))
-    kw = dict(key="k", order_by="ts", value="v", window=("4 seconds", "1 second"), agg="max", preaggregate=preaggregate)
+    kw = {"key": "k", "order_by": "ts", "value": "v", "window": ("4 seconds", "1 second"), "agg": "max", "preaggregate": preaggregate}
     with pytest.raises(Exception, match="value column 'v' holds nulls"):
         si.sliding_window_aggregate(with_nulls, **kw).collect()
     out = si.sliding_window_aggregate(with_nulls, nulls="skip", **kw)
@@ -412,7 +412,7 @@ def test_nan_is_a_value_and_null_is_not_on_every_transport(spark, transport):
     d = spark.createDataFrame(rows, "k string, t long, v double")
     tw = pr.TimeWindow(range=2500, slide=1000)
     for window, preaggregate in ((pr.CountWindow(range=4, slide=3), None), (tw, False), (tw, True)):
-        kw = dict(key="k", order_by="t", value="v", window=window, transport=transport)
+        kw = {"key": "k", "order_by": "t", "value": "v", "window": window, "transport": transport}
         if preaggregate is not None:
             kw["preaggregate"] = preaggregate
         for agg in ("max", "min", "argmax"):
