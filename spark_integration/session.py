@@ -52,8 +52,8 @@ log = logging.getLogger("spark_integration")
 DEFAULT_EXEC = "python3"
 
 _lock = threading.Lock()
-# (id of the JVM SparkContext, python exec) already known to import the package
-_good: set[tuple[int, str]] = set()
+# (application id, start time, python exec) already known to import the package
+_good: set[tuple[str, int, str]] = set()
 
 
 class WorkerPythonError(RuntimeError):
@@ -113,7 +113,7 @@ def ensure_worker_python(spark: Any) -> None:
     """
     try:
         sc = getattr(spark, "sparkContext", spark)
-        jid = id(sc._jsc)
+        jid = (sc.applicationId, sc.startTime)  # one SparkContext (an id() could be reused)
         exe = sc.pythonExec
     except Exception:  # noqa: BLE001 - Spark Connect, or not a Spark object: nothing to check here
         return
@@ -127,14 +127,14 @@ def ensure_worker_python(spark: Any) -> None:
         source = ("PYSPARK_PYTHON" if env_python is not None and exe == env_python else
                   "spark.pyspark.python" if conf_python is not None and exe == conf_python else
                   "the default: python3 on PATH" if exe == DEFAULT_EXEC else "SparkContext.pythonExec")
-        if (jid, exe) in _good:
+        if (*jid, exe) in _good:
             return
         if _same_python(exe):
-            _good.add((jid, exe))
+            _good.add((*jid, exe))
             return
         worker_exe, error = _probe_workers(sc)
         if error is None:
-            _good.add((jid, exe))
+            _good.add((*jid, exe))
             return
         ran = f"{exe!r}" + (f" ({worker_exe})" if worker_exe and worker_exe != exe else "")
         if (sc.master or "").startswith("local") and source.startswith("the default"):
@@ -143,7 +143,7 @@ def ensure_worker_python(spark: Any) -> None:
                 "(%s); in local mode they now run this driver's Python, %s. To choose it yourself, set "
                 "PYSPARK_PYTHON=%s before the SparkSession starts.", ran, error, sys.executable, sys.executable)
             sc.pythonExec = sys.executable
-            _good.add((jid, sys.executable))
+            _good.add((*jid, sys.executable))
             return
     raise WorkerPythonError(
         f"Spark's Python workers run {ran} (from {source}), which cannot import spark_integration: {error}. "

@@ -1,13 +1,15 @@
 """Spark's Python workers from a venv that is not activated (issue 15, "Spark from a venv").
 
-Run for real: a script started with this venv's Python, no ``PYSPARK_PYTHON``, and on ``PATH`` a
+Run for real: a script started with this venv's Python, without ``PYSPARK_PYTHON``, and on ``PATH`` a
 ``python3`` that cannot import the package (the base interpreter of this venv). In local mode the adapter
-runs the workers on the driver's Python; with a Python chosen explicitly it fails at once on the driver
-with one message naming what to set.
+runs the workers on the driver's Python (DataFrame and RDD forms); a ``spark.pyspark.python`` given to the
+builder is applied; a Python chosen explicitly that lacks the package fails at once on the driver with
+one message naming what to set. One script runs the four cases, each on a new SparkContext (one JVM).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -18,36 +20,50 @@ import pytest
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 SCRIPT = textwrap.dedent("""
-    import sys
+    import json, logging, os, sys
     import pba_runtime as pr, spark_integration as si
     from pyspark.sql import SparkSession
 
-    builder = SparkSession.builder.master("local[1]").config("spark.ui.enabled", "false")
-    if sys.argv[2:]:  # spark.pyspark.python given to the builder (PySpark itself applies it only via spark-submit)
-        builder = builder.config("spark.pyspark.python", sys.argv[2])
-    spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("OFF")
-    try:
-        df = spark.createDataFrame([("a", i, float(i % 4)) for i in range(8)], "k string, t long, v double")
-        if sys.argv[1] == "rdd":
-            rdd = df.rdd
-            out = si.sliding_window_rdd(rdd, pr.CountWindow(range=3, slide=2), "max", key="k", order="t", value="v")
-            print("RESULT", sorted(out.collect()))
-        else:
-            out = si.sliding_window_aggregate(df, key="k", order_by="t", value="v",
-                                              window=pr.CountWindow(range=3, slide=2), agg="max")
-            print("RESULT", sorted(tuple(r) for r in out.collect()))
-        print("WORKERS", spark.sparkContext.pythonExec)
-    except si.WorkerPythonError as exc:
-        print("REFUSED", exc)
-    finally:
+    class Catch(logging.Handler):
+        def emit(self, record):
+            warned.append(record.getMessage())
+
+    logging.getLogger("spark_integration").addHandler(Catch(logging.WARNING))
+    foreign = sys.argv[1]
+    for case in ("dataframe", "rdd", "builder_conf", "explicit_env"):
+        warned = []
+        builder = SparkSession.builder.master("local[1]").config("spark.ui.enabled", "false")
+        if case == "builder_conf":  # PySpark itself applies it only through spark-submit
+            builder = builder.config("spark.pyspark.python", sys.executable)
+        if case == "explicit_env":
+            os.environ["PYSPARK_PYTHON"] = foreign
+        spark = builder.getOrCreate()
+        spark.sparkContext.setLogLevel("OFF")
+        res = {"case": case}
+        try:
+            df = spark.createDataFrame([("a", i, float(i % 4)) for i in range(8)], "k string, t long, v double")
+            w = pr.CountWindow(range=3, slide=2)
+            if case == "rdd":
+                out = si.sliding_window_rdd(df.rdd, w, "max", key="k", order="t", value="v").collect()
+            else:
+                out = [tuple(r) for r in si.sliding_window_aggregate(df, key="k", order_by="t", value="v",
+                                                                     window=w, agg="max").collect()]
+            res["result"] = sorted(out)
+            res["workers"] = spark.sparkContext.pythonExec
+        except si.WorkerPythonError as exc:
+            res["refused"] = str(exc)
+        except Exception as exc:
+            res["error"] = f"{type(exc).__name__}: {exc}"[:3000]
+        res["warned"] = warned
         spark.stop()
+        os.environ.pop("PYSPARK_PYTHON", None)
+        print("CASE " + json.dumps(res), flush=True)
 """)
 
 
 @pytest.fixture(scope="module")
-def foreign_python3(tmp_path_factory):
-    """A directory whose ``python3`` is this venv's base interpreter, which cannot import the package."""
+def cases(tmp_path_factory):
+    """The four cases' outcomes, from one script run with a foreign ``python3`` first on ``PATH``."""
     base = getattr(sys, "_base_executable", None)
     if not base or os.path.abspath(base) == os.path.abspath(sys.executable):
         pytest.skip("the tests do not run from a venv")
@@ -55,42 +71,44 @@ def foreign_python3(tmp_path_factory):
                            check=False)
     if probe.returncode == 0:
         pytest.skip(f"{base} can import spark_integration too")
-    d = tmp_path_factory.mktemp("foreign-bin")
-    os.symlink(base, d / "python3")
-    return d
-
-
-def _run(foreign_python3, tmp_path, mode: str, *args: str, **env_extra: str) -> subprocess.CompletedProcess:
-    script = tmp_path / "job.py"
+    d = tmp_path_factory.mktemp("worker-python")
+    (d / "bin").mkdir()
+    os.symlink(base, d / "bin" / "python3")
+    script = d / "job.py"
     script.write_text(SCRIPT)
     env = {k: v for k, v in os.environ.items() if k not in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON", "VIRTUAL_ENV")}
-    env["PATH"] = f"{foreign_python3}{os.pathsep}{env.get('PATH', os.defpath)}"
-    env.update(env_extra)
-    return subprocess.run([sys.executable, str(script), mode, *args], capture_output=True, text=True, env=env, check=False,
-                          cwd=tmp_path, timeout=100)
+    env["PATH"] = f"{d / 'bin'}{os.pathsep}{env.get('PATH', os.defpath)}"
+    p = subprocess.run([sys.executable, str(script), str(d / "bin" / "python3")], capture_output=True, text=True,
+                       env=env, cwd=d, timeout=110, check=False)
+    out = {}
+    for line in p.stdout.splitlines():
+        if line.startswith("CASE "):
+            c = json.loads(line[5:])
+            out[c["case"]] = c
+    assert len(out) == 4, p.stdout + p.stderr[-3000:]
+    return out
 
 
-@pytest.mark.parametrize("mode", ["dataframe", "rdd"])
-def test_unactivated_venv_runs_the_workers_on_the_drivers_python(foreign_python3, tmp_path, mode):
-    p = _run(foreign_python3, tmp_path, mode)
-    assert "RESULT" in p.stdout, p.stdout + p.stderr[-3000:]
-    want = [("a", 3, 2.0), ("a", 5, 3.0), ("a", 7, 2.0)]
-    assert p.stdout.split("RESULT ", 1)[1].splitlines()[0] == repr(want)
-    assert f"WORKERS {sys.executable}" in p.stdout
-    assert "in local mode they now run this driver's Python" in p.stderr  # the one WARNING
-    assert "ModuleNotFoundError" not in p.stderr.replace("(ModuleNotFoundError", "")  # no task failed
+WANT = [["a", 3, 2.0], ["a", 5, 3.0], ["a", 7, 2.0]]
 
 
-def test_an_explicit_python_that_lacks_the_package_fails_at_once_with_one_message(foreign_python3, tmp_path):
-    p = _run(foreign_python3, tmp_path, "dataframe", PYSPARK_PYTHON=str(foreign_python3 / "python3"))
-    assert "REFUSED" in p.stdout, p.stdout + p.stderr[-3000:]
-    msg = p.stdout.split("REFUSED ", 1)[1]
+@pytest.mark.parametrize("case", ["dataframe", "rdd"])
+def test_unactivated_venv_runs_the_workers_on_the_drivers_python(cases, case):
+    c = cases[case]
+    assert c.get("result") == WANT, c
+    assert c["workers"] == sys.executable
+    assert len(c["warned"]) == 1 and "in local mode they now run this driver's Python" in c["warned"][0]
+
+
+def test_spark_pyspark_python_given_to_the_builder_is_applied(cases):
+    c = cases["builder_conf"]
+    assert c.get("result") == WANT, c
+    assert c["workers"] == sys.executable and c["warned"] == []  # the user's choice, not a switch
+
+
+def test_an_explicit_python_that_lacks_the_package_fails_at_once_with_one_message(cases):
+    c = cases["explicit_env"]
+    assert "refused" in c, c
+    msg = c["refused"]
     assert "cannot import spark_integration" in msg and "(from PYSPARK_PYTHON)" in msg
     assert f"PYSPARK_PYTHON={sys.executable}" in msg
-
-
-def test_spark_pyspark_python_given_to_the_builder_is_applied(foreign_python3, tmp_path):
-    p = _run(foreign_python3, tmp_path, "dataframe", sys.executable)
-    assert "RESULT" in p.stdout, p.stdout + p.stderr[-3000:]
-    assert f"WORKERS {sys.executable}" in p.stdout
-    assert "they now run this driver's Python" not in p.stderr  # the user's choice, not a switch
