@@ -2,13 +2,20 @@
 
 Two entry points:
 
-* :func:`sliding_window_aggregate` (DataFrame API): shuffle by key, sort by
-  (key, order), and run one PBA/SBA operator per key over Arrow batches
-  (``mapInArrow``) through the vectorised batch path ``insert_many``;
-* :func:`pba_partition_function` for RDD jobs:
-  ``rdd.mapPartitions(pba_partition_function(window, agg, key=..., order=..., value=...))``
-  keeps one operator per key of the partition (keyed state; keys may
-  interleave) and yields ``(key, window_end, result)``.
+* :func:`sliding_window_aggregate` (DataFrame API): bring each key's rows, in
+  order, to one PBA/SBA operator per key over Arrow data (``applyInPandas`` or
+  ``mapInArrow``) through the vectorised batch path ``insert_many``;
+* :func:`sliding_window_rdd` (RDD API): ``sliding_window_rdd(rdd, window, agg,
+  key=..., order=..., value=...)`` partitions the records by key, sorts them by
+  order and yields ``(key, window_end, result)``; under it,
+  :func:`pba_partition_function` (``rdd.mapPartitions(f)`` on an RDD already
+  partitioned by key) keeps one operator per key of the partition (keyed
+  state; keys may interleave) and warns when a key was in two partitions.
+
+Spark's Python workers must import this package: a script run from a venv that
+is not activated gets workers on ``python3`` from ``PATH``; see
+:func:`ensure_worker_python` (local mode switches them to the driver's Python,
+otherwise one error names ``PYSPARK_PYTHON``).
 
 Which algorithm ran is counted by :class:`AlgorithmMetrics` (a Spark
 accumulator, :func:`algorithm_metrics`) and logged by the ``spark_integration``
@@ -23,7 +30,7 @@ TimeWindow(range=3600000, slide=1000, offset=0)
 from .arrow_runner import RunnerConfig, run_keyed_batches
 from .dataframe import cores_per_task_of, executor_cores_of, sliding_window_aggregate
 from .intervals import parse_interval, time_window
-from .rdd import pba_partition_function
+from .rdd import KeyPartitionWarning, pba_partition_function, sliding_window_rdd
 from .runtime import (
     PBA_MIN_KEY_SLICES,
     SPARK_PBA_MIN_SLICES,
@@ -34,22 +41,27 @@ from .runtime import (
     close_worker_pool,
     worker_pool,
 )
+from .session import WorkerPythonError, ensure_worker_python
 
 __all__ = [
-    "AlgorithmMetrics",
-    "MetricsParam",
     "PBA_MIN_KEY_SLICES",
-    "RunnerConfig",
     "SPARK_PBA_MIN_SLICES",
+    "AlgorithmMetrics",
+    "KeyPartitionWarning",
+    "MetricsParam",
+    "RunnerConfig",
+    "WorkerPythonError",
     "algorithm_metrics",
     "choose_algorithm",
     "close_worker_pool",
     "cores_per_task_of",
+    "ensure_worker_python",
     "executor_cores_of",
     "parse_interval",
     "pba_partition_function",
     "run_keyed_batches",
     "sliding_window_aggregate",
+    "sliding_window_rdd",
     "time_window",
     "worker_pool",
 ]

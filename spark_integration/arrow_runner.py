@@ -36,8 +36,9 @@ Examples
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -47,8 +48,20 @@ import pba_runtime as pr
 
 from . import runtime as rt
 
-__all__ = ["RunnerConfig", "run_keyed_batches", "run_key_frame", "VALUE_COL", "ORDER_COL", "COUNT_COL", "NULLS_COL",
-           "PREAGGREGATABLE", "NULL_VALUE_HINT", "NULL_ORDER_HINT", "result_arrow_type", "order_to_int64"]
+__all__ = [
+    "COUNT_COL",
+    "NULLS_COL",
+    "NULL_ORDER_HINT",
+    "NULL_VALUE_HINT",
+    "ORDER_COL",
+    "PREAGGREGATABLE",
+    "VALUE_COL",
+    "RunnerConfig",
+    "order_to_int64",
+    "result_arrow_type",
+    "run_key_frame",
+    "run_keyed_batches",
+]
 
 log = logging.getLogger("spark_integration")
 
@@ -242,7 +255,7 @@ def _cat(parts: list[np.ndarray], dtype: Any) -> np.ndarray:
 
 # --------------------------------------------------------------------------- the runner
 class _KeyState:
-    __slots__ = ("key_row", "kops", "vals", "ts", "buffered", "rows", "last_t")
+    __slots__ = ("buffered", "key_row", "kops", "last_t", "rows", "ts", "vals")
 
     def __init__(self, key_row: list[pa.Array]):
         self.key_row = key_row

@@ -41,7 +41,8 @@ from __future__ import annotations
 import logging
 import os
 import re
-from typing import Any, Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
 import pyarrow as pa
 
@@ -63,8 +64,9 @@ from .arrow_runner import (
     run_keyed_batches,
 )
 from .intervals import as_window
+from .session import ensure_worker_python
 
-__all__ = ["sliding_window_aggregate", "executor_cores_of", "cores_per_task_of"]
+__all__ = ["cores_per_task_of", "executor_cores_of", "sliding_window_aggregate"]
 
 log = logging.getLogger("spark_integration")
 
@@ -76,6 +78,8 @@ def executor_cores_of(spark: Any) -> int | None:
 
     Examples
     --------
+    >>> from pyspark.sql import SparkSession  # doctest: +SKIP
+    >>> spark = SparkSession.builder.master("local[2]").getOrCreate()  # doctest: +SKIP
     >>> executor_cores_of(spark)  # doctest: +SKIP
     2
     """
@@ -99,14 +103,16 @@ def cores_per_task_of(spark: Any) -> int | None:
 
     Examples
     --------
-    >>> cores_per_task_of(spark)  # doctest: +SKIP
+    >>> from pyspark.sql import SparkSession  # doctest: +SKIP
+    >>> spark = SparkSession.builder.master("local[2]").getOrCreate()  # doctest: +SKIP
+    >>> cores_per_task_of(spark)  # spark.task.cpus is 1 unless set  # doctest: +SKIP
     1
     """
     try:  # Spark Connect has no SparkContext: unknown
         sc = getattr(spark, "sparkContext", spark)
         task = int(sc.getConf().get("spark.task.cpus", "1") or 1)
         ex = executor_cores_of(sc)
-    except Exception:
+    except Exception:  # noqa: BLE001 - Spark Connect (no SparkContext) or any odd conf: unknown
         return None
     return task if ex is None else min(task, ex)
 
@@ -136,11 +142,16 @@ def _spark_result_type(agg: pr.Aggregation) -> Any:
 
 
 def _order_ms(col: Any, otype: Any) -> Any:
-    """The order column as an integer Spark expression: milliseconds (floored) for timestamps and dates."""
+    """The order column as an integer Spark expression: milliseconds (floored) for timestamps and dates.
+
+    A ``TimestampNTZType`` (wall clock, no zone) is read as if UTC, as Spark's ``window()`` groups it:
+    ``unix_millis`` reads its stored microseconds without a time zone (a cast to ``TimestampType``
+    would read it in the session zone and move the windows, or cast at all: ``cast`` to a long is refused).
+    """
     from pyspark.sql import functions as F
     from pyspark.sql import types as T
 
-    if isinstance(otype, T.TimestampType):
+    if isinstance(otype, (T.TimestampType, T.TimestampNTZType)):
         return F.unix_millis(col)  # floors: a microsecond before 1970 is -1 ms
     if isinstance(otype, T.DateType):
         return F.unix_date(col).cast("long") * F.lit(86_400_000)
@@ -332,10 +343,21 @@ def sliding_window_aggregate(
 
     Examples
     --------
-    >>> out = sliding_window_aggregate(df, key="plug", order_by="ts", value="load",
-    ...                                window=("1 hour", "1 second"), agg="max")  # doctest: +SKIP
+    >>> import pba_runtime as pr, spark_integration as si  # doctest: +SKIP
+    >>> from pyspark.sql import SparkSession, functions as F  # doctest: +SKIP
+    >>> spark = SparkSession.builder.master("local[2]").getOrCreate()  # doctest: +SKIP
+    >>> df = (spark.createDataFrame([("p1", 0, 3.0), ("p1", 1000, 5.0), ("p1", 2500, 4.0), ("p2", 500, 1.0)],
+    ...                             "plug string, ms long, load double")
+    ...       .withColumn("ts", F.timestamp_millis("ms")))  # doctest: +SKIP
+    >>> metrics = si.algorithm_metrics(spark)  # optional: which algorithm ran, per key  # doctest: +SKIP
+    >>> out = si.sliding_window_aggregate(df, key="plug", order_by="ts", value="load",
+    ...                                   window=("2 seconds", "1 second"), agg="max", metrics=metrics)  # doctest: +SKIP
     >>> out.columns  # doctest: +SKIP
     ['plug', 'window_end', 'result']
+    >>> sorted(tuple(r) for r in out.collect())  # window_end: epoch ms  # doctest: +SKIP
+    [('p1', 1000, 3.0), ('p1', 2000, 5.0), ('p1', 3000, 5.0), ('p1', 4000, 4.0), ('p2', 1000, 1.0), ('p2', 2000, 1.0)]
+    >>> metrics.algorithms(), metrics.reasons()  # counted by the action (collect) above  # doctest: +SKIP
+    ({'sba': 2}, {'small_window': 2})
     """
     from pyspark.sql import functions as F
     from pyspark.sql import types as T
@@ -379,6 +401,8 @@ def sliding_window_aggregate(
                                        or num_partitions < 1):
         raise ValueError(f"num_partitions must be a positive integer or None, got {num_partitions!r}")
 
+    ensure_worker_python(df.sparkSession)  # before the UDF is wrapped: it takes the workers' Python then
+
     cfg = RunnerConfig(
         key_names=keys,
         window=win,
@@ -398,7 +422,7 @@ def sliding_window_aggregate(
     )
 
     agg_name = agg if isinstance(agg, str) else None
-    can_preagg = is_time and agg_name in PREAGGREGATABLE and not isinstance(otype, T.TimestampNTZType)
+    can_preagg = is_time and agg_name in PREAGGREGATABLE
     if preaggregate and not can_preagg:
         raise ValueError(
             "preaggregate=True needs a time window, an order_by that is integral, a timestamp or a date, and "

@@ -31,7 +31,7 @@ import re
 
 import pba_runtime as pr
 
-__all__ = ["parse_interval", "time_window", "as_window"]
+__all__ = ["as_window", "parse_interval", "time_window"]
 
 _UNIT_US = {
     "week": 7 * 86_400_000_000,

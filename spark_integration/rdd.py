@@ -1,14 +1,27 @@
-"""For RDD jobs: ``rdd.mapPartitions(pba_partition_function(window, agg, key=..., order=..., value=...))``.
+"""For RDD jobs: :func:`sliding_window_rdd`, and the ``mapPartitions`` function under it.
 
-The function keeps **one operator per key** of the partition, like Flink's
-keyed state: records of different keys may interleave, each key's records
-must arrive in order. Each key's records are buffered and fed to the operator
-through the batch path (``insert_many``) ``batch_size`` at a time; at the end
-of the partition every key is flushed (time windows still holding tuples are
-emitted) and closed. It yields ``(key, window_end, result)`` tuples, key by
-key as their buffers fill, not in input order.
+:func:`sliding_window_rdd` is the RDD form: it partitions the records by key
+and sorts each partition by (key hash, order) itself, then runs
+:func:`pba_partition_function` over each partition, so every key's records
+are in one partition and in order, whatever the RDD's partitioning.
 
-It needs nothing from Spark, so it also runs on any iterator of records.
+:func:`pba_partition_function` is the step under it, for an RDD that already
+is partitioned by key (``rdd.keyBy(key).partitionBy(n).values()``, or a
+DataFrame's ``repartition(key).sortWithinPartitions(order).rdd``) and for any
+iterator of records. It keeps **one operator per key** of the partition, like
+Flink's keyed state: records of different keys may interleave, each key's
+records must arrive in order. Each key's records are buffered and fed to the
+operator through the batch path (``insert_many``) ``batch_size`` at a time; at
+the end of the partition every key is flushed (time windows still holding
+tuples are emitted) and closed. It yields ``(key, window_end, result)``
+tuples, key by key as their buffers fill, not in input order.
+
+A key whose records are in two partitions would get two operators, each with
+part of its stream: wrong windows. The function cannot see other partitions,
+so when it is built on a driver with a SparkContext it reports the keys each
+partition saw to the driver (an accumulator), and the driver warns
+(:class:`KeyPartitionWarning`, and an ERROR log line) as soon as one key is seen
+in two partitions of one stage; ``f.split_keys()`` counts them after an action.
 
 Examples
 --------
@@ -23,10 +36,14 @@ from __future__ import annotations
 
 import datetime as _dt
 import decimal
+import hashlib
 import logging
 import numbers
 import operator
-from typing import Any, Callable, Iterable, Iterator
+import sys
+import warnings
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
 
 import numpy as np
 
@@ -35,12 +52,13 @@ import pba_runtime as pr
 from . import runtime as rt
 from .arrow_runner import NULL_POLICIES
 from .intervals import as_window
+from .session import ensure_worker_python
 
-__all__ = ["pba_partition_function"]
+__all__ = ["KeyPartitionWarning", "pba_partition_function", "sliding_window_rdd"]
 
 log = logging.getLogger("spark_integration")
 
-_EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
+_EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.UTC)
 _MS = _dt.timedelta(milliseconds=1)
 
 
@@ -86,8 +104,94 @@ def _to_ms(t: Any, label: str) -> int:
                     f"got {type(t).__name__} {t!r}")
 
 
+class KeyPartitionWarning(RuntimeWarning):
+    """A key's records were in more than one partition: :func:`pba_partition_function` gave it wrong windows."""
+
+
+def _fingerprint(key: Any) -> int:
+    """A 64-bit fingerprint of a key, the same in every process (equal reprs of one type, equal prints)."""
+    text = f"{type(key).__qualname__}:{key!r}".encode("utf-8", "backslashreplace")
+    return int.from_bytes(hashlib.blake2b(text, digest_size=8).digest(), "little")
+
+
+class _KeyOwners:
+    """Which partition saw each key (by fingerprint), per stage; and how many keys more than one did."""
+
+    __slots__ = ("example", "owners", "split")
+
+    def __init__(self) -> None:
+        self.owners: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # stage -> (sorted fps, partition of each)
+        self.split = 0
+        self.example: tuple[int, int] | None = None  # two partitions that shared a key
+
+    @classmethod
+    def of(cls, stage: int, partition: int, fps: np.ndarray) -> _KeyOwners:
+        v = cls()
+        fps = np.unique(fps)
+        v.owners[stage] = (fps, np.full(fps.size, partition, dtype=np.int64))
+        return v
+
+    def merge(self, other: _KeyOwners) -> list[tuple[int, int, int]]:
+        """Add ``other``; return the new splits as (count, partition a, partition b) per merged piece."""
+        found = []
+        self.split += other.split
+        for stage, (fps, parts) in other.owners.items():
+            if stage not in self.owners:
+                self.owners[stage] = (fps, parts)
+                continue
+            have, owner = self.owners[stage]
+            idx = np.searchsorted(have, fps)
+            hit = idx < have.size
+            hit[hit] = have[idx[hit]] == fps[hit]
+            clash = np.flatnonzero(hit)[owner[idx[hit]] != parts[hit]]
+            if clash.size:
+                i = int(clash[0])
+                found.append((int(clash.size), int(owner[idx[i]]), int(parts[i])))
+                self.split += int(clash.size)
+            new = ~hit
+            self.owners[stage] = (np.insert(have, idx[new], fps[new]), np.insert(owner, idx[new], parts[new]))
+        return found
+
+
+class _KeyOwnersParam:
+    """Spark ``AccumulatorParam`` of :class:`_KeyOwners`; merging on the driver warns at once of a split key."""
+
+    def __init__(self, hint: str):
+        self.hint = hint
+
+    def zero(self, value: _KeyOwners) -> _KeyOwners:
+        return _KeyOwners()
+
+    def addInPlace(self, value1: _KeyOwners, value2: _KeyOwners) -> _KeyOwners:
+        for n, a, b in value1.merge(value2):
+            if value1.example is None:
+                value1.example = (a, b)
+            msg = (f"spark_integration: {n} key(s) had records in more than one partition (e.g. partitions {a} "
+                   f"and {b}), so pba_partition_function ran one operator per piece of each: their windows are "
+                   f"wrong. Each key's records must be in one partition: use {self.hint}")
+            log.error(msg)
+            warnings.warn(msg, KeyPartitionWarning, stacklevel=2)
+        return value1
+
+
+def _active_context() -> Any:
+    """The driver's active SparkContext, or ``None`` (no PySpark imported, none started, or in a worker)."""
+    if "pyspark" not in sys.modules:
+        return None
+    try:
+        from pyspark import SparkContext
+    except ImportError:
+        return None
+    return SparkContext._active_spark_context
+
+
+_PARTITION_HINT = ("si.sliding_window_rdd(rdd, window, agg, key=..., order=..., value=...), which partitions "
+                   "by key itself, or partition first: rdd.keyBy(key).partitionBy(n).values(), or a DataFrame's "
+                   "repartition(key).sortWithinPartitions(order).rdd")
+
+
 class _Key:
-    __slots__ = ("kop", "vals", "ts", "last", "rows")
+    __slots__ = ("kop", "last", "rows", "ts", "vals")
 
     def __init__(self) -> None:
         self.kop: rt.KeyOperator | None = None
@@ -112,15 +216,22 @@ def pba_partition_function(
     pool_workers: int = 1,
     pool_factory: Callable[[int], pr.WorkerPool] | None = None,
     min_slices: int | None = None,
+    check_partitioning: bool = True,
 ) -> Callable[[Iterable[Any]], Iterator[tuple[Any, int, Any]]]:
     """A ``mapPartitions`` function: per-key sliding windows over interleaved keyed records.
+
+    Each key's records must all be in one partition, in order: on an RDD that is
+    not partitioned by key use :func:`sliding_window_rdd`, which does that step.
 
     Parameters
     ----------
     window : CountWindow, TimeWindow or tuple of intervals
         As in :func:`spark_integration.sliding_window_aggregate`. Time windows
         take integer order values in the window's unit, or datetimes/dates
-        (epoch milliseconds; a naive datetime is local time, as PySpark's Rows).
+        (epoch milliseconds; a naive datetime is local time, as PySpark's Rows
+        give a ``TimestampType`` column; a ``TimestampNTZType`` column's Rows hold
+        its wall clock, naive too: convert it first, e.g. ``F.unix_millis(ts)``,
+        for UTC windows as ``window()`` and the DataFrame API give).
     agg : str or pba_runtime.Aggregation
     key, value, order : str, int, tuple or callable
         How to read a record (``Row``, dict or tuple): a field name, an index,
@@ -143,12 +254,20 @@ def pba_partition_function(
         Cores one task may use (below 2, ``"auto"`` runs SBA: reason ``one_core``); default: unknown.
     pool_workers, pool_factory, min_slices
         As in :func:`spark_integration.sliding_window_aggregate`.
+    check_partitioning : bool
+        Built on a driver with an active SparkContext: each partition reports the
+        keys it saw (64-bit fingerprints, an accumulator) and the driver warns
+        (:class:`KeyPartitionWarning`) as soon as a key was in two partitions of
+        one stage (its windows are then wrong). ``False`` skips the check.
 
     Returns
     -------
     callable
         ``f(records) -> iterator of (key, window_end, result)``; ``result`` is a
         float (an int for count and argmax, a list for moment_sketch and collect).
+        ``f.split_keys()`` (on the driver, after an action): how many keys were
+        seen in more than one partition (0 when checked and right; ``None``
+        when not checked).
 
     Raises
     ------
@@ -163,6 +282,21 @@ def pba_partition_function(
     >>> f = pba_partition_function(("10 seconds", "5 seconds"), "max", key=0, order=1, value=2)
     >>> list(f([("a", 1_000, 1.0), ("a", 6_000, 4.0), ("a", 12_000, 2.0)]))
     [('a', 5000, 1.0), ('a', 10000, 4.0), ('a', 15000, 4.0), ('a', 20000, 2.0)]
+
+    In Spark, each key's records in one partition and in order first
+    (:func:`sliding_window_rdd` does this step itself):
+
+    >>> from pyspark.rdd import portable_hash  # doctest: +SKIP
+    >>> from pyspark.sql import SparkSession  # doctest: +SKIP
+    >>> spark = SparkSession.builder.master("local[2]").getOrCreate()  # doctest: +SKIP
+    >>> rdd = spark.sparkContext.parallelize([("a", 6_000, 4.0), ("b", 2_000, 5.0), ("a", 1_000, 1.0)], 2)  # doctest: +SKIP
+    >>> by_key = (rdd.keyBy(lambda r: (r[0], r[1]))  # (key, order): partitioned by key, sorted by both
+    ...           .repartitionAndSortWithinPartitions(2, partitionFunc=lambda kt: portable_hash(kt[0]))
+    ...           .values())  # doctest: +SKIP
+    >>> sorted(by_key.mapPartitions(f).collect())  # doctest: +SKIP
+    [('a', 5000, 1.0), ('a', 10000, 4.0), ('a', 15000, 4.0), ('b', 5000, 5.0), ('b', 10000, 5.0)]
+    >>> f.split_keys()  # doctest: +SKIP
+    0
     """
     win = as_window(window)
     is_time = isinstance(win, pr.TimeWindow)
@@ -180,6 +314,11 @@ def pba_partition_function(
     get_value, vlabel = _getter(value, "value")
     get_order, olabel = _getter(order, "order") if order is not None else (None, "")
     slide = win.slide
+    sc = _active_context() if check_partitioning else None
+    key_check = None
+    if sc is not None:  # on a driver: the workers must import this package; keys of two partitions are flagged
+        ensure_worker_python(sc)
+        key_check = sc.accumulator(_KeyOwners(), _KeyOwnersParam(_PARTITION_HINT))
 
     def feed(state: dict, k: Any, st: _Key, final: bool) -> Iterator[tuple[Any, int, Any]]:
         if st.kop is None:
@@ -242,6 +381,8 @@ def pba_partition_function(
                     yield from feed(state, k, st, final=False)
             for k, st in keys.items():
                 yield from feed(state, k, st, final=True)
+            if key_check is not None:
+                _report_keys(key_check, keys)
         finally:
             for st in keys.values():
                 if st.kop is not None:
@@ -252,7 +393,112 @@ def pba_partition_function(
                 log.info("spark_integration: partition done: %s",
                          ", ".join(f"{n}={c}" for n, c in sorted(state["counts"].items())))
 
+    def split_keys() -> int | None:
+        return None if key_check is None else key_check.value.split
+
+    partition.split_keys = split_keys  # type: ignore[attr-defined]
     return partition
+
+
+def sliding_window_rdd(
+    rdd: Any,
+    window: Any,
+    agg: str | pr.Aggregation,
+    *,
+    key: Any,
+    value: Any,
+    order: Any,
+    num_partitions: int | None = None,
+    algorithm: str = "auto",
+    nulls: str = "fail",
+    batch_size: int = 4096,
+    metrics: rt.AlgorithmMetrics | None = None,
+    cores_per_task: int | None = None,
+    pool_workers: int = 1,
+    pool_factory: Callable[[int], pr.WorkerPool] | None = None,
+    min_slices: int | None = None,
+) -> Any:
+    """Per-key sliding windows over an RDD of records, partitioned however: the RDD form of the adapter.
+
+    Shuffles the records by key (``portable_hash``, as ``partitionBy``) and sorts
+    each partition by (key hash, order) (``repartitionAndSortWithinPartitions``),
+    so every key's records are in one partition and in order, then runs
+    :func:`pba_partition_function` over each partition. The same windows as
+    :func:`~spark_integration.sliding_window_aggregate` (ties in ``order``: the
+    shuffle's order, not deterministic). Keys need not be comparable, only
+    hashable; a ``None`` order sorts first and meets ``nulls``.
+
+    Parameters
+    ----------
+    rdd : pyspark.RDD
+        Records (``Row``, dict or tuple), in any partitioning and order.
+    window, agg, key, value
+        As in :func:`pba_partition_function`.
+    order : str, int, tuple or callable
+        Orders each key's records (a timestamp for time windows); required: after
+        the shuffle a key's records arrive in no defined order.
+    num_partitions : int, optional
+        Partitions of the shuffle by key (default: the RDD's).
+    algorithm, nulls, batch_size, metrics, cores_per_task, pool_workers, pool_factory, min_slices
+        As in :func:`pba_partition_function`.
+
+    Returns
+    -------
+    pyspark.RDD
+        Of ``(key, window_end, result)``.
+
+    Raises
+    ------
+    ValueError, TypeError
+        As :func:`pba_partition_function`; ``order`` missing; a bad ``num_partitions``.
+
+    Examples
+    --------
+    >>> import pba_runtime as pr, spark_integration as si  # doctest: +SKIP
+    >>> from pyspark.sql import SparkSession  # doctest: +SKIP
+    >>> spark = SparkSession.builder.master("local[2]").getOrCreate()  # doctest: +SKIP
+    >>> rdd = spark.sparkContext.parallelize(  # doctest: +SKIP
+    ...     [("a", 3, 1.0), ("b", 1, 7.0), ("a", 1, 5.0), ("b", 2, 3.0), ("a", 2, 2.0)], 3)
+    >>> out = si.sliding_window_rdd(rdd, pr.CountWindow(range=2, slide=1), "max", key=0, order=1, value=2)  # doctest: +SKIP
+    >>> sorted(out.collect())  # doctest: +SKIP
+    [('a', 2, 5.0), ('a', 3, 2.0), ('b', 2, 7.0)]
+    """
+    if order is None:
+        raise ValueError("order is required: after the shuffle by key a key's records arrive in no defined order; "
+                         "pass the field (or function) that orders them, e.g. a timestamp or a sequence number")
+    if num_partitions is not None and (isinstance(num_partitions, bool) or not isinstance(num_partitions, int)
+                                       or num_partitions < 1):
+        raise ValueError(f"num_partitions must be a positive integer or None, got {num_partitions!r}")
+    f = pba_partition_function(window, agg, key=key, value=value, order=order, algorithm=algorithm, nulls=nulls,
+                               batch_size=batch_size, metrics=metrics, cores_per_task=cores_per_task,
+                               pool_workers=pool_workers, pool_factory=pool_factory, min_slices=min_slices,
+                               check_partitioning=False)  # partitioned by key here
+    ensure_worker_python(rdd.context)
+    from pyspark.rdd import portable_hash
+
+    get_key, _ = _getter(key, "key")
+    get_order, _ = _getter(order, "order")
+
+    def shuffle_key(rec: Any) -> tuple[int, tuple[int, Any]]:
+        t = get_order(rec)
+        return portable_hash(get_key(rec)), ((0, 0) if t is None else (1, t))
+
+    n = num_partitions or rdd.getNumPartitions()
+    by_key = (rdd.keyBy(shuffle_key)
+              .repartitionAndSortWithinPartitions(n, partitionFunc=operator.itemgetter(0))
+              .values())
+    return by_key.mapPartitions(f)
+
+
+def _report_keys(key_check: Any, keys: dict[Any, Any]) -> None:
+    """In a task: add this partition's key fingerprints to ``key_check`` (nothing outside a Spark task)."""
+    from pyspark import TaskContext
+
+    tc = TaskContext.get()
+    if tc is None or not keys:
+        return
+    fps = np.fromiter((_fingerprint(k) for k in keys), dtype=np.uint64, count=len(keys))
+    key_check.add(_KeyOwners.of(tc.stageId(), tc.partitionId(), fps))
 
 
 def _as_values(vals: list[Any], label: str, agg_name: str) -> np.ndarray:
@@ -261,7 +507,7 @@ def _as_values(vals: list[Any], label: str, agg_name: str) -> np.ndarray:
     if arr.dtype.kind in "biuf":
         return arr.astype(np.float64, copy=False)
     for v in vals:
-        if isinstance(v, bool) or isinstance(v, (numbers.Real, decimal.Decimal)):
+        if isinstance(v, (bool, numbers.Real, decimal.Decimal)):
             continue
         raise TypeError(f"value column {label} must be numeric for aggregation {agg_name!r}, "
                         f"got {type(v).__name__} {v!r}")

@@ -58,24 +58,25 @@ import logging
 import os
 import sys
 import threading
+from collections.abc import Callable
 from concurrent.futures import Future
-from typing import Any, Callable
+from typing import Any
 
 import pba_runtime as pr
 
 __all__ = [
-    "SPARK_PBA_MIN_SLICES",
     "PBA_MIN_KEY_SLICES",
     "REASONS",
-    "choose_algorithm",
-    "worker_pool",
-    "close_worker_pool",
+    "SPARK_PBA_MIN_SLICES",
+    "AlgorithmMetrics",
     "GuardedPool",
     "KeyOperator",
-    "local_cores",
     "MetricsParam",
-    "AlgorithmMetrics",
     "algorithm_metrics",
+    "choose_algorithm",
+    "close_worker_pool",
+    "local_cores",
+    "worker_pool",
 ]
 
 log = logging.getLogger("spark_integration")
@@ -91,8 +92,8 @@ SPARK_PBA_MIN_SLICES = 1 << 10
 
 # the least batch from which vectorised PBA hands rows to the pool (longer for rows under 2^11 slices:
 # ``pba_runtime.batch.splits_rows`` is the rule)
-from pba_runtime.batch import PARALLEL_BATCH_MIN as PBA_MIN_KEY_SLICES  # noqa: E402
-from pba_runtime.batch import splits_rows  # noqa: E402
+from pba_runtime.batch import PARALLEL_BATCH_MIN as PBA_MIN_KEY_SLICES
+from pba_runtime.batch import splits_rows
 
 REASONS = ("requested", "large_window", "small_window", "one_core", "small_key", "pool_unavailable", "pool_died")
 
@@ -207,7 +208,7 @@ def worker_pool(workers: int = 1, factory: Callable[[int], pr.WorkerPool] | None
                 raise TypeError(f"pool factory returned {type(pool).__name__}, not a pba_runtime.WorkerPool")
             if pool.closed:
                 raise RuntimeError("pool factory returned a closed pool")
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - a user factory may fail any way: logged, SBA runs
             slot[0], slot[1] = None, ("pool_died" if died else "pool_unavailable")
             log.warning("spark_integration: worker pool cannot start in pid %d (%s: %s); running SBA",
                         pid, type(exc).__name__, exc)
@@ -229,7 +230,7 @@ class _GuardedFuture(Future):
     into the task's result computed here.
     """
 
-    def __init__(self, inner: Future, fn: Callable[..., Any], args: tuple, owner: "GuardedPool"):
+    def __init__(self, inner: Future, fn: Callable[..., Any], args: tuple, owner: GuardedPool):
         super().__init__()
         self._inner, self._fn, self._args, self._owner = inner, fn, args, owner
         self._failure: BaseException | None = None
@@ -240,7 +241,7 @@ class _GuardedFuture(Future):
     def _relay(self, inner: Future) -> None:
         try:
             res = inner.result()
-        except BaseException as exc:  # failed or cancelled: repaired on demand
+        except BaseException as exc:  # noqa: BLE001 - failed or cancelled: repaired on demand
             self._failure = exc
             res = _FAILED
         self.set_result(res)
@@ -357,7 +358,7 @@ class KeyOperator:
     {'keys.sba': 1, 'rows.sba': 4, 'reason.small_window': 1, 'windows': 2}
     """
 
-    __slots__ = ("op", "algorithm", "reason", "guard")
+    __slots__ = ("algorithm", "guard", "op", "reason")
 
     def __init__(self, op: pr.WindowOperator, algorithm: str, reason: str, guard: GuardedPool | None):
         self.op, self.algorithm, self.reason, self.guard = op, algorithm, reason, guard
@@ -365,7 +366,7 @@ class KeyOperator:
     @classmethod
     def open(cls, requested: str, window: pr.CountWindow | pr.TimeWindow, agg: Any, *,
              cores: int | None = None, key_slices: int | None = None, min_slices: int | None = None,
-             pool_workers: int = 1, pool_factory: Callable[[int], pr.WorkerPool] | None = None) -> "KeyOperator":
+             pool_workers: int = 1, pool_factory: Callable[[int], pr.WorkerPool] | None = None) -> KeyOperator:
         """Choose the algorithm (:func:`choose_algorithm`), get the process's pool if PBA, build the operator."""
         alg, why = choose_algorithm(requested, window, cores=cores, key_slices=key_slices,
                                     min_slices=min_slices)
@@ -479,12 +480,27 @@ class AlgorithmMetrics:
 def algorithm_metrics(spark: Any) -> AlgorithmMetrics:
     """A new :class:`AlgorithmMetrics` backed by an accumulator of ``spark``'s SparkContext.
 
+    The counts arrive with the tasks' results: they are empty until an action
+    has run the job, and a second action on the same uncached result counts again.
+
     Examples
     --------
-    >>> metrics = algorithm_metrics(spark)  # doctest: +SKIP
-    >>> out = sliding_window_aggregate(df, ..., metrics=metrics); out.write.parquet(...)  # doctest: +SKIP
-    >>> metrics.algorithms()  # doctest: +SKIP
-    {'pba': 80, 'sba': 4}
+    >>> import pba_runtime as pr, spark_integration as si  # doctest: +SKIP
+    >>> from pyspark.sql import SparkSession  # doctest: +SKIP
+    >>> spark = SparkSession.builder.master("local[2]").getOrCreate()  # doctest: +SKIP
+    >>> df = spark.createDataFrame([("a", t, float(t % 7)) for t in range(100)] + [("b", 0, 1.0)],
+    ...                            "k string, t long, v double")  # doctest: +SKIP
+    >>> metrics = si.algorithm_metrics(spark)  # doctest: +SKIP
+    >>> out = si.sliding_window_aggregate(df, key="k", order_by="t", value="v",
+    ...                                   window=pr.CountWindow(range=10, slide=1), agg="max", metrics=metrics)  # doctest: +SKIP
+    >>> metrics.algorithms()  # nothing ran yet  # doctest: +SKIP
+    {}
+    >>> len(out.collect())  # doctest: +SKIP
+    91
+    >>> metrics.algorithms(), metrics.reasons()  # doctest: +SKIP
+    ({'sba': 2}, {'small_window': 2})
+    >>> metrics.value["rows.sba"], metrics.value["windows"]  # doctest: +SKIP
+    (101, 91)
     """
     sc = getattr(spark, "sparkContext", spark)
     return AlgorithmMetrics(sc.accumulator({}, MetricsParam()))

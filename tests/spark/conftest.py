@@ -58,14 +58,14 @@ def spark():
             proc = getattr(gateway, "proc", None)
             try:
                 gateway.shutdown()
-            except Exception:
+            except Exception:  # noqa: BLE001, S110 - already down; the JVM is waited for below
                 pass
             if proc is not None:  # the JVM exits when its stdin closes; make sure it did
                 try:
                     if proc.stdin is not None:
                         proc.stdin.close()
                     proc.wait(timeout=30)
-                except Exception:
+                except Exception:  # noqa: BLE001 - whatever failed, the JVM is killed
                     proc.kill()
                     proc.wait(timeout=10)
             SparkContext._gateway = None

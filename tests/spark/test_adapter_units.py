@@ -19,7 +19,13 @@ from oracle import assert_results_equal, count_windows, time_windows
 import pba_runtime as pr
 import spark_integration as si
 from spark_integration import runtime as rt
-from spark_integration.arrow_runner import ORDER_COL, VALUE_COL, RunnerConfig, run_key_frame, run_keyed_batches
+from spark_integration.arrow_runner import (
+    ORDER_COL,
+    VALUE_COL,
+    RunnerConfig,
+    run_key_frame,
+    run_keyed_batches,
+)
 
 AGGS = ["max", "sum", "mean", "argmax", "count", "std", "collect", "moment_sketch"]
 
@@ -213,13 +219,34 @@ def test_partition_function_bad_input():
 
 
 def test_partition_function_datetimes():
-    utc = dt.timezone.utc
+    utc = dt.UTC
     f = si.pba_partition_function(("1 second", "1 second"), "count", key="k", order="t", value="v")
     rows = [{"k": 1, "t": dt.datetime(2024, 1, 1, 0, 0, 0, 999_999, tzinfo=utc), "v": 1.0},
             {"k": 1, "t": dt.datetime(2024, 1, 1, 0, 0, 1, tzinfo=utc), "v": 2.0}]
     base = int(dt.datetime(2024, 1, 1, tzinfo=utc).timestamp()) * 1000
     assert list(f(rows)) == [(1, base + 1000, 1), (1, base + 2000, 1)]
 
+
+
+def test_key_partition_check_flags_a_key_in_two_partitions_of_one_stage_only():
+    from spark_integration.rdd import (
+        KeyPartitionWarning,
+        _fingerprint,
+        _KeyOwners,
+        _KeyOwnersParam,
+    )
+
+    fp = np.array([_fingerprint(k) for k in ("a", "b", -1, -2, 1, ("t", None))], dtype=np.uint64)
+    assert len(set(fp.tolist())) == fp.size  # hash(-1) == hash(-2) in Python; the fingerprints differ
+    assert _fingerprint("a") == _fingerprint("a")
+    param = _KeyOwnersParam("hint")
+    acc = param.zero(None)
+    for stage, part, idx in ((1, 0, [0, 2, 4]), (1, 0, [0, 2]), (2, 1, [0, 1]), (1, 1, [1, 3, 5])):
+        acc = param.addInPlace(acc, _KeyOwners.of(stage, part, fp[idx]))  # a retry; another stage: no split
+    assert acc.split == 0
+    with pytest.warns(KeyPartitionWarning, match=r"2 key\(s\) had records in more than one partition .*partitions [01] and 2"):
+        acc = param.addInPlace(acc, _KeyOwners.of(1, 2, fp[[0, 5]]))
+    assert acc.split == 2
 
 # --------------------------------------------------------------------------- intervals
 def test_intervals():

@@ -143,6 +143,47 @@ def test_sub_millisecond_timestamps_floor_to_the_millisecond_before_and_after_19
     _assert_same(out, _native_time(d, 10, 3, agg), agg)
 
 
+@pytest.mark.parametrize("transport,preaggregate", [("mapInArrow", True), ("applyInPandas", False),
+                                                    ("mapInArrow", False), ("applyInArrow", False)],
+                         ids=["preagg", "rows-applyInPandas", "rows-mapInArrow", "rows-applyInArrow"])
+def test_timestamp_ntz_order_is_its_wall_clock_as_utc_epoch_ms(spark, transport, preaggregate):
+    """A TimestampNTZ order_by: its wall clock read as UTC epoch ms (floored), as Spark's window() groups it.
+
+    The session time zone is not UTC and the data straddle the epoch (sub-millisecond, before 1970) and
+    New York's 2024 spring-forward gap (wall-clock times that do not exist there), so reading the wall
+    clock in the session zone would move windows; the windows are checked against Spark's window() and
+    the oracle on the micros floored to ms.
+    """
+    import datetime as dt
+
+    rng = np.random.default_rng(11)
+    gap_us = int((dt.datetime(2024, 3, 10, 2, 0) - dt.datetime(1970, 1, 1)).total_seconds()) * 1_000_000
+    us = np.sort(np.concatenate([rng.integers(-40_000, 40_000, 300), gap_us + rng.integers(-1_000_000, 1_000_000, 300)]))
+    keys = rng.integers(0, 3, us.size)
+    vals = np.round(rng.normal(0, 5, us.size))
+    rows = [(f"k{k}", dt.datetime(1970, 1, 1) + dt.timedelta(microseconds=int(u)), float(v))
+            for k, u, v in zip(keys, us, vals)]
+    d = spark.createDataFrame(rows, "k string, ts timestamp_ntz, v double")
+    win = pr.TimeWindow(range=10, slide=3)
+    spark.conf.set("spark.sql.session.timeZone", "America/New_York")
+    try:
+        for agg in ("max", "argmax"):
+            out = si.sliding_window_aggregate(d, key="k", order_by="ts", value="v", window=win, agg=agg,
+                                              transport=transport, preaggregate=preaggregate)
+            got = _as_dict(out.collect())
+            _assert_same(out, _native_time(d, win.range, win.slide, agg), agg)
+            nwin = 0
+            for k in np.unique(keys):  # per key and per cluster of times (the oracle walks every slide between)
+                for cluster in (us < gap_us // 2, us >= gap_us // 2):
+                    sel = (keys == k) & cluster
+                    ends, want = time_windows(vals[sel], np.floor_divide(us[sel], 1000), win.range, win.slide, agg)
+                    assert [got.get((f"k{k}", e)) for e in ends] == want
+                    nwin += len(ends)
+            assert len(got) == nwin
+    finally:
+        spark.conf.set("spark.sql.session.timeZone", "UTC")
+
+
 def test_tumbling_time_window_one_hour(df):
     out = si.sliding_window_aggregate(df, key="k", order_by="ts", value="v", window=("1 hour", "1 hour"), agg="max")
     _assert_same(out, _native_time(df, 3_600_000, 3_600_000, "max"), "max")
@@ -196,6 +237,46 @@ def test_rdd_function_matches_dataframe_api(spark, df):
         for key, w in want.items():
             assert math.isclose(got[key], w, rel_tol=1e-12), key
         assert sum(metrics.algorithms().values()) == len(SIZES)
+        assert f.split_keys() == 0  # each key in one partition: nothing flagged
+
+
+def test_rdd_not_partitioned_by_key_gives_right_windows_or_a_warning_never_silently_wrong_ones(spark, df):
+    """The README's RDD form on an RDD ordered by time (keys spread over every partition).
+
+    ``sliding_window_rdd`` partitions by key itself: the DataFrame API's windows. The bare partition
+    function cannot see other partitions: the driver warns as soon as a key was in two of them.
+    """
+    window = si.time_window("5 seconds", "2 seconds")
+    rdd = df.select("k", "ts", "v").repartitionByRange(3, "ts").sortWithinPartitions("ts").rdd  # keys split
+    assert rdd.getNumPartitions() > 1
+    want_df = si.sliding_window_aggregate(df, key="k", order_by="ts", value="v", window=window, agg="sum")
+    want = {(r.k, r.window_end): r.result for r in want_df.collect()}
+    got = {(k, e): r for k, e, r in si.sliding_window_rdd(rdd, window, "sum", key="k", order="ts", value="v",
+                                                           num_partitions=3).collect()}
+    assert got.keys() == want.keys()
+    for key, w in want.items():
+        assert math.isclose(got[key], w, rel_tol=1e-12, abs_tol=1e-9), key
+
+    f = si.pba_partition_function(window, "sum", key="k", order="ts", value="v")
+    with pytest.warns(si.KeyPartitionWarning, match=r"key\(s\) had records in more than one partition"):
+        wrong = rdd.mapPartitions(f).collect()
+    assert len(wrong) != len(want)  # what the warning is about: one operator per piece of a key
+    assert f.split_keys() >= 2
+
+
+def test_rdd_helper_sorts_by_order_and_keeps_unorderable_keys(spark):
+    rows = [(None, 3, 1.0), (("t", 1), 2, 4.0), (None, 1, 5.0), (1, 2, 3.0), (("t", 1), 1, 2.0), (None, 2, 2.0),
+            (1.0, 1, 6.0)]  # keys of mixed types (1 and 1.0 are one key, as in a dict); arrival order shuffled
+    rdd = spark.sparkContext.parallelize(rows, 3)
+    out = si.sliding_window_rdd(rdd, pr.CountWindow(range=2, slide=1), "collect", key=0, order=1, value=2)
+    got = sorted(out.collect(), key=repr)
+    assert got == sorted([(None, 2, [5.0, 2.0]), (None, 3, [2.0, 1.0]), (("t", 1), 2, [2.0, 4.0]),
+                          (1.0, 2, [6.0, 3.0])], key=repr) or got == sorted(
+        [(None, 2, [5.0, 2.0]), (None, 3, [2.0, 1.0]), (("t", 1), 2, [2.0, 4.0]), (1, 2, [6.0, 3.0])], key=repr)
+    with pytest.raises(ValueError, match="order is required"):
+        si.sliding_window_rdd(rdd, pr.CountWindow(range=2, slide=1), "max", key=0, order=None, value=2)
+    with pytest.raises(ValueError, match="num_partitions must be a positive integer"):
+        si.sliding_window_rdd(rdd, pr.CountWindow(range=2, slide=1), "max", key=0, order=1, value=2, num_partitions=0)
 
 
 def test_rdd_function_unsorted_order_is_a_clear_error(df):
@@ -258,7 +339,7 @@ def test_pba_runs_for_a_large_window_and_key(spark):
 def test_bad_input_on_the_driver(spark, df):
     from pyspark.sql import functions as F
 
-    kw = dict(key="k", order_by="t", value="v", window=pr.CountWindow(range=3, slide=1), agg="max")
+    kw = {"key": "k", "order_by": "t", "value": "v", "window": pr.CountWindow(range=3, slide=1), "agg": "max"}
     with pytest.raises(ValueError, match="value column 'load' is not in the DataFrame"):
         si.sliding_window_aggregate(df, **{**kw, "value": "load"})
     with pytest.raises(ValueError, match="key column 'plug' is not in the DataFrame"):
@@ -281,7 +362,7 @@ def test_null_values_fail_or_skip(spark, df, preaggregate):
     from pyspark.sql import functions as F
 
     with_nulls = df.withColumn("v", F.when(F.col("t") % 5 == 0, F.lit(None)).otherwise(F.col("v")))
-    kw = dict(key="k", order_by="ts", value="v", window=("4 seconds", "1 second"), agg="max", preaggregate=preaggregate)
+    kw = {"key": "k", "order_by": "ts", "value": "v", "window": ("4 seconds", "1 second"), "agg": "max", "preaggregate": preaggregate}
     with pytest.raises(Exception, match="value column 'v' holds nulls"):
         si.sliding_window_aggregate(with_nulls, **kw).collect()
     out = si.sliding_window_aggregate(with_nulls, nulls="skip", **kw)
@@ -331,7 +412,7 @@ def test_nan_is_a_value_and_null_is_not_on_every_transport(spark, transport):
     d = spark.createDataFrame(rows, "k string, t long, v double")
     tw = pr.TimeWindow(range=2500, slide=1000)
     for window, preaggregate in ((pr.CountWindow(range=4, slide=3), None), (tw, False), (tw, True)):
-        kw = dict(key="k", order_by="t", value="v", window=window, transport=transport)
+        kw = {"key": "k", "order_by": "t", "value": "v", "window": window, "transport": transport}
         if preaggregate is not None:
             kw["preaggregate"] = preaggregate
         for agg in ("max", "min", "argmax"):
