@@ -491,6 +491,9 @@ class ArgmaxKernel(Kernel):
         return parts[..., 1].astype(np.int64)
 
 
+_PREAGGREGATES = (None, "max", "min", "sum", "count", "mean", "argmax")
+
+
 # --------------------------------------------------------------------------- the Aggregation type
 @dataclass(frozen=True, eq=False)
 class Aggregation:
@@ -515,6 +518,13 @@ class Aggregation:
         Declared capabilities (selective: ``combine`` returns one of its operands).
     positional : bool
         ``lift`` also receives the value's position (count windows) or timestamp.
+    float_passthrough : bool
+        Declares ``lift(x) == x`` and ``lower(p) == p`` for a Python float ``x`` (max, min, sum): a
+        per-tuple loop may skip both calls.
+    preaggregate : str, optional
+        Declares that a slice's partial is a plain SQL aggregate of its values, so a planner (the
+        Spark adapter) may compute sub-slice partials with its own aggregation: ``"max"``, ``"min"``,
+        ``"sum"``, ``"count"``, ``"mean"`` (sum and count) or ``"argmax"`` (value, then oldest time).
     kernel : Kernel, optional
         Vectorised form over numpy arrays; enables numpy-built csa/lcs and the batch path.
     ufunc : numpy.ufunc, optional
@@ -545,6 +555,8 @@ class Aggregation:
     kernel: Kernel | None = None
     ufunc: np.ufunc | None = field(default=None, repr=False)
     result: str = "object"  # "float", "int", "vector", "list" or "object": how batch results are packed
+    float_passthrough: bool = False
+    preaggregate: str | None = None
 
     def __post_init__(self) -> None:
         for fname in ("lift", "combine", "lower"):
@@ -561,6 +573,9 @@ class Aggregation:
                 kern = UfuncKernel(self.ufunc, self.identity, lift=_elementwise_lift(self.lift, self.positional),
                                    lower=_elementwise_lower(self.lower), positional=self.positional)
                 object.__setattr__(self, "kernel", kern)
+        if self.preaggregate not in _PREAGGREGATES:
+            raise ValueError(f"Aggregation preaggregate must be one of {sorted(p for p in _PREAGGREGATES if p)} "
+                             f"or None, got {self.preaggregate!r}")
         if self.kernel is not None and not isinstance(self.kernel, Kernel):
             raise TypeError(f"Aggregation kernel must be a pba_runtime.Kernel, got {type(self.kernel).__name__}")
 
@@ -693,7 +708,7 @@ def _make_builtins() -> dict[str, Aggregation]:
         lift = lambda v, _n=name: _real(v, _n)  # noqa: E731
         aggs[name] = Aggregation(
             name=name, lift=lift, combine=combine, lower=float, identity=identity, inverse=inverse,
-            commutative=True, selective=selective, result="float",
+            commutative=True, selective=selective, result="float", float_passthrough=True, preaggregate=name,
             kernel=UfuncKernel(ufunc, identity, lift=fl, lower=nolower),
         )
 
@@ -707,7 +722,7 @@ def _make_builtins() -> dict[str, Aggregation]:
 
     aggs["count"] = Aggregation(
         name="count", lift=count_lift, combine=operator.add, lower=int, identity=0.0, inverse=operator.sub,
-        commutative=True, result="int",
+        commutative=True, result="int", preaggregate="count",
         kernel=UfuncKernel(np.add, 0.0, lift=lambda v: np.ones(len(v)), lower=lambda a: a.astype(np.int64)),
     )
 
@@ -722,7 +737,7 @@ def _make_builtins() -> dict[str, Aggregation]:
 
     aggs["mean"] = Aggregation(
         name="mean", lift=mean_lift, combine=_pair_add, lower=mean_lower, identity=(0.0, 0.0), inverse=_pair_sub,
-        commutative=True, result="float",
+        commutative=True, result="float", preaggregate="mean",
         kernel=UfuncKernel([(np.add, 2)], (0.0, 0.0), lift=mean_kl, lower=lambda a: a[..., 0] / a[..., 1]),
     )
 
@@ -756,7 +771,7 @@ def _make_builtins() -> dict[str, Aggregation]:
 
     aggs["argmax"] = Aggregation(
         name="argmax", lift=argmax_lift, combine=_argmax2, lower=lambda p: int(p[1]), identity=(-_INF, _NAN),
-        selective=True, positional=True, result="int", kernel=ArgmaxKernel(),
+        selective=True, positional=True, result="int", kernel=ArgmaxKernel(), preaggregate="argmax",
     )
 
     aggs["moment_sketch"] = moment_sketch(10)

@@ -55,7 +55,7 @@ from typing import Any
 
 import numpy as np
 
-from ..aggregations import BUILTIN_AGGREGATIONS, Aggregation, Kernel, as_float_array, quiet_non_finite
+from ..aggregations import Aggregation, as_float_array, quiet_non_finite
 from ..chunking import plan_chunk_size
 from ..batch import windows_with_ends
 from ..pool import WorkerPool, default_pool
@@ -152,8 +152,7 @@ class PBA(SlicedAggregator):
         self._fast = not self._is_time and self._s == 1 and not self.agg.positional
         self._lower_float = self.agg.lower is float
         # built-in max/min/sum lift a float to itself
-        self._float_passthrough = self._lower_float and self.agg is BUILTIN_AGGREGATIONS.get(self.agg.name) \
-            and self.agg.name in ("max", "min", "sum")
+        self._float_passthrough = self.agg.float_passthrough
         self._lift, self._combine, self._lower = self.agg.lift, self.agg.combine, self.agg.lower
         # the lean path's vectorised lcs (+) ca_middle (scalar kernel partials only)
         self._mid_combine = kernel.combine if kernel is not None and not kernel.shape else None

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..aggregations import BUILTIN_AGGREGATIONS
 from .base import SlicedAggregator
 
 __all__ = ["RingAggregator", "PREALLOC_MAX", "ring_capacity", "fast_path_flags", "grow_ring"]
@@ -55,7 +54,7 @@ def fast_path_flags(op: SlicedAggregator) -> tuple[bool, bool, bool]:
     """
     agg = op.agg
     fast = not op._is_time and op._s == 1 and not agg.positional
-    passthrough = agg is BUILTIN_AGGREGATIONS.get(agg.name) and agg.name in ("max", "min", "sum")
+    passthrough = agg.float_passthrough
     return fast, passthrough, agg.lower is float
 
 
