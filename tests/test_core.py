@@ -157,6 +157,8 @@ def test_batch_merge_is_the_same_in_every_mode(agg, data):
     q = data.draw(st.integers(1, n), label="q")
     nwin = n - q + 1
     x = np.random.default_rng(n * 1000 + q).normal(10.0, 3.0, n)
+    if agg == "moment_sketch":
+        x = np.abs(x)  # its log terms need values >= 0
     x[data.draw(st.lists(st.integers(0, n - 1), max_size=3), label="NaN at")] = np.nan  # rows with and without
     X = kernel.lift(x, np.arange(n, dtype=np.int64))
     first, step = data.draw(st.integers(-50, 50)), data.draw(st.integers(1, 9))
