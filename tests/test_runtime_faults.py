@@ -273,15 +273,17 @@ def test_stale_checkpoint_temporaries_are_removed_on_start_and_resume(tmp_path):
     stale = ck / ".checkpoint.pkl.999999.tmp"
     stale.write_bytes(b"half a pickle")
     data = tmp_path / "in.csv"
-    data.write_text("key,value\n" + "".join(f"k{i % 3},{i}\n" for i in range(200)) + "k0,oops\n")
+    # the bad row comes 250 batches in: the source cannot read that far ahead of the slots (bounded queues),
+    # so checkpoints complete before it (with the bad row at line 202 a loaded machine sometimes wrote none)
+    data.write_text("key,value\n" + "".join(f"k{i % 3},{i}\n" for i in range(5000)) + "k0,oops\n")
     args = ["--source", f"csv:{data}", "--range", "4", "--sink", f"csv:{tmp_path / 'out.csv'}",
             "--checkpoint-dir", str(ck), "--checkpoint-every", "50", "--batch-size", "20", "-p", "1"]
     proc = _run_cli(args)
-    assert proc.returncode == 2 and "line 202" in proc.stderr, proc.stderr
+    assert proc.returncode == 2 and "line 5002" in proc.stderr, proc.stderr
     assert not stale.exists() and load_checkpoint(str(ck))["id"] >= 1
     assert [n for n in os.listdir(ck) if n.endswith(".tmp")] == []
     stale.write_bytes(b"half a pickle")
-    data.write_text("key,value\n" + "".join(f"k{i % 3},{i}\n" for i in range(201)))
+    data.write_text("key,value\n" + "".join(f"k{i % 3},{i}\n" for i in range(5001)))
     proc = _run_cli(args + ["--resume"])
     assert proc.returncode == 0, proc.stderr
     assert sorted(os.listdir(ck)) == ["checkpoint.pkl"]
