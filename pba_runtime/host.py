@@ -202,7 +202,9 @@ class KeyedHost:
             Slices per ``insert_many`` piece of the key, when known (``"auto"``
             runs SBA for pieces PBA's batch path would not split).
         """
-        alg, why = self.choose(key_slices)
+        return self._build(*self.choose(key_slices), key_slices)
+
+    def _build(self, alg: str, why: str, key_slices: int | None = None) -> HostedKey:
         pool, failed = self._pool_for(alg)
         if failed is not None:
             alg, why = self.choose(key_slices, pool_ok=False, pool_died=failed == "pool_died")
@@ -246,9 +248,18 @@ class KeyedHost:
         return {k: h.op.snapshot() for k, h in self.keys.items()}
 
     def restore(self, states: dict[Any, Any]) -> None:
-        """Open an operator for each key of ``states`` (from :meth:`snapshot`) and load its state."""
+        """Open an operator for each key of ``states`` (from :meth:`snapshot`) and load its state.
+
+        Under ``"auto"`` a key resumes with the algorithm its state was taken
+        with (reason ``"restored"`` when the policy would now choose another),
+        so a checkpoint outlives a change of the policy.
+        """
         for key, state in states.items():
-            hosted = self.open()
+            alg, why = self.choose()
+            taken = state.get("algorithm") if isinstance(state, dict) else None
+            if self.algorithm == "auto" and taken in ("sba", "pba") and taken != alg:
+                alg, why = taken, "restored"
+            hosted = self._build(alg, why)
             hosted.op.restore(state)
             self.keys[key] = hosted
 

@@ -130,3 +130,14 @@ def test_task_slot_keeps_its_keys_in_the_host():
         again.close()
     finally:
         slot.close()
+
+
+def test_auto_key_resumes_with_the_algorithm_of_its_state():
+    win = pr.CountWindow(range=1 << 13, slide=1)  # auto: PBA for a Python aggregation (SBA before issue 16)
+    with pr.create("sba", win, PY_MAX) as sba:
+        sba.insert_many(np.arange(100.0))
+        state = sba.snapshot()
+    host = KeyedHost(HostSpec(win, PY_MAX, "auto"), states={"k": state})
+    assert (host.keys["k"].algorithm, host.keys["k"].reason) == ("sba", "restored")
+    assert host.open().algorithm == "pba"
+    host.close()
