@@ -282,7 +282,7 @@ def _describe(job: Job) -> str:
         what = f"{d['kind']} {d['path']}"
     w = job.window
     kind = "time" if job.is_time else "count"
-    alg = job.algorithm if job.algorithm != "auto" else f"auto -> {pr.resolve_auto(w)}"
+    alg = job.algorithm if job.algorithm != "auto" else f"auto -> {pr.resolve_auto(w, job.agg)}"
     late = f", lateness {job.allowed_lateness} ms" if job.is_time else ""
     sink = "none" if job.sink_format is None else f"{job.sink_format}:{job.sink_path}"
     return (f"{PROG}: {what} -> key by -> {kind} W[{w.range}, {w.slide}] {job.agg.name} ({alg}{late}) "

@@ -74,10 +74,11 @@ NULL_POLICIES = ("fail", "skip")
 NULL_VALUE_HINT = "nulls='fail' is the policy: pass nulls='skip' to drop rows whose value is null"
 NULL_ORDER_HINT = "a time window needs a timestamp for every row; pass nulls='skip' to drop them"
 
-#: Time-window aggregations whose rows Spark may pre-aggregate per key and sub-slice
-#: (a slide, cut at ``range % slide`` when it is not 0, so every window boundary is a
-#: sub-slice boundary): agg -> [(core aggregation, input column)] channels, one
-#: operator each. ``mean`` runs two (sum of sums, sum of counts), ``count`` sums counts.
+#: How Spark pre-aggregates a time window's rows per key and sub-slice (a slide, cut at
+#: ``range % slide`` when it is not 0, so every window boundary is a sub-slice boundary),
+#: by what the aggregation declares (``Aggregation.preaggregate``): kind ->
+#: [(core aggregation, input column)] channels, one operator each. ``mean`` runs two
+#: (sum of sums, sum of counts), ``count`` sums counts.
 PREAGGREGATABLE: dict[str, list[tuple[str, str]]] = {
     "max": [("max", VALUE_COL)],
     "min": [("min", VALUE_COL)],
@@ -272,15 +273,22 @@ class _Runner:
         self.cfg = cfg
         self.agg = cfg.aggregation
         self.rtype = result_arrow_type(self.agg)
+        self.preaggregate = self.agg.preaggregate if cfg.preaggregated else None
         if cfg.preaggregated:
-            if not cfg.is_time or not isinstance(cfg.agg, str) or cfg.agg not in PREAGGREGATABLE:
-                raise ValueError(f"pre-aggregated input needs a time window and one of {sorted(PREAGGREGATABLE)}")
-            self.channels = PREAGGREGATABLE[cfg.agg]
+            if not cfg.is_time or self.preaggregate is None:
+                raise ValueError("pre-aggregated input needs a time window and an aggregation that declares "
+                                 f"preaggregate (one of {sorted(PREAGGREGATABLE)})")
+            self.channels = PREAGGREGATABLE[self.preaggregate]
         else:
             self.channels = [(cfg.agg, VALUE_COL)]
         self.slide = cfg.window.slide
         local = rt.local_cores()  # a worker pinned to one CPU has one core whatever the conf says
         self.cores = 1 if local == 1 else cfg.cores_per_task
+        # one host per channel: the algorithm policy, the validation and the process's pool (keys come one at
+        # a time, sorted, so each key's operators are opened and closed here rather than kept in the hosts)
+        self.hosts = [rt.key_host(cfg.algorithm, cfg.window, agg, cores=self.cores, min_slices=cfg.min_slices,
+                                  pool_workers=cfg.pool_workers, pool_factory=cfg.pool_factory)
+                      for agg, _ in self.channels]
         self.min_piece = max(int(cfg.batch_rows), 1)
         self.cur: _KeyState | None = None
         self.pending: list[tuple[list[pa.Array], np.ndarray, Any, str]] = []
@@ -290,10 +298,8 @@ class _Runner:
     # ---------------------------------------------------------------- algorithm and operator
     def _open(self, st: _KeyState, key_slices: int | None) -> None:
         cfg = self.cfg
-        for agg, _ in self.channels:
-            st.kops.append(rt.KeyOperator.open(cfg.algorithm, cfg.window, agg, cores=self.cores,
-                                               key_slices=key_slices, min_slices=cfg.min_slices,
-                                               pool_workers=cfg.pool_workers, pool_factory=cfg.pool_factory))
+        for host in self.hosts:
+            st.kops.append(rt.KeyOperator.of(host.open(key_slices)))
         log.debug("spark_integration: key %s runs %s (%s)", _key_repr(st.key_row, cfg.key_names),
                   st.kops[0].algorithm, st.kops[0].reason)
 
@@ -323,11 +329,10 @@ class _Runner:
         ends, res = outs[0]
         if not len(ends):
             return
-        if self.cfg.preaggregated:
-            if self.cfg.agg == "mean":
-                res = res / outs[1][1]
-            elif self.cfg.agg == "count":
-                res = res.astype(np.int64)
+        if self.preaggregate == "mean":
+            res = res / outs[1][1]
+        elif self.preaggregate == "count":
+            res = res.astype(np.int64)
         self.pending.append((st.key_row, ends, res, st.kops[0].algorithm))
         self.pending_rows += len(ends)
 

@@ -47,6 +47,7 @@ from typing import Any
 import pyarrow as pa
 
 import pba_runtime as pr
+from pba_runtime.host import validate
 
 from . import runtime as rt
 from .arrow_runner import (
@@ -159,8 +160,11 @@ def _order_ms(col: Any, otype: Any) -> Any:
 
 
 def _preaggregated(src: Any, keys: tuple[str, ...], order_name: str, otype: Any, value_name: str,
-                   win: pr.TimeWindow, agg_name: str, nulls: str) -> Any:
+                   win: pr.TimeWindow, kind: str, nulls: str) -> Any:
     """One row per key and sub-slice: its partial (VALUE_COL), rows (COUNT_COL), nulls, representative time.
+
+    ``kind`` is what the aggregation declares (``Aggregation.preaggregate``): the SQL
+    aggregate that gives a sub-slice's partial.
 
     Sub-slice of time ``o``: its slide starts at ``o - pmod(o - offset, slide)``; with
     ``m = range % slide`` the slide is cut in two at ``m`` (units below ``m`` are the
@@ -183,18 +187,18 @@ def _preaggregated(src: Any, keys: tuple[str, ...], order_name: str, otype: Any,
                    F.col(value_name).cast("double").alias(VALUE_COL))
     v = F.col(VALUE_COL)
     aggs = []
-    if agg_name == "argmax":  # largest value, oldest time on ties
+    if kind == "argmax":  # largest value, oldest time on ties
         aggs.append(F.max(F.struct(v.alias("v"), (-F.col(t_col)).alias("neg_t"))).alias("__pba_best"))
-    elif agg_name == "min":  # Spark's min skips NaN (NaN sorts above every number); numpy's, the spec's, keeps it
+    elif kind == "min":  # Spark's min skips NaN (NaN sorts above every number); numpy's, the spec's, keeps it
         aggs.append(F.when(F.max(F.isnan(v)), F.lit(float("nan"))).otherwise(F.min(v)).alias(VALUE_COL))
-    elif agg_name in ("max", "sum", "mean"):  # Spark's max, sum and mean propagate NaN as numpy's do
-        fn = {"max": F.max, "sum": F.sum, "mean": F.sum}[agg_name]
+    elif kind in ("max", "sum", "mean"):  # Spark's max, sum and mean propagate NaN as numpy's do
+        fn = {"max": F.max, "sum": F.sum, "mean": F.sum}[kind]
         aggs.append(fn(v).alias(VALUE_COL))
     aggs.append(F.count(F.lit(1)).alias(COUNT_COL))
     if nulls == "fail":
         aggs.append((F.count(F.lit(1)) - F.count(v)).alias(NULLS_COL))
     g = d.groupBy(*keys, ORDER_COL).agg(*aggs)  # the representative time: the sub-slice's start ...
-    if agg_name == "argmax":  # ... or for argmax the time of its largest value
+    if kind == "argmax":  # ... or for argmax the time of its largest value
         g = g.select(*keys, (-F.col("__pba_best.neg_t")).alias(ORDER_COL), F.col("__pba_best.v").alias(VALUE_COL),
                      COUNT_COL, *([NULLS_COL] if nulls == "fail" else []))
     return g
@@ -359,50 +363,17 @@ def sliding_window_aggregate(
     >>> metrics.algorithms(), metrics.reasons()  # counted by the action (collect) above  # doctest: +SKIP
     ({'sba': 2}, {'small_window': 2})
     """
-    from pyspark.sql import functions as F
-    from pyspark.sql import types as T
-
-    keys = (key,) if isinstance(key, str) else tuple(key)
-    if not keys:
-        raise ValueError("key must name at least one column")
-    keys = tuple(_resolve(df, k, "key") for k in keys)
-    order_name = _resolve(df, order_by, "order_by")
-    value_name = _resolve(df, value, "value")
-    if len(set(keys)) != len(keys):
-        raise ValueError(f"key columns must be distinct, got {list(keys)}")
-    for k in keys:
-        if k in (order_name, value_name):
-            raise ValueError(f"key column {k!r} cannot also be the order_by or value column")
-        if k in ("window_end", "result", "algorithm"):
-            raise ValueError(f"key column {k!r} clashes with an output column (window_end, result, algorithm); rename it")
-    fields = {f.name: f for f in df.schema.fields}
-    vtype = fields[value_name].dataType
-    if not isinstance(vtype, (T.NumericType, T.BooleanType)):
-        raise TypeError(f"value column {value_name!r} must be numeric (or boolean), got {vtype.simpleString()}")
+    keys, order_name, value_name, fields = _check_columns(df, key, order_by, value)
     win = as_window(window)
     is_time = isinstance(win, pr.TimeWindow)
     otype = fields[order_name].dataType
-    if is_time and not isinstance(otype, (T.IntegralType, T.TimestampType, T.TimestampNTZType, T.DateType)):
-        raise TypeError(
-            f"order_by column {order_name!r} must be integral, a timestamp or a date for a time window, "
-            f"got {otype.simpleString()}"
-        )
-    aggregation = pr.get_aggregation(agg)
-    if algorithm != "auto" and algorithm not in pr.ALGORITHMS:
-        raise ValueError(f"unknown algorithm {algorithm!r}; accepted: {', '.join(pr.ALGORITHMS)}, or 'auto'")
-    pr.create("sba" if algorithm in ("auto", "pba") else algorithm, win, aggregation).close()  # capability checks
-    if nulls not in NULL_POLICIES:
-        raise ValueError(f"nulls must be one of {', '.join(map(repr, NULL_POLICIES))}, got {nulls!r}")
-    if transport not in TRANSPORTS:
-        raise ValueError(f"transport must be one of {', '.join(TRANSPORTS)}, got {transport!r}")
-    if isinstance(batch_rows, bool) or not isinstance(batch_rows, int) or batch_rows < 1:
-        raise ValueError(f"batch_rows must be a positive integer, got {batch_rows!r}")
-    if num_partitions is not None and (isinstance(num_partitions, bool) or not isinstance(num_partitions, int)
-                                       or num_partitions < 1):
-        raise ValueError(f"num_partitions must be a positive integer or None, got {num_partitions!r}")
-
+    aggregation = _check_options(win, otype, order_name, agg, algorithm, nulls, transport, batch_rows,
+                                 num_partitions)
     ensure_worker_python(df.sparkSession)  # before the UDF is wrapped: it takes the workers' Python then
 
+    use_preagg = _use_preaggregation(preaggregate, win, otype, aggregation)
+    if transport == "auto":
+        transport = "mapInArrow" if use_preagg else "applyInPandas"
     cfg = RunnerConfig(
         key_names=keys,
         window=win,
@@ -419,19 +390,87 @@ def sliding_window_aggregate(
         algorithm_column=algorithm_column,
         min_slices=min_slices,
         log_level=log_level,
+        preaggregated=use_preagg,
     )
+    d = _runner_input(df, keys, order_name, otype, value_name, win, aggregation, nulls, transport, use_preagg)
+    d = _distribute(d, keys, transport, num_partitions, is_time)
+    _log_plan(cfg, aggregation, transport)
+    schema = _output_schema(fields, keys, aggregation, algorithm_column)
+    if transport == "applyInPandas":
+        return d.groupBy(*keys).applyInPandas(_pandas_udf(cfg), schema)
+    udf = _arrow_udf(cfg)
+    if transport == "mapInArrow":
+        return d.mapInArrow(udf, schema)
+    return d.groupBy(*keys).applyInArrow(udf, schema)
 
-    agg_name = agg if isinstance(agg, str) else None
-    can_preagg = is_time and agg_name in PREAGGREGATABLE
+
+# --------------------------------------------------------------------------- the steps of sliding_window_aggregate
+def _check_columns(df: Any, key: Any, order_by: Any, value: Any) -> tuple[tuple[str, ...], str, str, dict]:
+    """The key, order and value columns as the DataFrame spells them, checked; and its fields by name."""
+    from pyspark.sql import types as T
+
+    keys = (key,) if isinstance(key, str) else tuple(key)
+    if not keys:
+        raise ValueError("key must name at least one column")
+    keys = tuple(_resolve(df, k, "key") for k in keys)
+    order_name = _resolve(df, order_by, "order_by")
+    value_name = _resolve(df, value, "value")
+    if len(set(keys)) != len(keys):
+        raise ValueError(f"key columns must be distinct, got {list(keys)}")
+    for k in keys:
+        if k in (order_name, value_name):
+            raise ValueError(f"key column {k!r} cannot also be the order_by or value column")
+        if k in ("window_end", "result", "algorithm"):
+            raise ValueError(f"key column {k!r} clashes with an output column (window_end, result, algorithm); "
+                             "rename it")
+    fields = {f.name: f for f in df.schema.fields}
+    vtype = fields[value_name].dataType
+    if not isinstance(vtype, (T.NumericType, T.BooleanType)):
+        raise TypeError(f"value column {value_name!r} must be numeric (or boolean), got {vtype.simpleString()}")
+    return keys, order_name, value_name, fields
+
+
+def _check_options(win: Any, otype: Any, order_name: str, agg: Any, algorithm: str, nulls: str, transport: str,
+                   batch_rows: Any, num_partitions: Any) -> pr.Aggregation:
+    """Check the order column's type against the window and the options (the operator: :func:`validate`)."""
+    from pyspark.sql import types as T
+
+    if isinstance(win, pr.TimeWindow) and not isinstance(otype, (T.IntegralType, T.TimestampType,
+                                                                  T.TimestampNTZType, T.DateType)):
+        raise TypeError(
+            f"order_by column {order_name!r} must be integral, a timestamp or a date for a time window, "
+            f"got {otype.simpleString()}"
+        )
+    _, aggregation, _ = validate(win, agg, algorithm)  # the algorithm's capability checks, no operator built
+    if nulls not in NULL_POLICIES:
+        raise ValueError(f"nulls must be one of {', '.join(map(repr, NULL_POLICIES))}, got {nulls!r}")
+    if transport not in TRANSPORTS:
+        raise ValueError(f"transport must be one of {', '.join(TRANSPORTS)}, got {transport!r}")
+    if isinstance(batch_rows, bool) or not isinstance(batch_rows, int) or batch_rows < 1:
+        raise ValueError(f"batch_rows must be a positive integer, got {batch_rows!r}")
+    if num_partitions is not None and (isinstance(num_partitions, bool) or not isinstance(num_partitions, int)
+                                       or num_partitions < 1):
+        raise ValueError(f"num_partitions must be a positive integer or None, got {num_partitions!r}")
+    return aggregation
+
+
+def _use_preaggregation(preaggregate: bool | None, win: Any, otype: Any, aggregation: pr.Aggregation) -> bool:
+    """Whether Spark pre-aggregates sub-slices: a time window and an aggregation that declares ``preaggregate``."""
+    can_preagg = isinstance(win, pr.TimeWindow) and aggregation.preaggregate is not None
     if preaggregate and not can_preagg:
         raise ValueError(
             "preaggregate=True needs a time window, an order_by that is integral, a timestamp or a date, and "
             f"one of {sorted(PREAGGREGATABLE)}; got {win!r} over {otype.simpleString()} with {aggregation.name!r}"
         )
-    use_preagg = can_preagg if preaggregate is None else bool(preaggregate)
-    if transport == "auto":
-        transport = "mapInArrow" if use_preagg else "applyInPandas"
+    return can_preagg if preaggregate is None else bool(preaggregate)
 
+
+def _runner_input(df: Any, keys: tuple[str, ...], order_name: str, otype: Any, value_name: str, win: Any,
+                  aggregation: pr.Aggregation, nulls: str, transport: str, use_preagg: bool) -> Any:
+    """The rows the runner reads: the keys, ORDER_COL and VALUE_COL (or sub-slice partials), nulls handled."""
+    from pyspark.sql import functions as F
+
+    is_time = isinstance(win, pr.TimeWindow)
     src = df
     if nulls == "skip":
         cond = F.col(value_name).isNotNull()
@@ -439,34 +478,45 @@ def sliding_window_aggregate(
             cond = cond & F.col(order_name).isNotNull()
         src = src.where(cond)
     if use_preagg:
-        d = _preaggregated(src, keys, order_name, otype, value_name, win, agg_name, nulls)
-    elif transport == "applyInPandas":  # pandas makes NaN of a null: no null may reach the UDF
+        return _preaggregated(src, keys, order_name, otype, value_name, win, aggregation.preaggregate, nulls)
+    if transport == "applyInPandas":  # pandas makes NaN of a null: no null may reach the UDF
         order = _order_ms(F.col(order_name), otype) if is_time else F.col(order_name)
         val = F.col(value_name).cast("double")
         if nulls == "fail":
             val = _no_nulls(val, "value", value_name, keys)
             if is_time:
                 order = _no_nulls(order, "order_by", order_name, keys)
-        d = src.select(*[F.col(k) for k in keys], order.alias(ORDER_COL), val.alias(VALUE_COL))
-    else:
-        d = src.select(*[F.col(k) for k in keys], F.col(order_name).alias(ORDER_COL),
-                       F.col(value_name).cast("double").alias(VALUE_COL))
+        return src.select(*[F.col(k) for k in keys], order.alias(ORDER_COL), val.alias(VALUE_COL))
+    return src.select(*[F.col(k) for k in keys], F.col(order_name).alias(ORDER_COL),
+                      F.col(value_name).cast("double").alias(VALUE_COL))
+
+
+def _distribute(d: Any, keys: tuple[str, ...], transport: str, num_partitions: int | None, is_time: bool) -> Any:
+    """Each key's rows together (and, but for ``applyInPandas``, in order within their partition)."""
     if transport == "applyInPandas":  # Spark groups by key; the UDF sorts each key by order
-        if num_partitions:
-            d = d.repartition(num_partitions, *keys)
-    else:
-        d = d.repartition(num_partitions, *keys) if num_partitions else d.repartition(*keys)
-        d = d.sortWithinPartitions(*keys, ORDER_COL)
-        if not is_time:  # count windows: only the order matters, one column less to move
-            d = d.select(*keys, VALUE_COL)
-    cfg.preaggregated = use_preagg
-    planned, why = rt.choose_algorithm(algorithm, win, cores=cfg.cores_per_task, min_slices=min_slices)
+        return d.repartition(num_partitions, *keys) if num_partitions else d
+    d = d.repartition(num_partitions, *keys) if num_partitions else d.repartition(*keys)
+    d = d.sortWithinPartitions(*keys, ORDER_COL)
+    if not is_time:  # count windows: only the order matters, one column less to move
+        d = d.select(*keys, VALUE_COL)
+    return d
+
+
+def _log_plan(cfg: RunnerConfig, aggregation: pr.Aggregation, transport: str) -> None:
+    """One INFO line on the driver: the plan and the algorithm keys will run unless too small or the pool fails."""
+    planned, why = rt.choose_algorithm(cfg.algorithm, cfg.window, cores=cfg.cores_per_task, min_slices=cfg.min_slices)
     log.info(
         "spark_integration: %s over %s per key %s via %s%s: %s (%s) unless a key is too small for PBA's pool "
         "or the pool fails; per-key choices are counted in metrics=%s",
-        aggregation.name, win, list(keys), transport, " on sub-slice partials" if use_preagg else "",
-        planned, why, "an AlgorithmMetrics" if metrics is not None else "None",
+        aggregation.name, cfg.window, list(cfg.key_names), transport,
+        " on sub-slice partials" if cfg.preaggregated else "",
+        planned, why, "an AlgorithmMetrics" if cfg.metrics is not None else "None",
     )
+
+
+def _output_schema(fields: dict, keys: tuple[str, ...], aggregation: pr.Aggregation, algorithm_column: bool) -> Any:
+    """``key columns..., window_end, result`` (and ``algorithm``)."""
+    from pyspark.sql import types as T
 
     out_fields = [fields[k] for k in keys] + [
         T.StructField("window_end", T.LongType(), False),
@@ -474,10 +524,4 @@ def sliding_window_aggregate(
     ]
     if algorithm_column:
         out_fields.append(T.StructField("algorithm", T.StringType(), False))
-    schema = T.StructType(out_fields)
-    if transport == "applyInPandas":
-        return d.groupBy(*keys).applyInPandas(_pandas_udf(cfg), schema)
-    udf = _arrow_udf(cfg)
-    if transport == "mapInArrow":
-        return d.mapInArrow(udf, schema)
-    return d.groupBy(*keys).applyInArrow(udf, schema)
+    return T.StructType(out_fields)

@@ -48,6 +48,7 @@ from typing import Any
 import numpy as np
 
 import pba_runtime as pr
+from pba_runtime.host import validate
 
 from . import runtime as rt
 from .arrow_runner import NULL_POLICIES
@@ -191,6 +192,8 @@ _PARTITION_HINT = ("si.sliding_window_rdd(rdd, window, agg, key=..., order=..., 
 
 
 class _Key:
+    """One key's records of the partition not yet fed to its operator."""
+
     __slots__ = ("kop", "last", "rows", "ts", "vals")
 
     def __init__(self) -> None:
@@ -199,6 +202,146 @@ class _Key:
         self.ts: list[int] = []
         self.last: Any = None
         self.rows = 0
+
+
+class _Reader:
+    """How :func:`pba_partition_function` reads a record: its key, value and order, with the null policy."""
+
+    def __init__(self, key: Any, value: Any, order: Any, is_time: bool, nulls: str):
+        self.get_key, _ = _getter(key, "key")
+        self.get_value, self.vlabel = _getter(value, "value")
+        self.get_order, self.olabel = _getter(order, "order") if order is not None else (None, "")
+        self.is_time, self.skip_nulls = is_time, nulls == "skip"
+
+    def order_of(self, rec: Any, k: Any, st: _Key) -> Any:
+        """The record's order value (epoch ms for a time window), checked non-decreasing within the key.
+
+        ``None``: a null order to skip.
+        """
+        t = self.get_order(rec)
+        if t is None:
+            if self.skip_nulls:
+                return None
+            raise ValueError(f"order column {self.olabel} is null for key {k!r}; "
+                             "pass nulls='skip' to drop such records")
+        if self.is_time:
+            t = _to_ms(t, self.olabel)
+        if st.last is not None and t < st.last:
+            raise ValueError(
+                f"order column {self.olabel} is not sorted within key {k!r}: {t!r} after {st.last!r} "
+                "(each key's records must arrive in order)"
+            )
+        st.last = t
+        return t
+
+    def null_value(self, k: Any) -> None:
+        """A null value: fine to skip with ``nulls="skip"``, else the error."""
+        if not self.skip_nulls:
+            raise ValueError(f"value column {self.vlabel} is null for key {k!r}; nulls='fail' is the policy: "
+                             "pass nulls='skip' to drop records whose value is null")
+
+
+class _Partition:
+    """One partition's run: each key's buffer, the keys' operators (a :class:`~pba_runtime.host.KeyedHost`)."""
+
+    def __init__(self, reader: _Reader, window: Any, agg: pr.Aggregation, algorithm: str, batch_size: int,
+                 cores_per_task: int | None, min_slices: int | None, pool_workers: int,
+                 pool_factory: Callable[[int], pr.WorkerPool] | None):
+        local = rt.local_cores()
+        self.reader, self.agg, self.batch_size = reader, agg, batch_size
+        self.is_time, self.slide = isinstance(window, pr.TimeWindow), window.slide
+        self.host = rt.key_host(algorithm, window, agg, cores=1 if local == 1 else cores_per_task,
+                                min_slices=min_slices, pool_workers=pool_workers, pool_factory=pool_factory)
+        self.keys: dict[Any, _Key] = {}
+        self.counts: dict[str, int] = {}
+
+    def consume(self, records: Iterable[Any]) -> Iterator[tuple[Any, int, Any]]:
+        """Buffer each record under its key; feed a key's operator when its buffer is full."""
+        reader, keys, is_time, batch_size = self.reader, self.keys, self.is_time, self.batch_size
+        get_key, get_value, has_order = reader.get_key, reader.get_value, reader.get_order is not None
+        t = None
+        for rec in records:
+            k = get_key(rec)
+            v = get_value(rec)
+            st = keys.get(k)
+            if st is None:
+                st = keys[k] = _Key()
+            if has_order:
+                t = reader.order_of(rec, k, st)
+                if t is None:
+                    continue
+            if v is None:
+                reader.null_value(k)
+                continue
+            st.vals.append(v)
+            if is_time:
+                st.ts.append(t)
+            st.rows += 1
+            if len(st.vals) >= batch_size:
+                yield from self.feed(k, st, final=False)
+
+    def _open(self, k: Any, st: _Key) -> rt.KeyOperator:
+        # slices per insert_many call: PBA's batch path uses its pool only for pieces it splits
+        # (batch.splits_rows), so a key fed in small pieces gains nothing from it (reason small_key)
+        n = len(st.vals)
+        key_slices = (n // self.slide) if not self.is_time else ((st.ts[-1] - st.ts[0]) // self.slide + 1 if n else 0)
+        st.kop = rt.KeyOperator.of(self.host.open(key_slices))
+        self.host.add(k, st.kop)
+        return st.kop
+
+    def feed(self, k: Any, st: _Key, final: bool) -> Iterator[tuple[Any, int, Any]]:
+        """Feed ``k``'s buffer to its operator (opened at the first feed); ``final``: flush and close it."""
+        kop = st.kop if st.kop is not None else self._open(k, st)
+        op = kop.op
+        if st.vals:
+            vals = _as_values(st.vals, self.reader.vlabel, self.agg.name)
+            ts = np.asarray(st.ts, dtype=np.int64) if self.is_time else None
+            st.vals, st.ts = [], []
+            ends, res = op.insert_many(vals, ts)
+            yield from _rows(k, ends, res)
+        if final:
+            if self.is_time:
+                ends, res = op.flush()
+                yield from _rows(k, ends, res)
+            self.host.pop(k)
+            kop.close(self.counts, st.rows)
+
+    def finish(self) -> Iterator[tuple[Any, int, Any]]:
+        """The end of the partition: feed, flush and close every key."""
+        for k, st in self.keys.items():
+            yield from self.feed(k, st, final=True)
+
+    def close(self, metrics: rt.AlgorithmMetrics | None) -> None:
+        """Close what a failure left open; count the partition in ``metrics`` and the log."""
+        self.host.close()
+        if metrics is not None and self.counts:
+            metrics.add(self.counts)
+        if self.counts:
+            log.info("spark_integration: partition done: %s",
+                     ", ".join(f"{n}={c}" for n, c in sorted(self.counts.items())))
+
+
+def _check_partition_args(window: Any, agg: Any, algorithm: str, nulls: str, batch_size: Any,
+                          order: Any) -> tuple[Any, pr.Aggregation]:
+    """The window and the aggregation of :func:`pba_partition_function`, its arguments checked on the driver."""
+    win = as_window(window)
+    win, aggregation, _ = validate(win, agg, algorithm)
+    if nulls not in NULL_POLICIES:
+        raise ValueError(f"nulls must be one of {', '.join(map(repr, NULL_POLICIES))}, got {nulls!r}")
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
+    if isinstance(win, pr.TimeWindow) and order is None:
+        raise ValueError("order (the timestamp field) is required for a time window")
+    return win, aggregation
+
+
+def _key_check(check_partitioning: bool) -> Any:
+    """On a driver with a SparkContext: the accumulator the partitions report their keys to (else ``None``)."""
+    sc = _active_context() if check_partitioning else None
+    if sc is None:
+        return None
+    ensure_worker_python(sc)  # the workers must import this package
+    return sc.accumulator(_KeyOwners(), _KeyOwnersParam(_PARTITION_HINT))
 
 
 def pba_partition_function(
@@ -298,100 +441,20 @@ def pba_partition_function(
     >>> f.split_keys()  # doctest: +SKIP
     0
     """
-    win = as_window(window)
-    is_time = isinstance(win, pr.TimeWindow)
-    aggregation = pr.get_aggregation(agg)
-    if algorithm != "auto" and algorithm not in pr.ALGORITHMS:
-        raise ValueError(f"unknown algorithm {algorithm!r}; accepted: {', '.join(pr.ALGORITHMS)}, or 'auto'")
-    pr.create("sba" if algorithm in ("auto", "pba") else algorithm, win, aggregation).close()
-    if nulls not in NULL_POLICIES:
-        raise ValueError(f"nulls must be one of {', '.join(map(repr, NULL_POLICIES))}, got {nulls!r}")
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
-    if is_time and order is None:
-        raise ValueError("order (the timestamp field) is required for a time window")
-    get_key, _ = _getter(key, "key")
-    get_value, vlabel = _getter(value, "value")
-    get_order, olabel = _getter(order, "order") if order is not None else (None, "")
-    slide = win.slide
-    sc = _active_context() if check_partitioning else None
-    key_check = None
-    if sc is not None:  # on a driver: the workers must import this package; keys of two partitions are flagged
-        ensure_worker_python(sc)
-        key_check = sc.accumulator(_KeyOwners(), _KeyOwnersParam(_PARTITION_HINT))
-
-    def feed(state: dict, k: Any, st: _Key, final: bool) -> Iterator[tuple[Any, int, Any]]:
-        if st.kop is None:
-            # slices per insert_many call: PBA's batch path uses its pool only for pieces it splits
-            # (batch.splits_rows), so a key fed in small pieces gains nothing from it (reason small_key)
-            n = len(st.vals)
-            key_slices = (n // slide) if not is_time else ((st.ts[-1] - st.ts[0]) // slide + 1 if n else 0)
-            st.kop = rt.KeyOperator.open(algorithm, win, aggregation, cores=state["cores"],
-                                         key_slices=key_slices, min_slices=min_slices,
-                                         pool_workers=pool_workers, pool_factory=pool_factory)
-        op = st.kop.op
-        if st.vals:
-            vals = _as_values(st.vals, vlabel, aggregation.name)
-            ts = np.asarray(st.ts, dtype=np.int64) if is_time else None
-            st.vals, st.ts = [], []
-            ends, res = op.insert_many(vals, ts)
-            yield from _rows(k, ends, res)
-        if final:
-            if is_time:
-                ends, res = op.flush()
-                yield from _rows(k, ends, res)
-            st.kop.close(state["counts"], st.rows)
+    win, aggregation = _check_partition_args(window, agg, algorithm, nulls, batch_size, order)
+    reader = _Reader(key, value, order, isinstance(win, pr.TimeWindow), nulls)
+    key_check = _key_check(check_partitioning)
 
     def partition(records: Iterable[Any]) -> Iterator[tuple[Any, int, Any]]:
-        local = rt.local_cores()
-        state = {"cores": 1 if local == 1 else cores_per_task,
-                 "counts": {}}
-        keys: dict[Any, _Key] = {}
+        run = _Partition(reader, win, aggregation, algorithm, batch_size, cores_per_task, min_slices,
+                         pool_workers, pool_factory)
         try:
-            for rec in records:
-                k = get_key(rec)
-                v = get_value(rec)
-                st = keys.get(k)
-                if st is None:
-                    st = keys[k] = _Key()
-                if get_order is not None:
-                    t = get_order(rec)
-                    if t is None:
-                        if nulls == "skip":
-                            continue
-                        raise ValueError(f"order column {olabel} is null for key {k!r}; pass nulls='skip' to drop such records")
-                    if is_time:
-                        t = _to_ms(t, olabel)
-                    if st.last is not None and t < st.last:
-                        raise ValueError(
-                            f"order column {olabel} is not sorted within key {k!r}: {t!r} after {st.last!r} "
-                            "(each key's records must arrive in order)"
-                        )
-                    st.last = t
-                if v is None:
-                    if nulls == "skip":
-                        continue
-                    raise ValueError(f"value column {vlabel} is null for key {k!r}; nulls='fail' is the policy: "
-                                     "pass nulls='skip' to drop records whose value is null")
-                st.vals.append(v)
-                if is_time:
-                    st.ts.append(t)
-                st.rows += 1
-                if len(st.vals) >= batch_size:
-                    yield from feed(state, k, st, final=False)
-            for k, st in keys.items():
-                yield from feed(state, k, st, final=True)
+            yield from run.consume(records)
+            yield from run.finish()
             if key_check is not None:
-                _report_keys(key_check, keys)
+                _report_keys(key_check, run.keys)
         finally:
-            for st in keys.values():
-                if st.kop is not None:
-                    st.kop.op.close()
-            if metrics is not None and state["counts"]:
-                metrics.add(state["counts"])
-            if state["counts"]:
-                log.info("spark_integration: partition done: %s",
-                         ", ".join(f"{n}={c}" for n, c in sorted(state["counts"].items())))
+            run.close(metrics)
 
     def split_keys() -> int | None:
         return None if key_check is None else key_check.value.split

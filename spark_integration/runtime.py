@@ -10,7 +10,10 @@ pool is closed at interpreter exit (``atexit``); PySpark's daemon ends forked
 workers with ``os._exit``, which skips ``atexit`` but ends the pool's threads
 together with the process, so nothing outlives the worker either way.
 
-**The algorithm per key partition** (:func:`choose_algorithm`). With
+**The algorithm per key partition** (:func:`choose_algorithm`: the core's one
+policy, :func:`pba_runtime.algorithms.choose_algorithm`, with Spark's
+threshold). Each runner keeps its keys in a :class:`pba_runtime.host.KeyedHost`
+(:func:`key_host`) whose pool source is this process's pool. With
 ``algorithm="auto"`` a key runs SBA, the one-thread version, when
 
 * ``small_window``: the window has fewer than :data:`SPARK_PBA_MIN_SLICES`
@@ -63,6 +66,9 @@ from concurrent.futures import Future
 from typing import Any
 
 import pba_runtime as pr
+from pba_runtime.algorithms import REASONS
+from pba_runtime.algorithms import choose_algorithm as _choose
+from pba_runtime.host import HostedKey, HostSpec, KeyedHost
 
 __all__ = [
     "PBA_MIN_KEY_SLICES",
@@ -75,6 +81,7 @@ __all__ = [
     "algorithm_metrics",
     "choose_algorithm",
     "close_worker_pool",
+    "key_host",
     "local_cores",
     "worker_pool",
 ]
@@ -93,9 +100,6 @@ SPARK_PBA_MIN_SLICES = 1 << 10
 # the least batch from which vectorised PBA hands rows to the pool (longer for rows under 2^11 slices:
 # ``pba_runtime.batch.splits_rows`` is the rule)
 from pba_runtime.batch import PARALLEL_BATCH_MIN as PBA_MIN_KEY_SLICES
-from pba_runtime.batch import splits_rows
-
-REASONS = ("requested", "large_window", "small_window", "one_core", "small_key", "pool_unavailable", "pool_died")
 
 
 def local_cores() -> int:
@@ -125,21 +129,8 @@ def choose_algorithm(requested: str, window: pr.CountWindow | pr.TimeWindow, *, 
     min_slices : int, optional
         Overrides :data:`SPARK_PBA_MIN_SLICES`.
     """
-    pool_reason = "pool_died" if pool_died else "pool_unavailable"
-    if requested != "auto":
-        if requested == "pba" and not pool_ok:
-            return "sba", pool_reason
-        return requested, "requested"
-    threshold = SPARK_PBA_MIN_SLICES if min_slices is None else min_slices
-    if window.range // window.slide < threshold:
-        return "sba", "small_window"
-    if cores is not None and cores < 2:
-        return "sba", "one_core"
-    if key_slices is not None and not splits_rows(window.range // window.slide, key_slices):
-        return "sba", "small_key"
-    if not pool_ok:
-        return "sba", pool_reason
-    return "pba", "large_window"
+    return _choose(requested, window, min_slices=SPARK_PBA_MIN_SLICES if min_slices is None else min_slices,
+                   cores=cores, key_slices=key_slices, pool_ok=pool_ok, pool_died=pool_died)
 
 
 # --------------------------------------------------------------------------- the pool
@@ -341,9 +332,45 @@ def close_worker_pool() -> None:
 atexit.register(close_worker_pool)
 
 
-# --------------------------------------------------------------------------- one key's operator
-class KeyOperator:
+# --------------------------------------------------------------------------- the keys' host
+def pool_source(workers: int = 1, factory: Callable[[int], pr.WorkerPool] | None = None
+                ) -> Callable[[], tuple[pr.WorkerPool | None, str | None]]:
+    """A :data:`pba_runtime.host.PoolSource` over this process's pool (:func:`worker_pool`).
+
+    Each key that runs PBA gets a :class:`GuardedPool` over a thread pool (its
+    failed tasks are redone on the main thread), or a process pool (from a
+    ``factory``) as it is: PBA repairs its own tasks there.
+    """
+    def acquire() -> tuple[pr.WorkerPool | None, str | None]:
+        pool, failed = worker_pool(workers, factory)
+        if pool is None:
+            return None, failed
+        return (GuardedPool(pool) if pool.kind == "thread" else pool), None
+
+    return acquire
+
+
+def key_host(requested: str, window: pr.CountWindow | pr.TimeWindow, agg: Any, *, cores: int | None = None,
+             min_slices: int | None = None, pool_workers: int = 1,
+             pool_factory: Callable[[int], pr.WorkerPool] | None = None) -> KeyedHost:
+    """The :class:`~pba_runtime.host.KeyedHost` of a Spark runner: Spark's threshold, cores and pool source.
+
+    Examples
+    --------
+    >>> host = key_host("auto", pr.CountWindow(range=1 << 12, slide=1), "max", cores=2)
+    >>> host.choose(), host.choose(key_slices=100)
+    (('pba', 'large_window'), ('sba', 'small_key'))
+    """
+    spec = HostSpec(window, agg, requested, min_slices=SPARK_PBA_MIN_SLICES if min_slices is None else min_slices,
+                    cores=cores)
+    return KeyedHost(spec, pool_source(pool_workers, pool_factory))
+
+
+class KeyOperator(HostedKey):
     """One key partition's operator, its algorithm and why, and its share of the metrics.
+
+    A :class:`~pba_runtime.host.HostedKey` whose pool, when PBA runs with a
+    thread pool, is its :class:`GuardedPool` (``guard``).
 
     Examples
     --------
@@ -358,31 +385,26 @@ class KeyOperator:
     {'keys.sba': 1, 'rows.sba': 4, 'reason.small_window': 1, 'windows': 2}
     """
 
-    __slots__ = ("algorithm", "guard", "op", "reason")
+    __slots__ = ()
 
-    def __init__(self, op: pr.WindowOperator, algorithm: str, reason: str, guard: GuardedPool | None):
-        self.op, self.algorithm, self.reason, self.guard = op, algorithm, reason, guard
+    @property
+    def guard(self) -> GuardedPool | None:
+        """The :class:`GuardedPool` this key's PBA runs with, or ``None``."""
+        return self.pool if isinstance(self.pool, GuardedPool) else None
+
+    @classmethod
+    def of(cls, hosted: HostedKey) -> KeyOperator:
+        """The :class:`KeyOperator` of an operator a host opened."""
+        return cls(hosted.op, hosted.algorithm, hosted.reason, hosted.pool)
 
     @classmethod
     def open(cls, requested: str, window: pr.CountWindow | pr.TimeWindow, agg: Any, *,
              cores: int | None = None, key_slices: int | None = None, min_slices: int | None = None,
              pool_workers: int = 1, pool_factory: Callable[[int], pr.WorkerPool] | None = None) -> KeyOperator:
         """Choose the algorithm (:func:`choose_algorithm`), get the process's pool if PBA, build the operator."""
-        alg, why = choose_algorithm(requested, window, cores=cores, key_slices=key_slices,
-                                    min_slices=min_slices)
-        guard = None
-        if alg == "pba":
-            pool, failed = worker_pool(pool_workers, pool_factory)
-            if pool is None:
-                alg, why = choose_algorithm(requested, window, cores=cores, key_slices=key_slices,
-                                            min_slices=min_slices, pool_ok=False, pool_died=failed == "pool_died")
-            elif pool.kind == "thread":
-                guard = GuardedPool(pool)
-        if alg == "pba":  # a process pool (from a pool_factory) goes to PBA as it is: it repairs its own tasks
-            op = pr.create(alg, window, agg, pool=guard if guard is not None else pool)
-        else:
-            op = pr.create(alg, window, agg)
-        return cls(op, alg, why, guard)
+        host = key_host(requested, window, agg, cores=cores, min_slices=min_slices, pool_workers=pool_workers,
+                        pool_factory=pool_factory)
+        return cls.of(host.open(key_slices))
 
     def close(self, counts: dict[str, int], rows: int) -> None:
         """Close the operator and add its counters (``rows``: the input rows it stood for) to ``counts``."""
@@ -391,9 +413,10 @@ class KeyOperator:
         finally:
             self.op.close()
         failures = int(stats.get("fallbacks", 0) or 0)
-        if self.guard is not None:
-            failures += self.guard.failures
-            self.guard.close()
+        guard = self.guard
+        if guard is not None:
+            failures += guard.failures
+            guard.close()
         if failures:
             counts["pool_failures"] = counts.get("pool_failures", 0) + failures
         for name, n in ((f"keys.{self.algorithm}", 1), (f"rows.{self.algorithm}", rows),

@@ -10,6 +10,8 @@ from __future__ import annotations
 from typing import Any
 
 from ..aggregations import Aggregation, get_aggregation
+from ..batch import splits_rows
+from ..pool import WorkerPool
 from ..windows import CountWindow, TimeWindow, validate_window
 from .base import SlicedAggregator, WindowOperator
 from .daba import DABA
@@ -21,8 +23,8 @@ from .slick_deque import SlickDeque
 from .soe import SubtractOnEvict
 from .two_stacks import TwoStacks
 
-__all__ = ["ALGORITHMS", "REGISTRY", "register", "create", "resolve_auto", "AUTO_PBA_MIN_SLICES",
-           "AUTO_PBA_MIN_SLICES_PYTHON"]
+__all__ = ["ALGORITHMS", "REGISTRY", "REASONS", "register", "create", "resolve_auto", "choose_algorithm",
+           "uses_pool", "check_pool", "AUTO_PBA_MIN_SLICES", "AUTO_PBA_MIN_SLICES_PYTHON"]
 
 REGISTRY: dict[str, type[WindowOperator]] = {}
 
@@ -52,17 +54,102 @@ AUTO_PBA_MIN_SLICES = 1 << 15
 AUTO_PBA_MIN_SLICES_PYTHON = 1 << 12
 
 
+#: Why :func:`choose_algorithm` chose: ``requested`` (an explicit name, honoured),
+#: ``large_window`` (PBA), ``small_window``, ``one_core``, ``small_key``,
+#: ``pool_unavailable``, ``pool_died`` (SBA for ``"auto"``, or instead of a
+#: requested algorithm that needs a pool it cannot have).
+REASONS = ("requested", "large_window", "small_window", "one_core", "small_key", "pool_unavailable", "pool_died")
+
+
+def uses_pool(cls: type | None) -> bool:
+    """Whether the algorithm class builds in a :class:`~pba_runtime.WorkerPool` (its ``pool=`` option).
+
+    An algorithm declares it with the class attribute ``parallel = True`` (PBA;
+    SBA, PBA's one-thread form, sets it ``False``). Every other algorithm takes
+    no pool: :func:`create` does not pass one to it.
+
+    >>> uses_pool(REGISTRY["pba"]), uses_pool(REGISTRY["sba"]), uses_pool(REGISTRY["two_stacks"])
+    (True, False, False)
+    """
+    return bool(getattr(cls, "parallel", False))
+
+
+def check_pool(pool: Any) -> WorkerPool | None:
+    """``pool`` if it is a :class:`~pba_runtime.WorkerPool` or ``None``; a TypeError naming ``pool`` otherwise."""
+    if pool is not None and not isinstance(pool, WorkerPool):
+        raise TypeError(f"pool must be a pba_runtime.WorkerPool or None, got {type(pool).__name__}")
+    return pool
+
+
+def choose_algorithm(requested: str, window: CountWindow | TimeWindow, agg: str | Aggregation | None = None, *,
+                     min_slices: int | None = None, cores: int | None = None, key_slices: int | None = None,
+                     pool_ok: bool = True, pool_died: bool = False) -> tuple[str, str]:
+    """The one algorithm-choice policy: ``(algorithm, reason)`` for one key (a reason in :data:`REASONS`).
+
+    An explicit name is honoured (``requested``), unless it needs a pool that
+    cannot be had (``pool_ok=False``): then SBA, PBA's one-thread form, runs
+    (``pool_unavailable`` or ``pool_died``). ``"auto"`` runs SBA when the window
+    has fewer than ``min_slices`` slices (``small_window``), a task has fewer than
+    two cores (``one_core``), the key is fed in pieces too short for PBA's batch
+    path to split (``small_key``, :func:`pba_runtime.batch.splits_rows`) or there
+    is no pool, and PBA otherwise (``large_window``).
+
+    Parameters
+    ----------
+    requested : str
+        ``"auto"`` or an algorithm name.
+    window : CountWindow or TimeWindow
+    agg : str or Aggregation, optional
+        With ``min_slices=None``, the threshold is :data:`AUTO_PBA_MIN_SLICES`, or
+        :data:`AUTO_PBA_MIN_SLICES_PYTHON` for an aggregation without a numpy kernel.
+    min_slices : int, optional
+        Slices per window (``range // slide``) from which ``"auto"`` runs PBA.
+    cores : int, optional
+        Cores one task may use (``None``: unknown, no reason to fall back).
+    key_slices : int, optional
+        Slices per ``insert_many`` piece of the key, when known.
+    pool_ok, pool_died : bool
+        Whether a pool can be had, and, when not, whether one died.
+
+    Examples
+    --------
+    >>> import pba_runtime as pr
+    >>> choose_algorithm("auto", pr.CountWindow(range=1 << 16, slide=1), "max")
+    ('pba', 'large_window')
+    >>> choose_algorithm("auto", pr.CountWindow(range=8192, slide=1), "max", min_slices=1024, cores=1)
+    ('sba', 'one_core')
+    >>> choose_algorithm("pba", pr.CountWindow(range=8192, slide=1), pool_ok=False)
+    ('sba', 'pool_unavailable')
+    """
+    pool_reason = "pool_died" if pool_died else "pool_unavailable"
+    if requested != "auto":
+        if not pool_ok and uses_pool(REGISTRY.get(requested)):
+            return "sba", pool_reason
+        return requested, "requested"
+    window = validate_window(window)
+    if min_slices is None:
+        python_loop = agg is not None and get_aggregation(agg).kernel is None
+        min_slices = AUTO_PBA_MIN_SLICES_PYTHON if python_loop else AUTO_PBA_MIN_SLICES
+    q = window.range // window.slide
+    if q < min_slices:
+        return "sba", "small_window"
+    if cores is not None and cores < 2:
+        return "sba", "one_core"
+    if key_slices is not None and not splits_rows(q, key_slices):
+        return "sba", "small_key"
+    if not pool_ok:
+        return "sba", pool_reason
+    return "pba", "large_window"
+
+
 def resolve_auto(window: CountWindow | TimeWindow, agg: str | Aggregation | None = None) -> str:
-    """The algorithm ``"auto"`` stands for: SBA for small windows, PBA for large ones.
+    """The algorithm ``"auto"`` stands for: SBA for small windows, PBA for large ones (:func:`choose_algorithm`).
 
     >>> import pba_runtime as pr
     >>> pr.resolve_auto(pr.CountWindow(range=1024, slide=1)), pr.resolve_auto(pr.CountWindow(range=1 << 16, slide=1))
     ('sba', 'pba')
     """
-    window = validate_window(window)
-    python_loop = agg is not None and get_aggregation(agg).kernel is None
-    threshold = AUTO_PBA_MIN_SLICES_PYTHON if python_loop else AUTO_PBA_MIN_SLICES
-    return "pba" if window.range // window.slide >= threshold else "sba"
+    return choose_algorithm("auto", window, agg)[0]
 
 
 def create(algorithm: str, window: CountWindow | TimeWindow, agg: str | Aggregation, *,
@@ -74,6 +161,10 @@ def create(algorithm: str, window: CountWindow | TimeWindow, agg: str | Aggregat
     itself, every other algorithm gets a bounded reorder buffer in front
     (:class:`pba_runtime.reorder.ReorderBuffer`). Later tuples are counted in
     ``stats()["late"]`` and returned by ``take_late()``.
+
+    ``pool=`` (a :class:`~pba_runtime.WorkerPool` or ``None``) is an option of
+    every algorithm here, typed once: it goes to an algorithm that uses one
+    (:func:`uses_pool`, PBA) and is not passed to the others, which take none.
 
     Examples
     --------
@@ -98,6 +189,9 @@ def create(algorithm: str, window: CountWindow | TimeWindow, agg: str | Aggregat
         cls = REGISTRY[algorithm]
     except KeyError:
         raise ValueError(f"unknown algorithm {algorithm!r}; accepted: {', '.join(ALGORITHMS)}, or 'auto'") from None
+    pool = check_pool(options.pop("pool", None))
+    if pool is not None and uses_pool(cls):
+        options["pool"] = pool
     if allowed_lateness is not None:
         from ..reorder import ReorderBuffer, check_allowed_lateness
 

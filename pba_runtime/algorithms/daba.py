@@ -48,7 +48,6 @@ class DABA(SlideOneInsert, RingAggregator):
     ----------
     window : CountWindow or TimeWindow
     agg : str or Aggregation
-    pool : ignored
 
     Examples
     --------
@@ -61,7 +60,7 @@ class DABA(SlideOneInsert, RingAggregator):
     name = "daba"
     _rings = (("_vals", None), ("_aggs", None))
 
-    def __init__(self, window, agg, *, pool: Any = None):
+    def __init__(self, window, agg):
         super().__init__(window, agg)
         self._flips = 0
 

@@ -665,7 +665,6 @@ class FiBA(WindowOperator):
         B-tree ``MIN_ARITY`` (``>= 2``); ``MAX_ARITY = 2 * min_arity``. The
         default 8 is higher than the paper's best C++ values (2-4): in Python a
         restructuring step costs far more than a few more combines per node.
-    pool : ignored
 
     Examples
     --------
@@ -684,7 +683,7 @@ class FiBA(WindowOperator):
     name = "fiba"
     native_lateness = True
 
-    def __init__(self, window, agg, *, allowed_lateness: int | None = None, min_arity: int = 8, pool: Any = None):
+    def __init__(self, window, agg, *, allowed_lateness: int | None = None, min_arity: int = 8):
         super().__init__(window, agg)
         if allowed_lateness is not None:
             allowed_lateness = check_allowed_lateness(allowed_lateness, self.window)

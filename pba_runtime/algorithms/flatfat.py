@@ -274,7 +274,6 @@ class FlatFATAggregator(SlicedAggregator):
     ----------
     window : CountWindow or TimeWindow
     agg : str or Aggregation
-    pool : ignored
 
     Examples
     --------
@@ -286,7 +285,7 @@ class FlatFATAggregator(SlicedAggregator):
 
     name = "flatfat"
 
-    def __init__(self, window, agg, *, pool: Any = None):
+    def __init__(self, window, agg):
         super().__init__(window, agg)
         self._combine = self.agg.combine
         self._ident = self.agg.identity

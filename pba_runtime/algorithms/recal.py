@@ -25,7 +25,7 @@ from .base import WindowOperator, sizeof
 class Recal(WindowOperator):
     name = "recal"
 
-    def __init__(self, window, agg, **_ignored: Any):
+    def __init__(self, window, agg):
         super().__init__(window, agg)
         self._buf: deque = deque()  # (position or timestamp, partial)
         self._next_k: int | None = None

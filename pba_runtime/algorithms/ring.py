@@ -75,13 +75,12 @@ class RingAggregator(SlicedAggregator):
 
     Sets ``_combine``, ``_ident``, the fused-insert flags ``_fast``,
     ``_passthrough``, ``_lower_float`` (:func:`fast_path_flags`) and the rings,
-    then calls ``_reset_merger``. ``pool`` is accepted for a uniform ``create``
-    signature (only PBA uses a pool).
+    then calls ``_reset_merger``.
     """
 
     _rings: tuple[tuple[str, Any], ...] = (("_vals", None),)
 
-    def __init__(self, window, agg, *, pool: Any = None):
+    def __init__(self, window, agg):
         super().__init__(window, agg)
         self._combine = self.agg.combine
         self._ident = self.agg.identity

@@ -44,7 +44,6 @@ class SlickDeque(RingAggregator):
     window : CountWindow or TimeWindow
     agg : str or Aggregation
         Must be selective (``combine(a, b)`` returns ``a`` or ``b`` itself).
-    pool : ignored
 
     Examples
     --------

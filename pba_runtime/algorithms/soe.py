@@ -86,7 +86,6 @@ class SubtractOnEvict(SlideOneInsert, SlicedAggregator):
     window : CountWindow or TimeWindow
     agg : str or Aggregation
         Must be invertible (declare ``inverse``).
-    pool : ignored
 
     Examples
     --------
@@ -102,7 +101,7 @@ class SubtractOnEvict(SlideOneInsert, SlicedAggregator):
     name = "soe"
     requires = (("invertible", "an invertible aggregation (sum, count, mean, std, geomean)"),)
 
-    def __init__(self, window, agg, *, pool: Any = None):
+    def __init__(self, window, agg):
         super().__init__(window, agg)
         self._combine = self.agg.combine
         self._inverse = self.agg.inverse

@@ -37,8 +37,6 @@ class TwoStacks(RingAggregator):
     ----------
     window : CountWindow or TimeWindow
     agg : str or Aggregation
-    pool : ignored
-        Accepted for a uniform ``create`` signature (only PBA uses a pool).
 
     Examples
     --------
@@ -52,7 +50,7 @@ class TwoStacks(RingAggregator):
     name = "two_stacks"
     _rings = (("_vals", None), ("_aggs", None))
 
-    def __init__(self, window, agg, *, pool: Any = None):
+    def __init__(self, window, agg):
         super().__init__(window, agg)
         self._flips = 0
 

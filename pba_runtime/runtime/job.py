@@ -62,7 +62,7 @@ from .sinks import (
     late_path_for,
     parse_sink_spec,
 )
-from .slot import POLL, SlotSpec, make_operator, slot_main
+from .slot import POLL, SlotSpec, slot_main
 from .sources import DEFAULT_BATCH_SIZE, Source
 
 __all__ = ["Job"]
@@ -198,15 +198,11 @@ class Job:
 
     # ------------------------------------------------------------------ description
     def _check_operator(self) -> None:
-        """Build one operator here so that a bad window/aggregation/algorithm fails before any process starts."""
-        spec = self._slot_spec(0)
-        pool = pr.WorkerPool(kind="thread", workers=1)
+        """Validate the slots' operators here: a bad window/aggregation/algorithm fails before any process starts."""
         try:
-            make_operator(spec, pool).close()
+            self._slot_spec(0).host_spec().validate()
         except (TypeError, ValueError) as exc:
             raise UserError(str(exc)) from None
-        finally:
-            pool.close()
 
     def describe(self) -> dict[str, Any]:
         """What defines this job's output; a checkpoint is only resumed by a job with the same description."""

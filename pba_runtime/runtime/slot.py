@@ -17,9 +17,11 @@ A slot reads messages from its bounded input queue, in order:
 * ``("end", arrival)``: end of stream: ``flush()`` every operator, send the
   last results, the final statistics and ``("done", slot, stats)``.
 
-Each slot owns one :class:`pba_runtime.WorkerPool` that builds the lcs of all
-its keys (the paper's Flink integration runs one pool per task slot). Slots
-watch their parent: if the coordinator dies (``kill -9``), they exit at once
+A slot keeps its keys' operators in a :class:`pba_runtime.host.KeyedHost`
+(the algorithm per key, snapshot and restore of all keys). Each slot owns one
+:class:`pba_runtime.WorkerPool` that builds the lcs of all its keys (the
+paper's Flink integration runs one pool per task slot). Slots watch their
+parent: if the coordinator dies (``kill -9``), they exit at once
 (:func:`pba_runtime.pool.exit_with_parent`), even when blocked reading a batch
 the coordinator was killed while writing.
 
@@ -39,7 +41,6 @@ A slot can run in-process, which is how the unit below is checked:
 from __future__ import annotations
 
 import cProfile
-import inspect
 import logging
 import multiprocessing
 import os
@@ -55,6 +56,7 @@ import numpy as np
 
 import pba_runtime as pr
 
+from ..host import HostSpec, KeyedHost
 from ..pool import ORPHAN_EXIT_CODE, exit_with_parent
 from .metrics import PhaseClock
 from .partitioning import group_by_key
@@ -110,27 +112,14 @@ class SlotSpec:
     profile_path: str | None = None
     log_config: tuple | None = None
 
-
-def _accepts(cls: type, name: str) -> bool:
-    try:
-        params = inspect.signature(cls.__init__).parameters
-    except (TypeError, ValueError):
-        return True
-    return name in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
+    def host_spec(self) -> HostSpec:
+        """The :class:`~pba_runtime.host.HostSpec` of this slot's keys."""
+        return HostSpec(self.window, self.agg, self.algorithm, allowed_lateness=self.allowed_lateness)
 
 
 def make_operator(spec: SlotSpec, pool: pr.WorkerPool | None) -> pr.WindowOperator:
-    """The operator of one key: ``pr.create(algorithm, window, agg, ...)`` with the slot's pool and lateness."""
-    name = spec.algorithm
-    if name == "auto":
-        name = pr.resolve_auto(spec.window)
-    options: dict[str, Any] = {}
-    cls = pr.algorithms.REGISTRY.get(name)
-    if pool is not None and cls is not None and _accepts(cls, "pool"):
-        options["pool"] = pool
-    if spec.allowed_lateness is not None:
-        options["allowed_lateness"] = spec.allowed_lateness
-    return pr.create(name, spec.window, spec.agg, **options)
+    """The operator of one key: what the slot's :class:`~pba_runtime.host.KeyedHost` opens for a key."""
+    return KeyedHost(spec.host_spec(), pool).open().op
 
 
 class TaskSlot:
@@ -139,7 +128,7 @@ class TaskSlot:
     def __init__(self, spec: SlotSpec, states: dict[Any, Any] | None = None):
         self.spec = spec
         self.pool = pr.WorkerPool(kind="thread", workers=spec.pool_workers)
-        self.ops: dict[Any, pr.WindowOperator] = {}
+        self.host = KeyedHost(spec.host_spec(), self.pool)
         self.clock = PhaseClock()
         self.tuples = 0
         self.windows = 0
@@ -147,14 +136,13 @@ class TaskSlot:
         self._cpu0 = time.process_time()
         self._is_time = isinstance(spec.window, pr.TimeWindow)
         self._range = spec.window.range
-        for key, state in (states or {}).items():
-            self.ops[key] = make_operator(spec, self.pool).restore(state)
+        if states:
+            self.host.restore(states)
 
-    def _op(self, key: Any) -> pr.WindowOperator:
-        op = self.ops.get(key)
-        if op is None:
-            op = self.ops[key] = make_operator(self.spec, self.pool)
-        return op
+    @property
+    def ops(self) -> dict[Any, pr.WindowOperator]:
+        """``{key: operator}`` of the keys this slot has seen."""
+        return dict(self.host.items())
 
     def _format(self, parts: list, late_parts: list, arrival: float) -> tuple:
         fmt = self.spec.sink_format
@@ -188,8 +176,9 @@ class TaskSlot:
         parts = []
         late_parts: list = []
         is_time = self._is_time
+        operator = self.host.operator
         for key, idx in groups:
-            op = self._op(key)
+            op = operator(key)
             if is_time:
                 ends, res = op.insert_many(values[idx], timestamps[idx])
                 self._take_late(key, op, late_parts)
@@ -206,8 +195,8 @@ class TaskSlot:
     def on_barrier(self, checkpoint_id: int) -> tuple:
         """Snapshot every key: the ``("barrier", ...)`` message."""
         self.clock.mark()
-        states = pickle.dumps({k: op.snapshot() for k, op in self.ops.items()}, protocol=pickle.HIGHEST_PROTOCOL)
-        payload = {"states": states, "keys": len(self.ops), "tuples": self.tuples, "windows": self.windows,
+        states = pickle.dumps(self.host.snapshot(), protocol=pickle.HIGHEST_PROTOCOL)
+        payload = {"states": states, "keys": len(self.host), "tuples": self.tuples, "windows": self.windows,
                    "late": self.late}
         self.clock.lap("snapshot")
         return ("barrier", self.spec.index, checkpoint_id, payload)
@@ -217,7 +206,7 @@ class TaskSlot:
         self.clock.mark()
         parts = []
         late_parts: list = []
-        for key, op in self.ops.items():
+        for key, op in self.host.items():
             ends, res = op.flush()
             self._take_late(key, op, late_parts)
             if len(ends):
@@ -233,22 +222,20 @@ class TaskSlot:
         stalls = lcs = 0
         stall_time = 0.0
         late_ops = 0
-        for op in self.ops.values():
+        for _, op in self.host.items():
             st = op.stats()
             algs[str(st.get("algorithm", getattr(op, "name", "?")))] += 1
             stalls += int(st.get("stalls", 0))
             lcs += int(st.get("lcs_tasks", 0))
             stall_time += float(st.get("stall_time", 0.0))
             late_ops += int(st.get("late", 0))
-        return {"slot": self.spec.index, "pid": os.getpid(), "keys": len(self.ops), "tuples": self.tuples,
+        return {"slot": self.spec.index, "pid": os.getpid(), "keys": len(self.host), "tuples": self.tuples,
                 "windows": self.windows, "late": self.late, "lcs_tasks": lcs, "stalls": stalls,
                 "stall_time": stall_time, "algorithms": dict(algs), "clock": self.clock.report(),
                 "cpu_s": time.process_time() - self._cpu0}
 
     def close(self) -> None:
-        for op in self.ops.values():
-            op.close()
-        self.ops = {}
+        self.host.close()
         self.pool.close(wait=False)
 
 
