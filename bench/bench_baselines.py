@@ -189,7 +189,7 @@ def main(argv: list[str] | None = None) -> dict:
         for kind, what in kinds.items():
             per: dict[str, list[dict]] = {a: [] for a in lat_algs}
             ext: dict[str, list[dict]] = {a: [] for a in lat_algs}
-            for rep in range(lat_reps):
+            for _rep in range(lat_reps):
                 warm = rng.normal(size=2 * w + 10).tolist()  # full window, and Two-Stacks has flipped
                 xs = rng.normal(size=lat_n).tolist()
                 algs = list(lat_algs)

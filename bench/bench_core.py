@@ -15,14 +15,13 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
+from bench_baselines import machine_info  # one machine description for every bench (bench/ is on sys.path)
 
 import pba_runtime as pr
-from bench_baselines import machine_info  # one machine description for every bench (bench/ is on sys.path)
 
 RESULTS = Path(__file__).resolve().parent / "results"
 

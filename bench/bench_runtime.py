@@ -73,7 +73,7 @@ def top_functions(path: str, n: int = 12) -> list[str]:
     rows = sorted(st.stats.items(), key=lambda kv: -kv[1][2])[:n]
     total = sum(v[2] for v in st.stats.values()) or 1.0
     out = []
-    for (file, line, fn), (_, ncalls, tt, ct, _) in rows:
+    for (file, line, fn), (_, ncalls, tt, _ct, _) in rows:
         where = fn if file == "~" else f"{Path(file).parent.name}/{Path(file).name}:{line}({fn})"
         out.append(f"{tt:7.3f} s {tt / total:5.1%}  {ncalls:>7} calls  {where}")
     return out

@@ -31,15 +31,15 @@ import random
 import statistics
 import sys
 import time
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
 if str(HERE) not in sys.path:
     sys.path.insert(0, str(HERE))
 
 import numpy as np  # noqa: E402
-
 from bench_baselines import machine_info  # noqa: E402
 
 RESULTS = HERE / "results"

@@ -26,15 +26,14 @@ Output: ``exp_scaling.json`` and ``exp_scaling_fig8.png`` in ``--out-dir``.
 
 from __future__ import annotations
 
-import statistics
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import exp_common as C  # noqa: E402
 import bench_runtime  # noqa: E402
+import exp_common as C  # noqa: E402
 
 SIZES = {
     "full": {"runtime_tuples": 4_000_000, "runtime_reps": 3, "spark_rows": 2_000_000, "spark_rounds": 2,
@@ -66,6 +65,7 @@ def runtime_scaling(cfg: dict, reps: int) -> dict:
 def spark_scaling(cfg: dict) -> dict:
     """Our adapter, Spark's window function (segment tree) and the ceiling at local[1] and local[2]."""
     import bench_spark
+
     import pba_runtime as pr
     import spark_integration as si
 

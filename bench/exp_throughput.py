@@ -56,11 +56,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import numpy as np  # noqa: E402
-
-import exp_common as C  # noqa: E402
 import bench_baselines  # noqa: E402
 import bench_core  # noqa: E402
+import exp_common as C  # noqa: E402
+import numpy as np  # noqa: E402
+
 import pba_runtime as pr  # noqa: E402
 from pba_runtime.runtime import Debs12Source  # noqa: E402
 

@@ -58,7 +58,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 
 from .windows import CountWindow, TimeWindow, validate_window
 
@@ -180,7 +180,7 @@ def plan_chunk_size(window: CountWindow | TimeWindow, agg=None, costs: CostModel
     return theorem2(window.range, window.slide, 1e-3)
 
 
-@lru_cache(maxsize=None)
+@cache
 def calibrate_combine_cost(repeat: int = 5, n: int = 20_000) -> float:
     """Seconds per Python ``combine`` of two floats (the paper's ``T_u``), best of ``repeat``."""
     from .aggregations import _max2

@@ -28,7 +28,8 @@ import re
 import signal
 import sys
 import threading
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import pba_runtime as pr
 

@@ -41,7 +41,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, Union
+from typing import Any
 
 from .aggregations import Aggregation, get_aggregation
 from .algorithms import ALGORITHMS, REGISTRY, check_pool, choose_algorithm, create, uses_pool
@@ -53,7 +53,7 @@ __all__ = ["HostSpec", "HostedKey", "KeyedHost", "PoolSource", "choose_algorithm
 
 #: A pool source: called when a key's algorithm uses a pool; returns ``(pool, None)``, or
 #: ``(None, "pool_unavailable" | "pool_died")`` when there is none (the key then runs SBA).
-PoolSource = Callable[[], tuple[Union[WorkerPool, None], Union[str, None]]]
+PoolSource = Callable[[], tuple[WorkerPool | None, str | None]]
 
 
 def validate(window: CountWindow | TimeWindow, agg: str | Aggregation, algorithm: str = "auto", *,

@@ -20,7 +20,7 @@ TimeWindow(range=60000, slide=1000, offset=0)
 >>> parse_interval("2 months")
 Traceback (most recent call last):
 ...
-ValueError: interval '2 months': unit 'months' is not supported; accepted units: week, day, hour, minute, second, millisecond, microsecond (singular or plural, or an 'INTERVAL ...' prefix)
+ValueError: interval '2 months': unit 'months' is not supported; accepted units: week, day, hour, minute, ...)
 """
 
 from __future__ import annotations

@@ -99,7 +99,7 @@ SPARK_PBA_MIN_SLICES = 1 << 10
 
 # the least batch from which vectorised PBA hands rows to the pool (longer for rows under 2^11 slices:
 # ``pba_runtime.batch.splits_rows`` is the rule)
-from pba_runtime.batch import PARALLEL_BATCH_MIN as PBA_MIN_KEY_SLICES
+from pba_runtime.batch import PARALLEL_BATCH_MIN as PBA_MIN_KEY_SLICES  # noqa: E402  (beside its explanation)
 
 
 def local_cores() -> int:

@@ -52,7 +52,8 @@ import json
 import os
 import pickle
 from collections import deque
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from .errors import JobError, UserError
 

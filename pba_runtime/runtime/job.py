@@ -38,7 +38,8 @@ import signal
 import sys
 import threading
 import time
-from typing import Any, Callable, Iterator, TextIO
+from collections.abc import Callable, Iterator
+from typing import Any, TextIO
 
 import pba_runtime as pr
 

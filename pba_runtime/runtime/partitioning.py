@@ -28,7 +28,8 @@ Examples
 from __future__ import annotations
 
 import zlib
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 

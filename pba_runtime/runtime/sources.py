@@ -56,8 +56,9 @@ import os
 import select
 import sys
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, BinaryIO, Callable, Iterator
+from typing import Any, BinaryIO
 
 import numpy as np
 
