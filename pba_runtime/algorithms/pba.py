@@ -50,15 +50,16 @@ import logging
 import time
 from array import array
 from concurrent.futures import Future
-from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
 import numpy as np
 
-from ..aggregations import Aggregation, as_float_array, quiet_non_finite
-from ..chunking import plan_chunk_size
+from ..aggregations import as_float_array, quiet_non_finite
 from ..batch import windows_with_ends
-from ..pool import WorkerPool, default_pool
+from ..chunking import plan_chunk_size
+from ..merge import build_lcs
+from ..pool import WorkerPool, default_pool, result_or_repair
+from ..tasks import open_chunk_store
 from .base import SlicedAggregator, no_timestamps, sizeof, validate_timestamps
 
 __all__ = ["PBA", "SBA", "build_lcs"]
@@ -66,32 +67,9 @@ __all__ = ["PBA", "SBA", "build_lcs"]
 log = logging.getLogger("pba_runtime")
 
 
-@quiet_non_finite
-def build_lcs(agg: Aggregation, saa: Any) -> Any:
-    """The lcs of one chunk: ``lcs[j] = saa[j] (+) ... (+) saa[b-1]``.
-
-    Kernel aggregations keep a chunk's partials in a flat ``array('d')`` (one
-    row of ``k`` floats per slice): numpy reads and writes it in place, so the
-    worker holds the GIL only to set up the call. Others keep a list of
-    Python partials and build the lcs in a Python loop.
-    """
-    kernel = agg.kernel
-    if kernel is None:
-        combine = agg.combine
-        out = list(saa)
-        acc = out[-1]
-        for j in range(len(out) - 2, -1, -1):
-            acc = combine(out[j], acc)
-            out[j] = acc
-        return out
-    out = array("d", bytes(8 * len(saa)))
-    shape = (-1,) + kernel.shape
-    kernel.accumulate(np.frombuffer(saa, dtype=np.float64).reshape(shape), axis=0, reverse=True,
-                      out=np.frombuffer(out, dtype=np.float64).reshape(shape))
-    return out
-
-
-_build_lcs_here = build_lcs  # the main thread's own builder, used when a worker fails
+# build_lcs (from merge) is looked up in this module when a chunk's lcs task is submitted (tests replace it
+# with a faulty one); the main thread's own builder, used when a worker fails, is this one:
+_build_lcs_here = build_lcs
 
 
 class PBA(SlicedAggregator):
@@ -134,7 +112,7 @@ class PBA(SlicedAggregator):
         self._submit = None
         if self._pool is not None:
             if self._pool.kind == "process":
-                self._shm = self._pool.chunk_store(self.agg, chunk_size, slots=max(4, -(-q // chunk_size) + 2))
+                self._shm = open_chunk_store(self._pool, self.agg, chunk_size, slots=max(4, -(-q // chunk_size) + 2))
                 self._submit = self._pool.submit_thread
             else:
                 self._submit = self._pool.submit
@@ -486,25 +464,22 @@ class PBA(SlicedAggregator):
         return lcs
 
     def _future_result(self, fut: Future, rec: list, done: bool = True) -> Any:
-        if done:
-            try:
-                res = fut.result()
-                return rec[3].lcs if self._direct else res
-            except Exception as exc:  # a worker fault never loses a result: build it here (SBA fallback)
-                what = f"{type(exc).__name__}: {exc}"
-                restart = isinstance(exc, BrokenProcessPool)
-                if self._direct and type(exc).__name__ == "AggregationUnavailable":
-                    self._shm.use_threads(what)
-        else:
-            what = f"no result after task_timeout={self._pool.task_timeout}s: worker hung"
-            restart = True
-        self._fallbacks += 1
-        log.warning("lcs task failed (%s); building it on the main thread", what)
-        if restart:  # no worker of that generation may still write into the slot (or hog the pool)
-            self._pool.recover(fut, what)
+        """The lcs a task built, or built here (SBA fallback, counted) if the task failed."""
         if self._direct:
-            return self._shm.build_here(rec[3], self._b)
-        return _build_lcs_here(self.agg, rec[0])
+            res, repaired = result_or_repair(self._pool, fut, lambda: self._shm.build_here(rec[3], self._b),
+                                             done=done, on_error=self._task_raised, task="lcs task",
+                                             repair="building it on the main thread")
+            if not repaired:
+                res = rec[3].lcs
+        else:
+            res, repaired = result_or_repair(self._pool, fut, lambda: _build_lcs_here(self.agg, rec[0]), done=done,
+                                             task="lcs task", repair="building it on the main thread")
+        self._fallbacks += repaired
+        return res
+
+    def _task_raised(self, exc: BaseException, why: str) -> None:
+        if type(exc).__name__ == "AggregationUnavailable":  # the workers cannot rebuild it: threads from now on
+            self._shm.use_threads(why)
 
     def _pop(self) -> None:
         if self._deferred is not None:
