@@ -72,7 +72,7 @@ def create(algorithm: str, window: CountWindow | TimeWindow, agg: str | Aggregat
     ``allowed_lateness=L`` (time windows only, integer ``L >= 0``) accepts tuples up
     to ``L`` time units behind the largest timestamp seen: ``fiba`` places them
     itself, every other algorithm gets a bounded reorder buffer in front
-    (:class:`pba_runtime.reorder.ReorderBuffer`). Later tuples are counted in
+    (:class:`pba_runtime.algorithms.reorder.ReorderBuffer`). Later tuples are counted in
     ``stats()["late"]`` and returned by ``take_late()``.
 
     Examples
@@ -99,7 +99,7 @@ def create(algorithm: str, window: CountWindow | TimeWindow, agg: str | Aggregat
     except KeyError:
         raise ValueError(f"unknown algorithm {algorithm!r}; accepted: {', '.join(ALGORITHMS)}, or 'auto'") from None
     if allowed_lateness is not None:
-        from ..reorder import ReorderBuffer, check_allowed_lateness
+        from .reorder import ReorderBuffer, check_allowed_lateness
 
         lateness = check_allowed_lateness(allowed_lateness, window)
         if getattr(cls, "native_lateness", False):

@@ -870,6 +870,11 @@ class PBA(SlicedAggregator):
             self._chunks = {c: list(rec) for c, rec in st["chunks"].items()}
         self._open = self._chunks.get(st["open"]) if st["open"] is not None else None
 
+    @property
+    def emitted(self) -> int:
+        self._leave_lean()
+        return self._emitted
+
     def stats(self) -> dict[str, Any]:
         self._leave_lean()
         st = super().stats()
