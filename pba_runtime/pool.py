@@ -1,5 +1,10 @@
 """Worker pools that build lcs buffers beside the main loop.
 
+(Over 500 lines: a process pool's life cycle, that is starting, restarting a
+generation, degrading to threads, closing, the executor's semaphores and the
+exit hooks, is one piece of state under one lock; split, its invariants would
+span modules.)
+
 One pool serves many aggregators (one per key), as the paper's Flink
 integration runs one pool per task slot. A thread pool works in parallel with
 the main loop for kernel (numpy) aggregations, whose accumulate loops release

@@ -1,5 +1,9 @@
 """Shared-memory storage for the process worker pool: blocks, chunk slots, batch scratch, workers' mappings.
 
+(Just over 500 lines: every user of a block, a chunk store, the pool's
+scratch, a worker's mapping, follows the same create/track/unlink rules kept
+here, next to each other.)
+
 A process pool never ships a chunk's data to a worker. The main loop writes
 each chunk's slice partials (``saa``) straight into a slot of a POSIX
 shared-memory block; a task names the block, the byte offsets of the slot's

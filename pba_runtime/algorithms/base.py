@@ -1,5 +1,8 @@
 """The operator interface every algorithm implements, and the shared slicing layer.
 
+(Just over 500 lines: the public interface with its input validation, and the
+slicing layer every sliced algorithm steps through.)
+
 :class:`WindowOperator` is the public face: ``insert``, ``insert_many``,
 ``flush``, ``snapshot``/``restore``, ``stats``, ``close``.
 

@@ -1,5 +1,10 @@
 """PBA (Parallel Boundary Aggregator) and SBA, its one-thread version.
 
+(Over 500 lines: one operator whose per-tuple paths, generic, fused and lean,
+the deferred batch history and the vectorised batch path share one merger
+state; the planned split is a chunk store interface with a local and a
+shared-memory implementation, chosen once in ``__init__``, see issue 16.)
+
 Zhang, Akbarinia, Toumani, *Efficient Incremental Computation of Aggregations
 over Sliding Windows*, KDD'21.
 

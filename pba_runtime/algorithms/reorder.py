@@ -1,5 +1,8 @@
 """Bounded-lateness reorder buffer in front of a FIFO window operator.
 
+(Just over 500 lines: one class whose vectorised batch path must make exactly
+the per-tuple path's decisions, so both stay side by side.)
+
 The FIFO algorithms (everything but ``fiba``) need non-decreasing timestamps.
 ``pr.create(name, TimeWindow(...), agg, allowed_lateness=L)`` wraps them in a
 :class:`ReorderBuffer`: tuples wait in a heap keyed by ``(timestamp, arrival)``;
