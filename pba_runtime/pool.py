@@ -104,6 +104,7 @@ class _SwitchInterval:
         self._lock = threading.Lock()
         self._holders = 0
         self._saved: float | None = None
+        self._lowered: float | None = None  # as read back (CPython keeps whole microseconds)
 
     def acquire(self) -> bool:
         with self._lock:
@@ -113,6 +114,7 @@ class _SwitchInterval:
                     return False
                 self._saved = current
                 sys.setswitchinterval(THREAD_SWITCH_INTERVAL)
+                self._lowered = sys.getswitchinterval()
             self._holders += 1
             return True
 
@@ -120,7 +122,7 @@ class _SwitchInterval:
         with self._lock:
             self._holders -= 1
             if self._holders == 0 and self._saved is not None:
-                if sys.getswitchinterval() == THREAD_SWITCH_INTERVAL:
+                if sys.getswitchinterval() == self._lowered:
                     sys.setswitchinterval(self._saved)
                 self._saved = None
 

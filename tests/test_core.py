@@ -192,6 +192,28 @@ def test_batch_pba_equals_sba_bit_for_bit(agg):
         assert np.array_equal(r1, r2, equal_nan=True)
 
 
+def test_pools_restore_the_gil_switch_interval(monkeypatch):
+    """The first pool lowers the interval, the last one to close puts the previous value back."""
+    import sys
+
+    import pba_runtime.pool as pool_mod
+
+    monkeypatch.setattr(pool_mod, "_switch_interval", pool_mod._SwitchInterval())  # apart from pools still open
+    old = sys.getswitchinterval()
+    try:
+        sys.setswitchinterval(0.005)
+        a, b = pr.WorkerPool(kind="thread"), pr.WorkerPool(kind="thread")
+        low = pytest.approx(pool_mod.THREAD_SWITCH_INTERVAL)  # CPython keeps whole microseconds
+        assert sys.getswitchinterval() == low
+        a.close()
+        a.close()  # idempotent: releases once
+        assert sys.getswitchinterval() == low
+        b.close()
+        assert sys.getswitchinterval() == pytest.approx(0.005)
+    finally:
+        sys.setswitchinterval(old)
+
+
 def test_pba_builds_lcs_in_the_pool_and_counts_stalls():
     win = pr.CountWindow(range=64, slide=1)
     with pr.WorkerPool(kind="thread", workers=1) as pool, pr.create("pba", win, "max", pool=pool) as op:
