@@ -1,5 +1,8 @@
 """Aggregations as monoids over partials: ``lift``, ``combine``, ``lower``, ``identity``.
 
+(Over 500 lines: the catalogue of built-ins, each in its scalar form and its
+numpy kernel form side by side, because the two must agree bit for bit.)
+
 ``combine`` is always called as ``older (+) newer``; it must be associative, not
 necessarily commutative or invertible. Capabilities (invertible, commutative,
 selective) are declared by the aggregation and checked by the algorithms that

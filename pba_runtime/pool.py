@@ -1,5 +1,10 @@
 """Worker pools that build lcs buffers beside the main loop.
 
+(Over 500 lines: a process pool's life cycle, that is starting, restarting a
+generation, degrading to threads, closing, the executor's semaphores and the
+exit hooks, is one piece of state under one lock; split, its invariants would
+span modules.)
+
 One pool serves many aggregators (one per key), as the paper's Flink
 integration runs one pool per task slot. A thread pool works in parallel with
 the main loop for kernel (numpy) aggregations, whose accumulate loops release
@@ -11,10 +16,11 @@ Process pools
 ``WorkerPool(kind="process", workers=N)`` runs ``N`` worker processes
 (``spawn`` or ``forkserver``; never ``fork``: a forked child of a threaded
 parent, such as a Spark Python worker, can deadlock). Chunk partials and lcs
-live in shared memory (:mod:`pba_runtime.shm`): an aggregator gets a
-:meth:`~WorkerPool.chunk_store`, its main loop writes each chunk's partials
-into a slot, and a task names the slot (block name, offsets, rows) and the
-aggregation, never the data. Aggregations whose partials are not fixed-size
+live in shared memory (:mod:`pba_runtime.shm`, held by the pool's
+:attr:`~WorkerPool.memory`): an aggregator gets a chunk store
+(:func:`pba_runtime.tasks.open_chunk_store`), its main loop writes each chunk's
+partials into a slot, and a task names the slot (block name, offsets, rows) and
+the aggregation, never the data. Aggregations whose partials are not fixed-size
 numeric (for example ``collect``), or that a worker could not import (a
 lambda, a closure), run in the pool's thread workers instead
 (:meth:`~WorkerPool.submit_thread`).
@@ -24,7 +30,8 @@ is noticed when its result is needed (or at the next submit); the pool kills
 that generation of workers, waits for them to exit and starts new ones
 (:meth:`~WorkerPool.recover`), and the aggregator builds the affected lcs on
 the main thread (counted in its ``fallbacks``), so no result is lost or
-duplicated. A task that *raises* leaves its worker healthy: the lcs is built
+duplicated: :func:`result_or_repair` is that one repair, used by PBA and the
+batch merge. A task that *raises* leaves its worker healthy: the lcs is built
 on the main thread, no restart. After :data:`MAX_RESTARTS` restarts within
 :data:`RESTART_WINDOW` seconds the pool gives up on processes and runs its
 tasks in threads (``stats()["degraded"]``).
@@ -55,8 +62,10 @@ from concurrent.futures.process import BrokenProcessPool, ProcessPoolExecutor
 from typing import Any, Callable
 
 from . import logs
+from .shm import PoolMemory
 
-__all__ = ["WorkerPool", "default_pool", "exit_with_parent", "DEFAULT_TASK_TIMEOUT", "START_METHODS"]
+__all__ = ["WorkerPool", "default_pool", "exit_with_parent", "result_or_repair", "DEFAULT_TASK_TIMEOUT",
+           "START_METHODS"]
 
 POOL_KINDS = ("thread", "process")
 START_METHODS = ("spawn", "forkserver")
@@ -80,6 +89,106 @@ RESTART_WINDOW = 60.0
 log = logging.getLogger("pba_runtime")
 
 _UNSET: Any = object()
+
+
+class _SwitchInterval:
+    """The GIL switch interval, lowered to :data:`THREAD_SWITCH_INTERVAL` while at least one pool is open.
+
+    A reference count: the first pool that finds the interval above the target
+    saves it and lowers it; when the last such pool closes the saved value is
+    put back (unless someone else changed the interval meanwhile: theirs is
+    kept). A pool that found it already low enough holds nothing.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._holders = 0
+        self._saved: float | None = None
+        self._lowered: float | None = None  # as read back (CPython keeps whole microseconds)
+
+    def acquire(self) -> bool:
+        with self._lock:
+            if self._holders == 0:
+                current = sys.getswitchinterval()
+                if current <= THREAD_SWITCH_INTERVAL:
+                    return False
+                self._saved = current
+                sys.setswitchinterval(THREAD_SWITCH_INTERVAL)
+                self._lowered = sys.getswitchinterval()
+            self._holders += 1
+            return True
+
+    def release(self) -> None:
+        with self._lock:
+            self._holders -= 1
+            if self._holders == 0 and self._saved is not None:
+                if sys.getswitchinterval() == self._lowered:
+                    sys.setswitchinterval(self._saved)
+                self._saved = None
+
+
+_switch_interval = _SwitchInterval()
+
+
+def result_or_repair(pool: Any, fut: Future, fallback: Callable[[], Any], *, task: str, repair: str,
+                     done: bool | None = None, timed: bool = True,
+                     on_error: Callable[[BaseException, str], None] | None = None) -> tuple[Any, bool]:
+    """The result of a pool task, or ``fallback()`` run on this thread if the task failed: the one repair.
+
+    Every task the project submits is a pure function of its arguments that
+    writes only its own output, so running it again here gives the same result.
+    A worker that died (``BrokenProcessPool``) or hung past the pool's
+    ``task_timeout`` may still hold or write the task's memory: its whole
+    generation is killed and replaced first (:meth:`WorkerPool.recover`). A task
+    that raised leaves its worker healthy: no restart.
+
+    Parameters
+    ----------
+    pool : WorkerPool
+        The pool that ran ``fut``.
+    fut : Future
+    fallback : callable
+        Computes the result on this thread.
+    task, repair : str
+        For the warning: ``"<task> failed (<why>); <repair>"``.
+    done : bool, optional
+        Whether ``fut`` finished in time, if the caller already waited
+        (:meth:`WorkerPool.wait_for`); ``None``: wait here.
+    timed : bool
+        Wait with the pool's ``task_timeout`` (``False``: until the task ends,
+        for thread tasks that share the caller's arrays).
+    on_error : callable, optional
+        ``on_error(exc, why)`` when the task raised, before the repair.
+
+    Returns
+    -------
+    (result, repaired) : tuple
+        ``repaired`` is true when ``fallback`` gave the result (callers count it).
+
+    Examples
+    --------
+    >>> with WorkerPool(kind="thread", workers=1) as pool:
+    ...     fut = pool.submit(lambda: 1 / 0)
+    ...     result_or_repair(pool, fut, lambda: "here", task="demo task", repair="computing it here")
+    ('here', True)
+    """
+    if done is None:
+        done = pool.wait_for(fut) if timed else True
+    if done:
+        try:
+            return fut.result(), False
+        except Exception as exc:  # a worker fault never loses a result: compute it here
+            why = f"{type(exc).__name__}: {exc}"
+            restart = isinstance(exc, BrokenProcessPool)
+            if on_error is not None:
+                on_error(exc, why)
+    else:
+        why = f"no result after task_timeout={pool.task_timeout}s: worker hung"
+        restart = True
+    log.warning("%s failed (%s); %s", task, why, repair)
+    if restart:  # no worker of that generation may still write into the task's memory (or hog the pool)
+        pool.recover(fut, why)
+    return fallback(), True
 
 
 #: Exit status of a process that ended because its parent died (:func:`exit_with_parent`).
@@ -200,11 +309,12 @@ class WorkerPool:
         self.workers = workers
         self.start_method = start_method
         self.task_timeout = None if task_timeout is None else float(task_timeout)
-        # process-wide: documented in the README ("Threads and the GIL")
-        if sys.getswitchinterval() > THREAD_SWITCH_INTERVAL:
-            sys.setswitchinterval(THREAD_SWITCH_INTERVAL)
         self._closed = False
         self._lock = threading.Lock()
+        # process-wide: documented in the README ("Threads and the GIL"); restored when the last pool closes
+        self._switch_held = _switch_interval.acquire()
+        #: The pool's shared memory (process pools; ``None`` for threads): chunk stores and batch scratch.
+        self.memory: PoolMemory | None = None
         if kind == "thread":
             self._executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="pba-lcs")
             return
@@ -217,9 +327,7 @@ class WorkerPool:
         self._timeouts = 0
         self._broken = 0
         self._threads: ThreadPoolExecutor | None = None
-        self._stores: weakref.WeakSet = weakref.WeakSet()
-        self._scratch: list = []  # free ShmBlocks for batch merges
-        self._scratch_all: weakref.WeakSet = weakref.WeakSet()
+        self.memory = PoolMemory()
         self._executor, self._boot = self._start()
         _live_pools.add(self)
 
@@ -336,61 +444,13 @@ class WorkerPool:
         log.warning("process pool restarted (generation %d -> %d): %s", gen, gen + 1, reason)
         return True
 
-    # ------------------------------------------------------------------ shared memory
-    def chunk_store(self, agg: Any, rows: int, slots: int = 4):
-        """Shared-memory chunk slots for one aggregator, or ``None`` if its lcs cannot be built in a process.
-
-        ``None`` (use :meth:`submit_thread`) for thread pools, partials that are
-        not fixed-size numeric, and aggregations a worker could not rebuild.
-        """
-        if self.kind != "process" or self._closed:
-            return None
-        from .shm import ChunkStore, aggregation_ref, partial_width
-
-        width = partial_width(agg)
-        ref = aggregation_ref(agg) if width is not None else None
-        if ref is None:
-            return None
-        store = ChunkStore(agg, ref, rows, width, self.submit, self.submit_thread, slots_per_block=slots,
-                           on_release=self._settle, log_config=logs.current_config)
-        store.reserve()  # the first block now, not in the first insert
-        self._stores.add(store)
-        return store
-
-    def _settle(self, fut: Future) -> None:
+    def settle(self, fut: Future) -> None:
         """Before a slot whose task failed is reused: no worker of that generation may still write to it."""
         if fut.cancelled():
             return
         exc = fut.exception()
         if isinstance(exc, BrokenProcessPool):
             self.recover(fut, "a worker process died")
-
-    def lease_scratch(self, nbytes: int):
-        """A shared-memory block of at least ``nbytes`` for one batch merge; give it back with :meth:`return_scratch`."""
-        from .shm import ShmBlock
-
-        with self._lock:
-            if self._closed:
-                raise RuntimeError("WorkerPool is closed")
-            fits = [b for b in self._scratch if b.size >= nbytes]
-            if fits:
-                blk = min(fits, key=lambda b: b.size)
-                self._scratch.remove(blk)
-                return blk
-        blk = ShmBlock.create(nbytes)
-        self._scratch_all.add(blk)
-        return blk
-
-    def return_scratch(self, blk) -> None:
-        """Keep a scratch block for the next batch (at most two are kept; the smallest is unlinked)."""
-        with self._lock:
-            if self._closed or blk.unlinked:
-                blk.unlink()
-                return
-            self._scratch.append(blk)
-            self._scratch.sort(key=lambda b: b.size)
-            while len(self._scratch) > 2:
-                self._scratch.pop(0).unlink()
 
     # ------------------------------------------------------------------ processes
     def _start(self) -> tuple[ProcessPoolExecutor, list[Future]]:
@@ -446,11 +506,9 @@ class WorkerPool:
         """Kind, workers and, for process pools, restarts, timeouts and shared memory held."""
         st: dict[str, Any] = {"kind": self.kind, "workers": self.workers, "closed": self._closed}
         if self.kind == "process":
-            stores = list(self._stores)
             st.update(start_method=self.start_method, generation=self._gen, restarts=self._restarts,
                       timeouts=self._timeouts, task_timeout=self.task_timeout, degraded=self._degraded,
-                      shm_blocks=sum(len(s.block_names) for s in stores) + len(self._scratch),
-                      shm_bytes=sum(s.nbytes for s in stores) + sum(b.size for b in self._scratch))
+                      **self.memory.stats())
         return st
 
     @property
@@ -469,6 +527,9 @@ class WorkerPool:
             if self._closed:
                 return
             self._closed = True
+        if self._switch_held:
+            self._switch_held = False
+            _switch_interval.release()
         if self.kind == "thread":
             self._executor.shutdown(wait=wait, cancel_futures=not wait)
             return
@@ -486,11 +547,7 @@ class WorkerPool:
             if self._threads is not None:
                 self._threads.shutdown(wait=wait, cancel_futures=not wait)
         finally:
-            for store in list(self._stores):
-                store.close()
-            for blk in list(self._scratch_all):
-                blk.unlink()
-            self._scratch = []
+            self.memory.close()
             _live_pools.discard(self)
 
     def __enter__(self) -> "WorkerPool":
@@ -561,6 +618,13 @@ def _close_process_pools() -> None:
 
 # concurrent.futures joins its process pools in a threading-exit hook that runs before
 # atexit; register ours the same way, later, so it runs first (hooks run newest first).
+# Why not only the public atexit: threading's shutdown joins concurrent.futures' manager
+# threads (which wait for the workers) *before* atexit handlers run, so a hung worker would
+# block the exit before our handler could kill it. The public alternative, a non-daemon
+# thread that joins the main thread and then kills the workers, runs *concurrently* with
+# concurrent.futures' own exit hook (two shutdowns of one executor racing) rather than
+# before it. So the private hook stays where it exists, with atexit as the fallback where
+# it does not (close() is idempotent, the second call is a no-op).
 _register = getattr(threading, "_register_atexit", None)
 if _register is not None:
     _register(_close_process_pools)

@@ -1,4 +1,8 @@
-"""Shared-memory storage for the process worker pool: blocks, chunk slots and the worker side of lcs tasks.
+"""Shared-memory storage for the process worker pool: blocks, chunk slots, batch scratch, workers' mappings.
+
+(Just over 500 lines: every user of a block, a chunk store, the pool's
+scratch, a worker's mapping, follows the same create/track/unlink rules kept
+here, next to each other.)
 
 A process pool never ships a chunk's data to a worker. The main loop writes
 each chunk's slice partials (``saa``) straight into a slot of a POSIX
@@ -6,7 +10,8 @@ shared-memory block; a task names the block, the byte offsets of the slot's
 ``saa`` and ``lcs`` regions, the row count and width, and the aggregation
 (see :func:`aggregation_ref`). The worker maps the block (once, then cached),
 builds the lcs into the slot's ``lcs`` region, and returns its pid. The main
-loop reads the lcs in place.
+loop reads the lcs in place. The tasks themselves (and how they name an
+aggregation) are in :mod:`pba_runtime.tasks`; this module only stores.
 
 Blocks
     :class:`ShmBlock` creates ``/dev/shm/pba_<pid>_<n>_<random>`` with
@@ -22,7 +27,7 @@ Blocks
     and double unlinks.
 Cleanup
     Every block is unlinked by ``close()`` of its owner (a chunk store or the
-    pool's scratch), by a weakref finalizer when its owner is collected, and at
+    pool's :class:`PoolMemory`), by a weakref finalizer when its owner is collected, and at
     interpreter exit (:func:`unlink_all`, registered with :mod:`atexit`); the
     memory itself is unmapped when the last view of it goes away, so unlinking
     never invalidates a buffer still in use.
@@ -50,6 +55,7 @@ True
 [2.0, 3.0]
 >>> del a, other
 >>> blk.unlink()
+>>> from pba_runtime import get_aggregation
 >>> partial_width(get_aggregation("mean")), partial_width(get_aggregation("collect"))
 (2, None)
 """
@@ -61,20 +67,16 @@ import itertools
 import logging
 import mmap
 import os
-import pickle
-import re
 import secrets
-import sys
 import threading
-import time
 import weakref
-from array import array
 from collections import OrderedDict
 from typing import Any, Callable
 
 import numpy as np
 
-from .aggregations import BUILTIN_AGGREGATIONS, Aggregation, get_aggregation, moment_sketch
+from .aggregations import Aggregation
+from .merge import lcs_into
 
 try:  # POSIX shared memory, as multiprocessing.shared_memory uses it
     import _posixshmem
@@ -86,14 +88,12 @@ __all__ = [
     "ShmBlock",
     "ChunkStore",
     "Slot",
-    "AggregationUnavailable",
-    "aggregation_ref",
+    "PoolMemory",
     "partial_width",
-    "lcs_into",
+    "aligned",
+    "attached",
     "live_blocks",
     "unlink_all",
-    "run_lcs_task",
-    "run_merge_task",
 ]
 
 log = logging.getLogger("pba_runtime")
@@ -250,11 +250,7 @@ class ShmBlock:
         return f"ShmBlock({self.name!r}, {self.size} bytes{', owner' if self.owner else ''})"
 
 
-# ----------------------------------------------------------------------------- what a task may carry
-class AggregationUnavailable(RuntimeError):
-    """A worker process could not rebuild the aggregation a task names."""
-
-
+# ----------------------------------------------------------------------------- main side: chunk slots
 def partial_width(agg: Aggregation) -> int | None:
     """Floats per partial if ``agg``'s partials are fixed-size numeric: 0 for a scalar, ``k`` for a k-tuple.
 
@@ -274,124 +270,6 @@ def partial_width(agg: Aggregation) -> int | None:
     return None
 
 
-_refs: "weakref.WeakKeyDictionary[Aggregation, tuple | None]" = weakref.WeakKeyDictionary()
-
-
-def aggregation_ref(agg: Aggregation) -> tuple | None:
-    """How a task names ``agg`` so that a worker process can rebuild it; ``None`` if it cannot.
-
-    * ``("builtin", name)`` for a built-in, ``("moment_sketch", k)`` for ``moment_sketch(k)``;
-    * ``("ref", module, attribute)`` for an :class:`Aggregation` bound to a module-level name
-      (found in the module of its ``combine``/``lift``/``lower``): pickled by reference;
-    * ``("pickle", bytes)`` when the object pickles (its callables are module-level functions).
-
-    >>> aggregation_ref(get_aggregation("max"))
-    ('builtin', 'max')
-    >>> aggregation_ref(moment_sketch(3))
-    ('moment_sketch', 3)
-    >>> aggregation_ref(Aggregation(lift=float, combine=lambda a, b: a + b, lower=float, identity=0.0)) is None
-    True
-    """
-    try:
-        return _refs[agg]
-    except KeyError:
-        pass
-    ref = _find_ref(agg)
-    _refs[agg] = ref
-    return ref
-
-
-def _find_ref(agg: Aggregation) -> tuple | None:
-    if BUILTIN_AGGREGATIONS.get(agg.name) is agg:
-        return ("builtin", agg.name)
-    m = re.fullmatch(r"moment_sketch(?:\[(\d+)\])?", agg.name)
-    if m and getattr(agg.lift, "__qualname__", "").startswith("moment_sketch.<locals>"):
-        return ("moment_sketch", int(m.group(1) or 10))
-    for fn in (agg.combine, agg.lift, agg.lower):
-        mod = sys.modules.get(getattr(fn, "__module__", None) or "")
-        if mod is None:
-            continue
-        for attr, value in list(vars(mod).items()):
-            if value is agg:
-                return ("ref", mod.__name__, attr)
-    try:
-        data = pickle.dumps(agg)
-        pickle.loads(data)
-    except Exception:
-        return None
-    return ("pickle", data)
-
-
-_resolved: dict[Any, Aggregation] = {}
-
-
-def resolve_ref(ref: tuple) -> Aggregation:
-    """The aggregation a task names (worker side; cached)."""
-    key = ref if ref[0] != "pickle" else ("pickle", hash(ref[1]), ref[1])
-    agg = _resolved.get(key)
-    if agg is not None:
-        return agg
-    try:
-        if ref[0] == "builtin":
-            agg = get_aggregation(ref[1])
-        elif ref[0] == "moment_sketch":
-            agg = moment_sketch(ref[1])
-        elif ref[0] == "ref":
-            import importlib
-
-            agg = getattr(importlib.import_module(ref[1]), ref[2])
-        elif ref[0] == "pickle":
-            agg = pickle.loads(ref[1])
-        else:
-            raise ValueError(f"unknown aggregation reference {ref!r}")
-        if not isinstance(agg, Aggregation):
-            raise TypeError(f"{ref!r} is a {type(agg).__name__}, not a pba_runtime.Aggregation")
-    except Exception as exc:
-        raise AggregationUnavailable(f"worker pid {os.getpid()} cannot rebuild aggregation {ref[:3]!r}: "
-                                     f"{type(exc).__name__}: {exc}") from None
-    _resolved[key] = agg
-    return agg
-
-
-# ----------------------------------------------------------------------------- the lcs arithmetic
-def lcs_into(agg: Aggregation, saa: Any, lcs: Any, n: int, width: int) -> None:
-    """Write the lcs of ``n`` partials (flat float buffer ``saa``) into ``lcs``: ``lcs[j] = saa[j] (+) ... (+) saa[n-1]``.
-
-    The same arithmetic as :func:`pba_runtime.algorithms.pba.build_lcs`, so a
-    worker, a thread or the main thread (fallback) give the same bits: a
-    kernel's reverse ``accumulate``, or a Python loop of ``combine`` from the right.
-
-    >>> from array import array
-    >>> saa, lcs = array("d", [3.0, 1.0, 2.0]), array("d", bytes(24))
-    >>> lcs_into(get_aggregation("max"), saa, lcs, 3, 0); lcs.tolist()
-    [3.0, 2.0, 2.0]
-    """
-    if n <= 0:
-        return
-    kernel = agg.kernel
-    k = max(width, 1)
-    if kernel is not None:
-        shape = (n,) + kernel.shape
-        src = np.frombuffer(saa, dtype=np.float64, count=n * k).reshape(shape)
-        dst = np.frombuffer(lcs, dtype=np.float64, count=n * k).reshape(shape)
-        kernel.accumulate(src, axis=0, reverse=True, out=dst)
-        return
-    combine = agg.combine
-    flat = memoryview(saa).cast("B").cast("d")[: n * k].tolist()
-    if width:
-        out = [tuple(flat[i : i + width]) for i in range(0, n * width, width)]
-    else:
-        out = flat
-    acc = out[-1]
-    for j in range(n - 2, -1, -1):
-        acc = combine(out[j], acc)
-        out[j] = acc
-    if width:
-        out = list(itertools.chain.from_iterable(out))
-    memoryview(lcs).cast("B").cast("d")[: n * k] = array("d", out)
-
-
-# ----------------------------------------------------------------------------- main side: chunk slots
 class Slot:
     """One chunk's ``saa`` and ``lcs`` regions in a block (``memoryview`` of floats each)."""
 
@@ -406,22 +284,25 @@ class Slot:
         self.fut = None
 
 
-def _aligned(n: int) -> int:
+def aligned(n: int) -> int:
+    """``n`` rounded up to a cache line (the alignment of slot regions)."""
     return -(-n // _ALIGN) * _ALIGN
 
 
 class ChunkStore:
-    """Shared-memory chunk slots of one aggregator (made by :meth:`pba_runtime.WorkerPool.chunk_store`).
+    """Shared-memory chunk slots of one aggregator (made by :func:`pba_runtime.tasks.open_chunk_store`).
 
     Parameters
     ----------
     agg : Aggregation
     ref : tuple
-        :func:`aggregation_ref` of ``agg``.
+        :func:`pba_runtime.tasks.aggregation_ref` of ``agg``.
     rows : int
         Partials per chunk (the chunk size ``b``).
     width : int
         Floats per partial, 0 for a scalar (:func:`partial_width`).
+    run_task : callable
+        The worker side of an lcs task (module-level, picklable): called with :meth:`task`'s message.
     submit : callable
         ``submit(fn, task) -> Future``: runs a task in a worker process.
     thread_submit : callable
@@ -434,7 +315,7 @@ class ChunkStore:
         makes sure a dead or hung worker's generation is gone).
     """
 
-    def __init__(self, agg: Aggregation, ref: tuple, rows: int, width: int, submit: Callable,
+    def __init__(self, agg: Aggregation, ref: tuple, rows: int, width: int, run_task: Callable, submit: Callable,
                  thread_submit: Callable, slots_per_block: int = 4, on_release: Callable | None = None,
                  log_config: Callable = lambda: None):
         self.agg = agg
@@ -443,6 +324,7 @@ class ChunkStore:
         self.width = width
         self.floats = rows * max(width, 1)
         self.slots_per_block = max(1, slots_per_block)
+        self._run_task = run_task
         self._submit = submit
         self._thread_submit = thread_submit
         self.venue = "process"
@@ -483,7 +365,7 @@ class ChunkStore:
             self._on_release(fut)
 
     def _grow(self) -> None:
-        region = _aligned(8 * self.floats)
+        region = aligned(8 * self.floats)
         nbytes = 2 * region * self.slots_per_block
         blk = None
         if not self._closed:
@@ -526,7 +408,7 @@ class ChunkStore:
         """
         if self.venue != "process" or slot.block.name is None:
             return self._thread_submit(lcs_into, self.agg, slot.saa, slot.lcs, n, self.width)
-        return self._submit(run_lcs_task, self.task(slot, n))
+        return self._submit(self._run_task, self.task(slot, n))
 
     def use_threads(self, why: str) -> None:
         """From now on build this store's lcs in thread workers (the worker processes cannot)."""
@@ -572,7 +454,68 @@ class ChunkStore:
         return f"ChunkStore({self.agg.name!r}, rows={self.rows}, width={self.width}, blocks={len(self._blocks)})"
 
 
-# ----------------------------------------------------------------------------- worker side
+# ----------------------------------------------------------------------------- a pool's shared memory
+class PoolMemory:
+    """The shared memory one process pool hands out: its aggregators' chunk stores and the batch scratch blocks.
+
+    The pool closes it with itself (every name unlinked) and reports it in
+    ``WorkerPool.stats()``.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._closed = False
+        self._stores: weakref.WeakSet = weakref.WeakSet()
+        self._scratch: list[ShmBlock] = []  # free blocks for batch merges
+        self._scratch_all: weakref.WeakSet = weakref.WeakSet()
+
+    def add_store(self, store: ChunkStore) -> None:
+        """Close ``store`` with this memory."""
+        self._stores.add(store)
+
+    def lease_scratch(self, nbytes: int) -> ShmBlock:
+        """A block of at least ``nbytes`` for one batch merge; give it back with :meth:`return_scratch`."""
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("WorkerPool is closed")
+            fits = [b for b in self._scratch if b.size >= nbytes]
+            if fits:
+                blk = min(fits, key=lambda b: b.size)
+                self._scratch.remove(blk)
+                return blk
+        blk = ShmBlock.create(nbytes)
+        self._scratch_all.add(blk)
+        return blk
+
+    def return_scratch(self, blk: ShmBlock) -> None:
+        """Keep a scratch block for the next batch (at most two are kept; the smallest is unlinked)."""
+        with self._lock:
+            if self._closed or blk.unlinked:
+                blk.unlink()
+                return
+            self._scratch.append(blk)
+            self._scratch.sort(key=lambda b: b.size)
+            while len(self._scratch) > 2:
+                self._scratch.pop(0).unlink()
+
+    def stats(self) -> dict[str, int]:
+        """``shm_blocks`` and ``shm_bytes`` held by the chunk stores and the free scratch blocks."""
+        stores = list(self._stores)
+        return {"shm_blocks": sum(len(s.block_names) for s in stores) + len(self._scratch),
+                "shm_bytes": sum(s.nbytes for s in stores) + sum(b.size for b in self._scratch)}
+
+    def close(self) -> None:
+        """Unlink every block handed out (buffers still referenced stay readable; only their names go)."""
+        with self._lock:
+            self._closed = True
+        for store in list(self._stores):
+            store.close()
+        for blk in list(self._scratch_all):
+            blk.unlink()
+        self._scratch = []
+
+
+# ----------------------------------------------------------------------------- worker side: mappings
 _ATTACH_MAX = 64  # blocks a worker keeps mapped
 _SWEEP_EVERY = 64  # tasks between checks for blocks the main process unlinked
 _attached: "OrderedDict[str, ShmBlock]" = OrderedDict()
@@ -580,8 +523,11 @@ _attached_lock = threading.Lock()  # a degraded pool runs tasks in threads
 _tasks_seen = itertools.count(1)
 
 
-def _block(name: str) -> ShmBlock:
-    """A worker's mapping of block ``name`` (cached; mappings of unlinked blocks are dropped now and then)."""
+def attached(name: str) -> ShmBlock:
+    """A worker's mapping of block ``name`` (cached; mappings of unlinked blocks are dropped now and then).
+
+    Tasks run in a degraded pool's threads too, hence the lock.
+    """
     with _attached_lock:
         return _block_locked(name)
 
@@ -600,45 +546,3 @@ def _block_locked(name: str) -> ShmBlock:
         _, old = _attached.popitem(last=False)
         old.close()
     return blk
-
-
-def run_lcs_task(task: tuple) -> int:
-    """Worker side of an lcs task (see :meth:`ChunkStore.task`); returns the worker's pid."""
-    from . import logs
-
-    t0 = time.perf_counter()
-    _, name, saa_off, lcs_off, n, width, ref, log_cfg = task
-    logs.apply_config(log_cfg)
-    agg = resolve_ref(ref)
-    blk = _block(name)
-    k = max(width, 1)
-    lcs_into(agg, blk.floats(saa_off, n * k), blk.floats(lcs_off, n * k), n, width)
-    if log.isEnabledFor(logging.DEBUG):
-        log.debug("worker pid %d: lcs task %s+%d, %d rows of %s, %.3f ms", os.getpid(), name, saa_off, n,
-                  agg.name, 1e3 * (time.perf_counter() - t0))
-    return os.getpid()
-
-
-def run_merge_task(task: tuple) -> int:
-    """Worker side of a batch merge task: windows of rows ``[0, rows)`` of a shared body into a shared output.
-
-    Both live in a scratch block the main process reuses from batch to batch
-    (its pages stay resident: fresh shared pages cost ~10x more to fault in
-    than the heap pages ``np.empty`` reuses), so the mapping is cached.
-    """
-    from . import logs
-    from .batch import _merge_rows
-
-    t0 = time.perf_counter()
-    _, name, body_off, body_shape, out_off, out_shape, rows, ref, log_cfg = task
-    logs.apply_config(log_cfg)
-    agg = resolve_ref(ref)
-    blk = _block(name)
-    body = blk.ndarray(body_off, body_shape)
-    outv = blk.ndarray(out_off, out_shape)
-    _merge_rows(agg.kernel, body, outv, 0, rows)
-    del body, outv
-    if log.isEnabledFor(logging.DEBUG):
-        log.debug("worker pid %d: merge task %s, %d rows of %d slices (%s), %.3f ms", os.getpid(), name, rows,
-                  body_shape[1], agg.name, 1e3 * (time.perf_counter() - t0))
-    return os.getpid()

@@ -137,7 +137,7 @@ def test_per_tuple_windows_follow_the_three_part_formula(agg, combine, data):
 @pytest.mark.parametrize("n", [0, 1, 4095, 4096, 4097, 3 * 4096 + 5])
 @pytest.mark.parametrize("first, step", [(0, 1), (-7, 3), (1 << 40, 1000)])
 def test_window_ends_fill_is_arange(n, first, step):
-    from pba_runtime.batch import _fill_ends
+    from pba_runtime.merge import fill_ends as _fill_ends
 
     dst = np.empty(n, dtype=np.int64)
     _fill_ends(dst, first, step)
@@ -150,7 +150,7 @@ def test_batch_merge_is_the_same_in_every_mode(agg, data):
     """The batch merge's modes (2-D calls or row by row; one thread or a split, with the worker taking the
     last row's lcs; NaN-free rows on the faster loop) give the same windows bit for bit, and those are the
     windows' aggregates."""
-    from pba_runtime import batch
+    from pba_runtime import batch, merge
 
     kernel = pr.get_aggregation(agg).kernel
     n = data.draw(st.integers(1, 400), label="n")
@@ -166,9 +166,9 @@ def test_batch_merge_is_the_same_in_every_mode(agg, data):
     runs = []
     with pr.WorkerPool(kind="thread", workers=1) as pool, pytest.MonkeyPatch.context() as monkeypatch:
         for row_mode, parallel in [(False, False), (True, False), (False, True), (True, True)]:
-            monkeypatch.setattr(batch, "ROW_MODE_MIN_Q", 1 if row_mode else 1 << 30)
-            monkeypatch.setattr(batch, "MIN_ROWS_PER_CALL", min_rows)
-            monkeypatch.setattr(batch, "MIN_ELEMENTS_PER_CALL", 8)
+            monkeypatch.setattr(merge, "ROW_MODE_MIN_Q", 1 if row_mode else 1 << 30)
+            monkeypatch.setattr(merge, "MIN_ROWS_PER_CALL", min_rows)
+            monkeypatch.setattr(merge, "MIN_ELEMENTS_PER_CALL", 8)
             monkeypatch.setattr(batch, "PARALLEL_BATCH_MIN", 1 if parallel else 1 << 60)
             runs.append(batch.windows_with_ends(kernel, X, q, nwin, first, step, pool))
     ends0, out0 = runs[0]
@@ -192,6 +192,28 @@ def test_batch_pba_equals_sba_bit_for_bit(agg):
         e2, r2 = pr.sliding_aggregate(x, window=win, agg=agg, algorithm="sba")
         assert np.array_equal(e1, e2)
         assert np.array_equal(r1, r2, equal_nan=True)
+
+
+def test_pools_restore_the_gil_switch_interval(monkeypatch):
+    """The first pool lowers the interval, the last one to close puts the previous value back."""
+    import sys
+
+    import pba_runtime.pool as pool_mod
+
+    monkeypatch.setattr(pool_mod, "_switch_interval", pool_mod._SwitchInterval())  # apart from pools still open
+    old = sys.getswitchinterval()
+    try:
+        sys.setswitchinterval(0.005)
+        a, b = pr.WorkerPool(kind="thread"), pr.WorkerPool(kind="thread")
+        low = pytest.approx(pool_mod.THREAD_SWITCH_INTERVAL)  # CPython keeps whole microseconds
+        assert sys.getswitchinterval() == low
+        a.close()
+        a.close()  # idempotent: releases once
+        assert sys.getswitchinterval() == low
+        b.close()
+        assert sys.getswitchinterval() == pytest.approx(0.005)
+    finally:
+        sys.setswitchinterval(old)
 
 
 def test_pba_builds_lcs_in_the_pool_and_counts_stalls():

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 import pba_runtime as pr
 from oracle import assert_results_equal, time_windows
 from streams import run_batches, run_per_tuple
-from pba_runtime.reorder import ReorderBuffer
+from pba_runtime.algorithms.reorder import ReorderBuffer
 
 AGGS = ["sum", "max", "collect", "argmax", "std"]
 

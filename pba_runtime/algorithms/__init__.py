@@ -159,7 +159,7 @@ def create(algorithm: str, window: CountWindow | TimeWindow, agg: str | Aggregat
     ``allowed_lateness=L`` (time windows only, integer ``L >= 0``) accepts tuples up
     to ``L`` time units behind the largest timestamp seen: ``fiba`` places them
     itself, every other algorithm gets a bounded reorder buffer in front
-    (:class:`pba_runtime.reorder.ReorderBuffer`). Later tuples are counted in
+    (:class:`pba_runtime.algorithms.reorder.ReorderBuffer`). Later tuples are counted in
     ``stats()["late"]`` and returned by ``take_late()``.
 
     ``pool=`` (a :class:`~pba_runtime.WorkerPool` or ``None``) is an option of
@@ -193,7 +193,7 @@ def create(algorithm: str, window: CountWindow | TimeWindow, agg: str | Aggregat
     if pool is not None and uses_pool(cls):
         options["pool"] = pool
     if allowed_lateness is not None:
-        from ..reorder import ReorderBuffer, check_allowed_lateness
+        from .reorder import ReorderBuffer, check_allowed_lateness
 
         lateness = check_allowed_lateness(allowed_lateness, window)
         if getattr(cls, "native_lateness", False):

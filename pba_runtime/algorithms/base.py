@@ -1,5 +1,8 @@
 """The operator interface every algorithm implements, and the shared slicing layer.
 
+(Just over 500 lines: the public interface with its input validation, and the
+slicing layer every sliced algorithm steps through.)
+
 :class:`WindowOperator` is the public face: ``insert``, ``insert_many``,
 ``flush``, ``snapshot``/``restore``, ``stats``, ``close``.
 
@@ -30,13 +33,13 @@ import numpy as np
 from ..aggregations import Aggregation, as_float_array, get_aggregation
 from ..windows import CountWindow, TimeWindow, validate_window
 
-__all__ = ["WindowOperator", "SlicedAggregator", "SlideOneInsert", "as_timestamps", "no_timestamps",
-           "validate_timestamps"]
+__all__ = ["WindowOperator", "SlicedAggregator", "SlideOneInsert", "as_timestamps", "check_timestamp",
+           "no_timestamps", "validate_timestamps"]
 
 STATE_VERSION = 2  # 2: snapshots carry the aggregation's fingerprint
 
 
-def _check_timestamp(t: Any, window: TimeWindow) -> int:
+def check_timestamp(t: Any, window: TimeWindow) -> int:
     """One timestamp for a time window: an integer in ``window.timestamp_range``."""
     if t is None:
         raise ValueError("timestamp is required for time windows (TimeWindow); pass insert(value, timestamp=...)")
@@ -47,6 +50,9 @@ def _check_timestamp(t: Any, window: TimeWindow) -> int:
     if not lo <= t <= hi:
         _out_of_range(t, window)
     return t
+
+
+_check_timestamp = check_timestamp  # the name the algorithms' modules use
 
 
 def _out_of_range(t: int, window: TimeWindow) -> None:
@@ -258,6 +264,40 @@ class WindowOperator:
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.window!r}, {self.agg.name!r})"
+
+    # ------------------------------------------------------------------ in-order hook
+    # What a driver that orders the tuples itself (the reorder buffer) uses instead of
+    # insert: lift a batch once, validate it before anything changes, then feed the
+    # partials in timestamp order.
+    def lift_all(self, values: Any, timestamps: np.ndarray | None) -> list:
+        """The lifted partials of a batch (``timestamps``: the positions of positional aggregations).
+
+        Validates the whole batch and changes no state: a value this operator's
+        ``insert`` would refuse raises here.
+        """
+        return self._lift_all(values, timestamps)
+
+    def insert_lifted(self, partial: Any, timestamp: int | None) -> list[tuple[int, Any]]:
+        """Advance by one tuple already lifted by :meth:`lift_all`; return the windows it completes.
+
+        The caller guarantees what :meth:`insert` checks: the operator is open, the
+        timestamp is valid (:func:`check_timestamp`) and not before the last one.
+        """
+        return self._step(partial, timestamp)
+
+    def check_open(self) -> None:
+        """Raise ``ValueError`` if the operator was closed or flushed."""
+        self._check_open()
+
+    @property
+    def flushed(self) -> bool:
+        """Whether :meth:`flush` ended the stream."""
+        return self._flushed
+
+    @property
+    def emitted(self) -> int:
+        """Windows emitted so far."""
+        return self._emitted
 
     # ------------------------------------------------------------------ helpers
     _STATE_FIELDS: ClassVar[tuple[str, ...]] = ("_n", "_t_last", "_emitted", "_flushed")

@@ -61,7 +61,7 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 
-from ..reorder import check_allowed_lateness
+from .reorder import check_allowed_lateness
 from .base import WindowOperator, _check_timestamp, as_timestamps, no_timestamps, sizeof
 
 __all__ = ["FingerBTree", "FiBA"]

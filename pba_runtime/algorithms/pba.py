@@ -1,5 +1,10 @@
 """PBA (Parallel Boundary Aggregator) and SBA, its one-thread version.
 
+(Over 500 lines: one operator whose per-tuple paths, generic, fused and lean,
+the deferred batch history and the vectorised batch path share one merger
+state; the planned split is a chunk store interface with a local and a
+shared-memory implementation, chosen once in ``__init__``, see issue 16.)
+
 Zhang, Akbarinia, Toumani, *Efficient Incremental Computation of Aggregations
 over Sliding Windows*, KDD'21.
 
@@ -50,15 +55,16 @@ import logging
 import time
 from array import array
 from concurrent.futures import Future
-from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
 import numpy as np
 
-from ..aggregations import Aggregation, as_float_array, quiet_non_finite
-from ..chunking import plan_chunk_size
+from ..aggregations import as_float_array, quiet_non_finite
 from ..batch import windows_with_ends
-from ..pool import WorkerPool, default_pool
+from ..chunking import plan_chunk_size
+from ..merge import build_lcs
+from ..pool import WorkerPool, default_pool, result_or_repair
+from ..tasks import open_chunk_store
 from .base import SlicedAggregator, no_timestamps, sizeof, validate_timestamps
 
 __all__ = ["PBA", "SBA", "build_lcs"]
@@ -66,32 +72,28 @@ __all__ = ["PBA", "SBA", "build_lcs"]
 log = logging.getLogger("pba_runtime")
 
 
-@quiet_non_finite
-def build_lcs(agg: Aggregation, saa: Any) -> Any:
-    """The lcs of one chunk: ``lcs[j] = saa[j] (+) ... (+) saa[b-1]``.
+# build_lcs (from merge) is looked up in this module when a chunk's lcs task is submitted (tests replace it
+# with a faulty one); the main thread's own builder, used when a worker fails, is this one:
+_build_lcs_here = build_lcs
 
-    Kernel aggregations keep a chunk's partials in a flat ``array('d')`` (one
-    row of ``k`` floats per slice): numpy reads and writes it in place, so the
-    worker holds the GIL only to set up the call. Others keep a list of
-    Python partials and build the lcs in a Python loop.
+
+class _Chunk:
+    """One chunk of the merger: its slice partials, their lcs, their total and, in shared memory, its slot.
+
+    ``saa``: ``array('d')`` rows (kernel aggregations), a list of partials, or a
+    slot's ``memoryview``; ``lcs``: ``None`` (not built yet), a ``Future`` (being
+    built) or the built buffer; ``ca``: the aggregate of the whole chunk, once it
+    is closed; ``slot``: its :class:`pba_runtime.shm.Slot` (process pools).
+    Snapshots hold ``[saa, lcs, ca]`` lists, as before.
     """
-    kernel = agg.kernel
-    if kernel is None:
-        combine = agg.combine
-        out = list(saa)
-        acc = out[-1]
-        for j in range(len(out) - 2, -1, -1):
-            acc = combine(out[j], acc)
-            out[j] = acc
-        return out
-    out = array("d", bytes(8 * len(saa)))
-    shape = (-1,) + kernel.shape
-    kernel.accumulate(np.frombuffer(saa, dtype=np.float64).reshape(shape), axis=0, reverse=True,
-                      out=np.frombuffer(out, dtype=np.float64).reshape(shape))
-    return out
 
+    __slots__ = ("saa", "lcs", "ca", "slot")
 
-_build_lcs_here = build_lcs  # the main thread's own builder, used when a worker fails
+    def __init__(self, saa: Any, ca: Any = None, slot: Any = None, lcs: Any = None):
+        self.saa = saa
+        self.lcs = lcs
+        self.ca = ca
+        self.slot = slot
 
 
 class PBA(SlicedAggregator):
@@ -134,7 +136,7 @@ class PBA(SlicedAggregator):
         self._submit = None
         if self._pool is not None:
             if self._pool.kind == "process":
-                self._shm = self._pool.chunk_store(self.agg, chunk_size, slots=max(4, -(-q // chunk_size) + 2))
+                self._shm = open_chunk_store(self._pool, self.agg, chunk_size, slots=max(4, -(-q // chunk_size) + 2))
                 self._submit = self._pool.submit_thread
             else:
                 self._submit = self._pool.submit
@@ -164,8 +166,8 @@ class PBA(SlicedAggregator):
         self._drop_all()
         self._g = g  # slices pushed since the last reset
         self._f = f  # slices popped since the last reset
-        self._chunks: dict[int, list] = {}  # chunk id -> [saa, lcs (list/array/Future/None), ca]
-        self._open: list | None = None  # record of the chunk being filled
+        self._chunks: dict[int, _Chunk] = {}
+        self._open: _Chunk | None = None  # record of the chunk being filled
         self._csa = self.agg.identity
         # after a batch: slices [f, g) as one array, cut into chunks only if a per-tuple call needs them
         self._deferred: tuple[np.ndarray, int, int] | None = None
@@ -191,9 +193,9 @@ class PBA(SlicedAggregator):
             w = self._width
             try:
                 if w:
-                    rec[0][i * w : i * w + w] = array("d", p)
+                    rec.saa[i * w : i * w + w] = array("d", p)
                 else:
-                    rec[0][i] = p
+                    rec.saa[i] = p
             except (TypeError, ValueError, OverflowError):
                 self._put(rec, i, p)  # raises the explanation
             if i:
@@ -207,15 +209,15 @@ class PBA(SlicedAggregator):
                 csa = self._csa = self.agg.combine(self._csa, p)
                 rec = self._open
             else:
-                rec = self._open = [self._new_saa(), None, None]
+                rec = self._open = _Chunk(self._new_saa())
                 self._chunks[g // b] = rec
                 csa = self._csa = p
             if self._width:
-                rec[0].extend(p)
+                rec.saa.extend(p)
             else:
-                rec[0].append(p)
+                rec.saa.append(p)
         if i == b - 1:
-            rec[2] = csa
+            rec.ca = csa
             self._close_chunk(rec)
         g += 1
         self._g = self._back = self._n = g
@@ -228,7 +230,7 @@ class PBA(SlicedAggregator):
             if f % b == 0:
                 old = self._chunks.pop(f // b - 1, None)
                 if self._direct and old is not None:
-                    self._shm.release(old[3], old[1])
+                    self._shm.release(old.slot, old.lcs)
         self._f = self._front = f
         self._next_k = k + 1
         self._emitted += 1
@@ -239,15 +241,15 @@ class PBA(SlicedAggregator):
         else:
             chunks = self._chunks
             if j:
-                lcs = chunks[cf][1]
+                lcs = chunks[cf].lcs
                 if lcs.__class__ is Future or lcs is None:
                     lcs = self._lcs(cf)
                 first = lcs[j] if not self._width else self._row(lcs, j)
             else:
-                first = chunks[cf][2]
+                first = chunks[cf].ca
             combine = self.agg.combine
             for c in range(cf + 1, (g - 1) // b):
-                first = combine(first, chunks[c][2])
+                first = combine(first, chunks[c].ca)
             res = combine(first, csa)
         return [(g, res if self._lower_float else self.agg.lower(res))]
 
@@ -262,7 +264,7 @@ class PBA(SlicedAggregator):
         self._fb = f - f % b  # first slice of the front chunk
         self._flcs = None  # the front chunk's lcs, once resolved
         self._fmid = None  # lcs (+) ca of the one middle chunk, once a window spans three chunks
-        self._app = self._open[0].append if g % b else None
+        self._app = self._open.saa.append if g % b else None
         self._lean_w0 = max(0, g - self._r + 1)
         self._lean_e0 = self._emitted
         self._lean = True
@@ -285,10 +287,10 @@ class PBA(SlicedAggregator):
         b = self._b
         i = g - self._ob
         if i == b:  # open the next chunk
-            rec = self._open = [self._new_saa(), None, None]
+            rec = self._open = _Chunk(self._new_saa())
             self._chunks[g // b] = rec
             self._ob = g
-            self._app = rec[0].append
+            self._app = rec.saa.append
             csa = self._csa = p
             i = 0
         else:
@@ -296,7 +298,7 @@ class PBA(SlicedAggregator):
         self._app(p)
         if i == b - 1:
             rec = self._open
-            rec[2] = csa
+            rec.ca = csa
             self._close_chunk(rec)
         g += 1
         self._g = g
@@ -327,13 +329,13 @@ class PBA(SlicedAggregator):
                     lcs = self._flcs = self._lcs(fb // b)
                 first = lcs[j]
             else:
-                first = self._chunks[fb // b][2]
+                first = self._chunks[fb // b].ca
             if ob - fb > b:  # a middle chunk: its ca (several only for user chunk sizes below q/2)
                 if ob - fb == 2 * b:
-                    first = self._combine(first, self._chunks[fb // b + 1][2])
+                    first = self._combine(first, self._chunks[fb // b + 1].ca)
                 else:
                     for c in range(fb // b + 1, ob // b):
-                        first = self._combine(first, self._chunks[c][2])
+                        first = self._combine(first, self._chunks[c].ca)
             res = self._combine(first, csa)
         return [(g, res if self._lower_float else self._lower(res))]
 
@@ -345,40 +347,40 @@ class PBA(SlicedAggregator):
         if lcs is None:
             lcs = self._flcs = self._lcs(c)
         out = array("d")
-        out.frombytes(self._mid_combine(np.asarray(lcs, dtype=np.float64), self._chunks[c + 1][2]).tobytes())
+        out.frombytes(self._mid_combine(np.asarray(lcs, dtype=np.float64), self._chunks[c + 1].ca).tobytes())
         return out
 
     def _new_saa(self) -> Any:
         return array("d") if self._flat else []
 
     # ------------------------------------------------------------------ shared-memory slots
-    def _new_rec(self) -> list:
-        """A chunk record: ``[saa, lcs, ca]``, plus its slot when chunks live in shared memory."""
+    def _new_rec(self) -> _Chunk:
+        """A chunk record; with chunks in shared memory, its ``saa`` is its slot's."""
         if self._direct:
             slot = self._shm.acquire()
-            return [slot.saa, None, None, slot]
-        return [self._new_saa(), None, None]
+            return _Chunk(slot.saa, None, slot)
+        return _Chunk(self._new_saa())
 
-    def _put(self, rec: list, i: int, p: Any) -> None:
+    def _put(self, rec: _Chunk, i: int, p: Any) -> None:
         """Write partial ``p`` as row ``i`` of a shared-memory slot."""
         try:
             w = self._width
             if w:
-                rec[0][i * w : i * w + w] = array("d", p)
+                rec.saa[i * w : i * w + w] = array("d", p)
             else:
-                rec[0][i] = p
+                rec.saa[i] = p
         except (TypeError, ValueError, OverflowError):
             if i == 0:
-                self._shm.release(rec[3])
+                self._shm.release(rec.slot)
             w = self._width
             want = f"a tuple of {w} floats" if w else "a float"
             raise TypeError(f"aggregation {self.agg.name!r} gave the partial {p!r}; with chunks in shared memory "
                             f"(process pool) each partial must be {want}, like its identity") from None
 
-    def _drop(self, rec: list | None) -> None:
+    def _drop(self, rec: _Chunk | None) -> None:
         """A chunk leaves the merger: its slot is reused once its lcs task is over."""
-        if rec is not None and len(rec) > 3 and self._shm is not None:
-            self._shm.release(rec[3], rec[1])
+        if rec is not None and rec.slot is not None and self._shm is not None:
+            self._shm.release(rec.slot, rec.lcs)
 
     def _drop_all(self) -> None:
         chunks = getattr(self, "_chunks", None)
@@ -386,15 +388,15 @@ class PBA(SlicedAggregator):
             for rec in chunks.values():
                 self._drop(rec)
 
-    def _rec_from_rows(self, rows: np.ndarray, ca: Any) -> list:
+    def _rec_from_rows(self, rows: np.ndarray, ca: Any) -> _Chunk:
         """A chunk record holding kernel rows ``rows`` (its first ``len(rows)`` slices)."""
         if not self._direct:
-            return [self._store(rows), None, ca]
+            return _Chunk(self._store(rows), ca)
         rec = self._new_rec()
         n = rows.size
         if n:
-            np.frombuffer(rec[0], dtype=np.float64, count=n)[:] = np.asarray(rows, dtype=np.float64).reshape(-1)
-        rec[2] = ca
+            np.frombuffer(rec.saa, dtype=np.float64, count=n)[:] = np.asarray(rows, dtype=np.float64).reshape(-1)
+        rec.ca = ca
         return rec
 
     def _export(self, buf: Any, n: int) -> Any:
@@ -437,44 +439,44 @@ class PBA(SlicedAggregator):
                 self._csa = self.agg.combine(self._csa, p)
             self._g = g + 1
             if i == b - 1:
-                rec[2] = self._csa
+                rec.ca = self._csa
                 self._close_chunk(rec)
             return
         if i == 0:
-            rec = self._open = [self._new_saa(), None, None]
+            rec = self._open = _Chunk(self._new_saa())
             self._chunks[g // b] = rec
             self._csa = p
         else:
             rec = self._open
             self._csa = self.agg.combine(self._csa, p)
         if self._width:
-            rec[0].extend(p)
+            rec.saa.extend(p)
         else:
-            rec[0].append(p)
+            rec.saa.append(p)
         self._g = g + 1
         if i == b - 1:
-            rec[2] = self._csa
+            rec.ca = self._csa
             self._close_chunk(rec)
 
-    def _close_chunk(self, rec: list) -> None:
+    def _close_chunk(self, rec: _Chunk) -> None:
         self._chunks_closed += 1
         if self.parallel:
             try:
                 if self._direct:  # the task names the slot; the worker writes the lcs into it
-                    rec[1] = self._shm.submit(rec[3], self._b)
+                    rec.lcs = self._shm.submit(rec.slot, self._b)
                 else:
-                    rec[1] = self._submit(build_lcs, self.agg, rec[0])
+                    rec.lcs = self._submit(build_lcs, self.agg, rec.saa)
                 self._lcs_tasks += 1
                 return
             except RuntimeError:  # pool closed: fall back to SBA for this chunk
                 self._fallbacks += 1
-        rec[1] = self._shm.build_here(rec[3], self._b) if self._direct else build_lcs(self.agg, rec[0])
+        rec.lcs = self._shm.build_here(rec.slot, self._b) if self._direct else build_lcs(self.agg, rec.saa)
 
     def _lcs(self, c: int) -> Any:
         rec = self._chunks[c]
-        lcs = rec[1]
+        lcs = rec.lcs
         if lcs is None:
-            lcs = rec[1] = self._shm.build_here(rec[3], self._b) if self._direct else build_lcs(self.agg, rec[0])
+            lcs = rec.lcs = self._shm.build_here(rec.slot, self._b) if self._direct else build_lcs(self.agg, rec.saa)
         elif isinstance(lcs, Future):
             done = True
             if not lcs.done():
@@ -482,29 +484,26 @@ class PBA(SlicedAggregator):
                 t0 = time.perf_counter()
                 done = self._pool.wait_for(lcs)
                 self._stall_time += time.perf_counter() - t0
-            lcs = rec[1] = self._future_result(lcs, rec, done)
+            lcs = rec.lcs = self._future_result(lcs, rec, done)
         return lcs
 
-    def _future_result(self, fut: Future, rec: list, done: bool = True) -> Any:
-        if done:
-            try:
-                res = fut.result()
-                return rec[3].lcs if self._direct else res
-            except Exception as exc:  # a worker fault never loses a result: build it here (SBA fallback)
-                what = f"{type(exc).__name__}: {exc}"
-                restart = isinstance(exc, BrokenProcessPool)
-                if self._direct and type(exc).__name__ == "AggregationUnavailable":
-                    self._shm.use_threads(what)
-        else:
-            what = f"no result after task_timeout={self._pool.task_timeout}s: worker hung"
-            restart = True
-        self._fallbacks += 1
-        log.warning("lcs task failed (%s); building it on the main thread", what)
-        if restart:  # no worker of that generation may still write into the slot (or hog the pool)
-            self._pool.recover(fut, what)
+    def _future_result(self, fut: Future, rec: _Chunk, done: bool = True) -> Any:
+        """The lcs a task built, or built here (SBA fallback, counted) if the task failed."""
         if self._direct:
-            return self._shm.build_here(rec[3], self._b)
-        return _build_lcs_here(self.agg, rec[0])
+            res, repaired = result_or_repair(self._pool, fut, lambda: self._shm.build_here(rec.slot, self._b),
+                                             done=done, on_error=self._task_raised, task="lcs task",
+                                             repair="building it on the main thread")
+            if not repaired:
+                res = rec.slot.lcs
+        else:
+            res, repaired = result_or_repair(self._pool, fut, lambda: _build_lcs_here(self.agg, rec.saa), done=done,
+                                             task="lcs task", repair="building it on the main thread")
+        self._fallbacks += repaired
+        return res
+
+    def _task_raised(self, exc: BaseException, why: str) -> None:
+        if type(exc).__name__ == "AggregationUnavailable":  # the workers cannot rebuild it: threads from now on
+            self._shm.use_threads(why)
 
     def _pop(self) -> None:
         if self._deferred is not None:
@@ -523,20 +522,20 @@ class PBA(SlicedAggregator):
             return self.agg.identity
         cf = f // b
         cl = (g - 1) // b
-        last = self._csa if g % b else self._chunks[cl][2]
+        last = self._csa if g % b else self._chunks[cl].ca
         combine = self.agg.combine
         if cf == cl:
             if f % b == 0:
                 return last
-            saa = self._chunks[cf][0]
+            saa = self._chunks[cf].saa
             acc = self._row(saa, f % b)
             for j in range(f % b + 1, (g - 1) % b + 1):
                 acc = combine(acc, self._row(saa, j))
             return acc
         j = f % b
-        first = self._chunks[cf][2] if j == 0 else self._row(self._lcs(cf), j)
+        first = self._chunks[cf].ca if j == 0 else self._row(self._lcs(cf), j)
         for c in range(cf + 1, cl):
-            first = combine(first, self._chunks[c][2])
+            first = combine(first, self._chunks[c].ca)
         return combine(first, last)
 
     # ------------------------------------------------------------------ slice history <-> arrays
@@ -548,7 +547,7 @@ class PBA(SlicedAggregator):
         f, g, b = self._f, self._g, self._b
         parts = []
         for c in range(f // b, (g - 1) // b + 1) if g > f else ():
-            saa = self._chunks[c][0]
+            saa = self._chunks[c].saa
             lo = f - c * b if c == f // b else 0
             hi = min(b, g - c * b)
             parts.append(np.frombuffer(saa, dtype=np.float64).reshape((-1,) + kernel.shape)[lo:hi])
@@ -844,12 +843,12 @@ class PBA(SlicedAggregator):
         chunks = {}
         for c in list(self._chunks):
             rec = self._chunks[c]
-            lcs = self._lcs(c) if rec[1] is not None else None
+            lcs = self._lcs(c) if rec.lcs is not None else None
             if self._direct:  # copies in the thread path's format: a snapshot never points into shm
                 n = self._g - c * self._b if rec is self._open else self._b
-                chunks[c] = [self._export(rec[0], n), None if lcs is None else self._export(lcs, self._b), rec[2]]
+                chunks[c] = [self._export(rec.saa, n), None if lcs is None else self._export(lcs, self._b), rec.ca]
             else:
-                chunks[c] = [rec[0], lcs, rec[2]]
+                chunks[c] = [rec.saa, lcs, rec.ca]
         st["chunks"] = chunks
         st["open"] = next((c for c, rec in self._chunks.items() if rec is self._open), None)
         st["chunk_size"] = self._b
@@ -885,15 +884,20 @@ class PBA(SlicedAggregator):
             self._chunks = {}
             for c, (saa, lcs, ca) in st["chunks"].items():
                 rec = self._new_rec()
-                self._import(saa, rec[0])
+                self._import(saa, rec.saa)
                 if lcs is not None:
-                    self._import(lcs, rec[3].lcs)
-                    rec[1] = rec[3].lcs
-                rec[2] = ca
+                    self._import(lcs, rec.slot.lcs)
+                    rec.lcs = rec.slot.lcs
+                rec.ca = ca
                 self._chunks[c] = rec
         else:
-            self._chunks = {c: list(rec) for c, rec in st["chunks"].items()}
+            self._chunks = {c: _Chunk(saa, ca, None, lcs) for c, (saa, lcs, ca) in st["chunks"].items()}
         self._open = self._chunks.get(st["open"]) if st["open"] is not None else None
+
+    @property
+    def emitted(self) -> int:
+        self._leave_lean()
+        return self._emitted
 
     def stats(self) -> dict[str, Any]:
         self._leave_lean()
@@ -914,7 +918,7 @@ class PBA(SlicedAggregator):
         self._leave_lean()
         total = 0 if self._deferred is None else self._deferred[0].nbytes
         for rec in self._chunks.values():
-            for part in rec[:2]:
+            for part in (rec.saa, rec.lcs):
                 if isinstance(part, (array, memoryview)):
                     total += part.nbytes if isinstance(part, memoryview) else part.itemsize * len(part)
                 elif isinstance(part, list):
@@ -925,8 +929,8 @@ class PBA(SlicedAggregator):
         self._leave_lean()
         if not self._closed:
             for rec in self._chunks.values():
-                if isinstance(rec[1], Future):
-                    rec[1].cancel()
+                if isinstance(rec.lcs, Future):
+                    rec.lcs.cancel()
             self._drop_all()
             self._chunks = {}
             self._open = None

@@ -1,5 +1,8 @@
 """Bounded-lateness reorder buffer in front of a FIFO window operator.
 
+(Just over 500 lines: one class whose vectorised batch path must make exactly
+the per-tuple path's decisions, so both stay side by side.)
+
 The FIFO algorithms (everything but ``fiba``) need non-decreasing timestamps.
 ``pr.create(name, TimeWindow(...), agg, allowed_lateness=L)`` wraps them in a
 :class:`ReorderBuffer`: tuples wait in a heap keyed by ``(timestamp, arrival)``;
@@ -53,9 +56,9 @@ from typing import Any
 
 import numpy as np
 
-from .aggregations import BUILTIN_AGGREGATIONS, as_float_array
-from .algorithms.base import WindowOperator, _check_timestamp, as_timestamps, sizeof
-from .windows import CountWindow, validate_window
+from ..aggregations import BUILTIN_AGGREGATIONS, as_float_array
+from ..windows import CountWindow, validate_window
+from .base import WindowOperator, as_timestamps, check_timestamp, sizeof
 
 __all__ = ["ReorderBuffer", "check_allowed_lateness"]
 
@@ -170,7 +173,7 @@ class ReorderBuffer(WindowOperator):
     def insert(self, value: Any, timestamp: int | None = None) -> list[tuple[int, Any]]:
         """Insert one tuple; return the windows it completes. A late tuple is kept for :meth:`take_late`."""
         self._check_open()
-        t = _check_timestamp(timestamp, self.window)
+        t = check_timestamp(timestamp, self.window)
         agg = self.agg
         p = agg.lift(value, t) if agg.positional else agg.lift(value)  # bad values raise, late or not
         if len(self._pt):
@@ -217,12 +220,12 @@ class ReorderBuffer(WindowOperator):
         if self._vector:
             vals, parts = self._float_values(values, ts)
         else:
-            vals, parts = None, self._inner._lift_all(values, ts)  # validates the whole batch first
+            vals, parts = None, self._inner.lift_all(values, ts)  # validates the whole batch first
         if not n:
             return self._pack([], [])
         if vals is None or not self._fits_int64(ts):
             if parts is None:
-                parts = self._inner._lift_all(values, ts)
+                parts = self._inner.lift_all(values, ts)
             return self._insert_each(values, parts, ts)
         return self._insert_batch(values, vals, ts)
 
@@ -233,18 +236,15 @@ class ReorderBuffer(WindowOperator):
         """
         self._check_open()
         inner = self._inner
-        inner._check_open()
+        inner.check_open()
         legacy = sorted(self._heap)  # (timestamp, seq) are unique: partials are never compared
         self._heap = []
         pt, ps, pv = self._pt, self._ps, self._pv
         self._clear_pending()
         pieces = self._release(legacy, pt, ps, pv)
-        tail = inner._flush()
-        if tail:
-            pieces.append(self._pack([e for e, _ in tail], [r for _, r in tail]))
-        inner._flushed = True
+        pieces.append(inner.flush())  # the inner operator's own end of stream (PBA's is vectorised)
         self._flushed = True
-        self._emitted = inner._emitted
+        self._emitted = inner.emitted
         return self._gather(pieces)
 
     def take_late(self) -> list[tuple[Any, int]]:
@@ -307,8 +307,8 @@ class ReorderBuffer(WindowOperator):
         self._late = list(rb["late"])
         self._nlate = rb["nlate"]
         self._n = rb["received"]
-        self._emitted = self._inner._emitted
-        self._flushed = self._inner._flushed
+        self._emitted = self._inner.emitted
+        self._flushed = self._inner.flushed
         return self
 
     def close(self) -> None:
@@ -332,11 +332,11 @@ class ReorderBuffer(WindowOperator):
             mx = self._max = t
         w = mx - L
         if not heap and t <= w:  # in order and nothing waiting: straight through
-            out = self._inner._step(p, t)
+            out = self._inner.insert_lifted(p, t)
         else:
             heapq.heappush(heap, (t, self._seq, p))
             out = []
-            inner_step = self._inner._step
+            inner_step = self._inner.insert_lifted
             while heap and heap[0][0] <= w:
                 tt, _, pp = heapq.heappop(heap)
                 got = inner_step(pp, tt)
@@ -344,7 +344,7 @@ class ReorderBuffer(WindowOperator):
                     out.extend(got)
         self._seq += 1
         if out:
-            self._emitted = self._inner._emitted
+            self._emitted = self._inner.emitted
         return out
 
     def _insert_each(self, values: Any, parts: list, ts: np.ndarray) -> tuple[np.ndarray, Any]:
@@ -358,7 +358,7 @@ class ReorderBuffer(WindowOperator):
             got = self._offer(raw[i], parts[i], t)
             if got:
                 out.extend(got)
-        self._emitted = self._inner._emitted
+        self._emitted = self._inner.emitted
         return self._pack([e for e, _ in out], [r for _, r in out])
 
     # ------------------------------------------------------------------ batch path
@@ -376,13 +376,13 @@ class ReorderBuffer(WindowOperator):
         """
         agg = self.agg
         # a custom aggregation's own lift is the judge, as tuple by tuple
-        parts = None if self._builtin else self._inner._lift_all(values, ts)
+        parts = None if self._builtin else self._inner.lift_all(values, ts)
         try:
             vals = as_float_array(values, agg_name=agg.name)
             agg.kernel.lift(vals, ts if agg.positional else None)  # what the inner's insert_many will do
         except Exception:
             if parts is None:
-                parts = self._inner._lift_all(values, ts)  # the per-tuple path's error
+                parts = self._inner.lift_all(values, ts)  # the per-tuple path's error
             return None, parts  # valid tuple by tuple, not as floats: the per-tuple path takes it
         return vals, parts
 
@@ -464,7 +464,7 @@ class ReorderBuffer(WindowOperator):
         while heap and heap[0][0] <= w:
             legacy.append(heapq.heappop(heap))
         pieces = self._release(legacy, mt[:cut], ms[:cut], mv[:cut])
-        self._emitted = self._inner._emitted
+        self._emitted = self._inner.emitted
         return self._gather(pieces)
 
     def _release(self, legacy: list, mt: np.ndarray, ms: np.ndarray, mv: np.ndarray) -> list:
@@ -489,7 +489,7 @@ class ReorderBuffer(WindowOperator):
                     steps = []
                 pieces.append(inner.insert_many(mv[pos:j], mt[pos:j]))
                 pos = j
-            steps.extend(inner._step(p, t))
+            steps.extend(inner.insert_lifted(p, t))
         if steps:
             pieces.append(self._pack([e for e, _ in steps], [r for _, r in steps]))
         if pos < len(mt):
