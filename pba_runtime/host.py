@@ -46,6 +46,7 @@ from typing import Any
 from .aggregations import Aggregation, get_aggregation
 from .algorithms import ALGORITHMS, REGISTRY, check_pool, choose_algorithm, create, uses_pool
 from .algorithms.base import WindowOperator
+from .algorithms.reorder import check_allowed_lateness
 from .pool import WorkerPool
 from .windows import CountWindow, TimeWindow, validate_window
 
@@ -93,8 +94,6 @@ def validate(window: CountWindow | TimeWindow, agg: str | Aggregation, algorithm
             if not getattr(aggregation, attr):
                 raise ValueError(f"algorithm {cls.name!r} needs {why}; aggregation {aggregation.name!r} is not {attr}")
     if allowed_lateness is not None:
-        from .reorder import check_allowed_lateness
-
         check_allowed_lateness(allowed_lateness, window)
     check_pool(options.pop("pool", None))
     for name in options:
