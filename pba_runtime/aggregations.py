@@ -36,8 +36,9 @@ import functools
 import hashlib
 import math
 import operator
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -861,7 +862,7 @@ def get_aggregation(agg: str | Aggregation) -> Aggregation:
     >>> get_aggregation("median")
     Traceback (most recent call last):
     ...
-    ValueError: unknown aggregation 'median'; accepted: argmax, collect, count, geomean, max, mean, min, moment_sketch, std, sum, or a pba_runtime.Aggregation
+    ValueError: unknown aggregation 'median'; accepted: argmax, collect, count, geomean, max, mean, min, ...
     """
     if isinstance(agg, Aggregation):
         return agg

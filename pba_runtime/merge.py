@@ -30,7 +30,8 @@ from __future__ import annotations
 import itertools
 import threading
 from array import array
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 

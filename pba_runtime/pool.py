@@ -57,9 +57,10 @@ import sys
 import threading
 import time
 import weakref
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool, ProcessPoolExecutor
-from typing import Any, Callable
+from typing import Any
 
 from . import logs
 from .shm import PoolMemory
@@ -550,7 +551,7 @@ class WorkerPool:
             self.memory.close()
             _live_pools.discard(self)
 
-    def __enter__(self) -> "WorkerPool":
+    def __enter__(self) -> WorkerPool:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -71,7 +71,8 @@ import secrets
 import threading
 import weakref
 from collections import OrderedDict
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -172,7 +173,7 @@ class ShmBlock:
         self._finalizer = weakref.finalize(self, _unlink_name, name, os.getpid()) if owner else None
 
     @classmethod
-    def create(cls, nbytes: int) -> "ShmBlock":
+    def create(cls, nbytes: int) -> ShmBlock:
         """A new block of at least ``nbytes`` bytes (zero-filled), named ``pba_<pid>_<n>_<random>``."""
         _require_posix()
         nbytes = max(int(nbytes), 1)
@@ -206,12 +207,12 @@ class ShmBlock:
         return cls(name, mm, owner=True)
 
     @classmethod
-    def anonymous(cls, nbytes: int) -> "ShmBlock":
+    def anonymous(cls, nbytes: int) -> ShmBlock:
         """Private memory with the same interface (``name`` is ``None``): used when /dev/shm is full or closed."""
         return cls(None, mmap.mmap(-1, max(int(nbytes), 1)), owner=False)
 
     @classmethod
-    def attach(cls, name: str) -> "ShmBlock":
+    def attach(cls, name: str) -> ShmBlock:
         """Map an existing block by name (no resource-tracker registration, never unlinked here)."""
         _require_posix()
         fd = _posixshmem.shm_open("/" + name, os.O_RDWR, mode=0o600)
@@ -518,7 +519,7 @@ class PoolMemory:
 # ----------------------------------------------------------------------------- worker side: mappings
 _ATTACH_MAX = 64  # blocks a worker keeps mapped
 _SWEEP_EVERY = 64  # tasks between checks for blocks the main process unlinked
-_attached: "OrderedDict[str, ShmBlock]" = OrderedDict()
+_attached: OrderedDict[str, ShmBlock] = OrderedDict()
 _attached_lock = threading.Lock()  # a degraded pool runs tasks in threads
 _tasks_seen = itertools.count(1)
 

@@ -39,7 +39,7 @@ class AggregationUnavailable(RuntimeError):
     """A worker process could not rebuild the aggregation a task names."""
 
 
-_refs: "weakref.WeakKeyDictionary[Aggregation, tuple | None]" = weakref.WeakKeyDictionary()
+_refs: weakref.WeakKeyDictionary[Aggregation, tuple | None] = weakref.WeakKeyDictionary()
 
 
 def aggregation_ref(agg: Aggregation) -> tuple | None:

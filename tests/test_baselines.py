@@ -246,7 +246,7 @@ def test_two_stacks_flips_once_per_window_and_keeps_its_buffers():
 def test_rings_grow_past_the_preallocation():
     op = TwoStacks(pr.CountWindow(range=1 << 14, slide=1), "sum")
     assert op._cap == 1 << 12
-    for i in range(5000):
+    for _ in range(5000):
         op._push(1.0)
     assert op._cap == 1 << 13 and op._query() == 5000.0
 
@@ -260,7 +260,7 @@ def test_flatfat_tree_consistency_prefix_suffix(data):
     fat = FlatFAT(c, init)
     fat.check()
     model = init + [EMPTY] * (fat.capacity - n)
-    for step in range(data.draw(st.integers(0, 30))):
+    for _ in range(data.draw(st.integers(0, 30))):
         changes = data.draw(st.lists(st.tuples(st.integers(0, fat.capacity - 1),
                                                st.one_of(st.just(EMPTY), st.sampled_from("abcdefg"))), max_size=5))
         fat.update(changes)

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from oracle import time_windows
 
 import pba_runtime as pr
-from oracle import time_windows
 from pba_runtime.chunking import CostModel, generalized_chunk_size
 
 

@@ -14,10 +14,10 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-
-import pba_runtime as pr
 from oracle import assert_results_equal, count_windows, exact_sums, time_windows
 from streams import run_batches, run_per_tuple
+
+import pba_runtime as pr
 
 AGGS = sorted(pr.BUILTIN_AGGREGATIONS)
 

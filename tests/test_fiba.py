@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from oracle import assert_results_equal, count_windows, time_windows
 
 import pba_runtime as pr
-from oracle import assert_results_equal, count_windows, time_windows
 from pba_runtime.algorithms.fiba import FiBA, FingerBTree
 
 

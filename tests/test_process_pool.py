@@ -8,15 +8,13 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 
+import aggs_for_processes as A
 import numpy as np
 import pytest
 
 import pba_runtime as pr
 from pba_runtime.shm import live_blocks
-
-import aggs_for_processes as A
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -124,7 +122,7 @@ def test_many_aggregators_share_one_pool(pool):
     got = {k: [] for k in keys}
     want = {k: [] for k in keys}
     rng = np.random.default_rng(5)
-    for i in range(4000):
+    for _ in range(4000):
         k = int(rng.integers(0, 20))
         v = float(rng.uniform(0, 10))
         got[k] += [r for _, r in ops[k].insert(v)]

@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-
-import pba_runtime as pr
 from oracle import assert_results_equal, time_windows
 from streams import run_batches, run_per_tuple
+
+import pba_runtime as pr
 from pba_runtime.algorithms.reorder import ReorderBuffer
 
 AGGS = ["sum", "max", "collect", "argmax", "std"]

@@ -18,8 +18,17 @@ import numpy as np
 import pytest
 
 import pba_runtime as pr
-from pba_runtime.runtime import (BarrierAligner, CsvSource, Debs12Source, Debs14Source, Job, JsonlSource,
-                                 LatencyHistogram, UserError, load_checkpoint)
+from pba_runtime.runtime import (
+    BarrierAligner,
+    CsvSource,
+    Debs12Source,
+    Debs14Source,
+    Job,
+    JsonlSource,
+    LatencyHistogram,
+    UserError,
+    load_checkpoint,
+)
 from pba_runtime.runtime.partitioning import group_by_key, slot_of, stable_hash
 from pba_runtime.runtime.sinks import FileSink, format_results
 

@@ -13,7 +13,7 @@ from ..aggregations import Aggregation, get_aggregation
 from ..batch import splits_rows
 from ..pool import WorkerPool
 from ..windows import CountWindow, TimeWindow, validate_window
-from .base import SlicedAggregator, WindowOperator
+from .base import WindowOperator
 from .daba import DABA
 from .fiba import FiBA
 from .flatfat import FlatFATAggregator

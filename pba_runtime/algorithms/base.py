@@ -216,7 +216,7 @@ class WindowOperator:
         """Release workers and buffers. Idempotent."""
         self._closed = True
 
-    def __enter__(self) -> "WindowOperator":
+    def __enter__(self) -> WindowOperator:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -242,7 +242,7 @@ class WindowOperator:
             "state": copy.deepcopy(self._get_state()),
         }
 
-    def restore(self, state: dict[str, Any]) -> "WindowOperator":
+    def restore(self, state: dict[str, Any]) -> WindowOperator:
         """Load a :meth:`snapshot` (of the same algorithm, window and aggregation); returns ``self``."""
         if not isinstance(state, dict) or state.get("version") != STATE_VERSION:
             raise ValueError("state must be a snapshot() of this pba_runtime version")

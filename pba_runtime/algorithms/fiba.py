@@ -57,12 +57,13 @@ Examples
 from __future__ import annotations
 
 from bisect import bisect_left
-from typing import Any, Callable, Iterator
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
-from .reorder import check_allowed_lateness
 from .base import WindowOperator, _check_timestamp, as_timestamps, no_timestamps, sizeof
+from .reorder import check_allowed_lateness
 
 __all__ = ["FingerBTree", "FiBA"]
 
@@ -70,7 +71,7 @@ __all__ = ["FingerBTree", "FiBA"]
 class _Node:
     __slots__ = ("times", "vals", "kids", "parent", "agg", "level", "left", "right", "alive")
 
-    def __init__(self, level: int, parent: "_Node | None" = None):
+    def __init__(self, level: int, parent: _Node | None = None):
         self.times: list = []
         self.vals: list = []
         self.kids: list | None = None if level == 0 else []
@@ -205,7 +206,7 @@ class FingerBTree:
         return {k: v for k, v in vars(self).items() if k != "_c"}
 
     @classmethod
-    def from_state(cls, combine: Callable[[Any, Any], Any], state: dict[str, Any]) -> "FingerBTree":
+    def from_state(cls, combine: Callable[[Any, Any], Any], state: dict[str, Any]) -> FingerBTree:
         """The tree a :meth:`state` describes (the caller passes a copy it may own)."""
         tree = cls.__new__(cls)
         vars(tree).update(state)
@@ -632,7 +633,8 @@ class FingerBTree:
 
         def check_aggs(x: _Node) -> None:
             want = expect(x)
-            assert x.agg == want, f"aggregate of a {'root' if x is root else 'left' if x.left else 'right' if x.right else 'up'} node at level {x.level}: {x.agg!r} != {want!r}"
+            where = "root" if x is root else "left" if x.left else "right" if x.right else "up"
+            assert x.agg == want, f"aggregate of a {where} node at level {x.level}: {x.agg!r} != {want!r}"
             for kid in x.kids or ():
                 check_aggs(kid)
 

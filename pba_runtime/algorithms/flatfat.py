@@ -36,7 +36,8 @@ Examples
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 from .base import SlicedAggregator, sizeof
 from .ring import ring_capacity
@@ -238,7 +239,7 @@ class FlatFAT:
         self.repair(changed)
         return len(items)
 
-    def resized(self, capacity: int, values: Iterable[Any] | None = None) -> "FlatFAT":
+    def resized(self, capacity: int, values: Iterable[Any] | None = None) -> FlatFAT:
         """A new FlatFAT of ``capacity`` holding ``values`` (default: the non-empty slots, in order)."""
         new = FlatFAT(self._combine, self.leaves() if values is None else values, capacity)
         new.combines += self.combines
@@ -249,7 +250,7 @@ class FlatFAT:
         return {"nodes": list(self._t), "combines": self.combines}
 
     @classmethod
-    def from_state(cls, combine: Callable[[Any, Any], Any], state: dict[str, Any]) -> "FlatFAT":
+    def from_state(cls, combine: Callable[[Any, Any], Any], state: dict[str, Any]) -> FlatFAT:
         """The FlatFAT a :meth:`state` describes, nothing recomputed (a rebuilt tree could group differently)."""
         fat = cls.__new__(cls)
         fat._combine = combine

@@ -712,7 +712,7 @@ class PBA(SlicedAggregator):
         N = len(vals)
         if N == 0:
             return self._pack([], [])
-        s, r, q, m, off = self._s, self._r, self._q, self._m, self._off
+        s, r, off = self._s, self._r, self._off
         P = kernel.lift(vals, ts if self.agg.positional else None)
         G = (ts - off) // s
         first_k = (ts - off - r) // s + 1  # first window holding each tuple

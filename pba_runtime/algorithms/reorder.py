@@ -74,7 +74,7 @@ def check_allowed_lateness(allowed_lateness: Any, window: Any) -> int:
     >>> check_allowed_lateness(5, CountWindow(range=10, slide=1))
     Traceback (most recent call last):
     ...
-    ValueError: allowed_lateness applies to time windows (TimeWindow) only; count windows are ordered by arrival, got CountWindow(range=10, slide=1)
+    ValueError: allowed_lateness applies to time windows (TimeWindow) only; count windows are ordered by arrival, ...
     """
     window = validate_window(window)
     if isinstance(allowed_lateness, bool) or not isinstance(allowed_lateness, numbers.Integral):
@@ -286,7 +286,7 @@ class ReorderBuffer(WindowOperator):
         }
         return st
 
-    def restore(self, state: dict[str, Any]) -> "ReorderBuffer":
+    def restore(self, state: dict[str, Any]) -> ReorderBuffer:
         """Load a :meth:`snapshot` taken with the same algorithm, window, aggregation and lateness."""
         if not isinstance(state, dict) or not isinstance(state.get("reorder"), dict):
             raise ValueError(

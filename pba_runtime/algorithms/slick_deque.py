@@ -23,7 +23,7 @@ Examples
 >>> SlickDeque(CountWindow(range=3, slide=1), "sum")
 Traceback (most recent call last):
 ...
-ValueError: algorithm 'slick_deque' needs a selective aggregation (max, min, argmax: combine returns one of its operands); aggregation 'sum' is not selective
+ValueError: algorithm 'slick_deque' needs a selective aggregation (max, min, argmax: ...); aggregation 'sum' is not selective
 """
 
 from __future__ import annotations
