@@ -256,15 +256,16 @@ class _GuardedFuture(Future):
 
 
 class GuardedPool(pr.WorkerPool):
-    """The process's pool as one PBA operator sees it: a failed task is redone on the main thread.
+    """The process's pool as one PBA operator sees it: Spark's policy for a failed task.
 
-    PBA's per-tuple path already repairs a failed lcs task; its batch path
-    (``pba_runtime.batch.window_merge``) does not, so a dying worker would fail
-    the Spark task. Every task here is a pure function of its arguments that
-    writes only its own output, so running it again on the caller's thread
-    gives the same result. ``failures`` counts the repairs; a failure also
-    closes the shared pool (it *died*), so the next key starts a new one or
-    falls back to SBA. Closing a ``GuardedPool`` does not close the shared pool.
+    The core repairs every failed task itself (``pba_runtime.pool.result_or_repair``,
+    per tuple and in the batch path). What this adds is the adapter's policy
+    around it: a failed task is redone here on the caller's thread (every task
+    is a pure function of its arguments that writes only its own output, so the
+    result is the same), ``failures`` counts it for the ``pool_failures``
+    metric, and the shared pool is closed (it *died*), so the next key starts a
+    new one or falls back to SBA (reason ``pool_died``). Closing a
+    ``GuardedPool`` does not close the shared pool.
 
     Examples
     --------
