@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from .aggregations import Aggregation, Kernel, quiet_non_finite
+from .aggregations import Aggregation, Kernel
 
 __all__ = ["build_lcs", "lcs_into", "suffix_combine", "merge_rows", "scan", "fill_ends", "RowEnds", "MIN_ROWS_PER_CALL",
            "MIN_ELEMENTS_PER_CALL", "ROW_MODE_MIN_Q", "THREADED_ROW_MODE_MIN_Q"]
@@ -51,7 +51,6 @@ def suffix_combine(combine: Callable[[Any, Any], Any], parts: list) -> list:
     return parts
 
 
-@quiet_non_finite
 def build_lcs(agg: Aggregation, saa: Any) -> Any:
     """The lcs of one chunk: ``lcs[j] = saa[j] (+) ... (+) saa[b-1]``.
 

@@ -339,7 +339,6 @@ class PBA(SlicedAggregator):
             res = self._combine(first, csa)
         return [(g, res if self._lower_float else self._lower(res))]
 
-    @quiet_non_finite
     def _front_mid(self, c: int) -> array:
         """``lcs[j] (+) ca_{c+1}`` for every ``j`` of front chunk ``c``: the per-tuple combines, element for
         element, in one numpy call (~0.5 ns a slice: no latency spike next to the lcs the chunk needed anyway)."""
@@ -571,7 +570,6 @@ class PBA(SlicedAggregator):
         self._deferred = None
         self._load_history(X, f, g)
 
-    @quiet_non_finite
     def _load_history(self, X: np.ndarray, f: int, g: int) -> None:
         """Rebuild chunks from slice partials ``X`` = slices ``[f, g)`` (relative indices)."""
         kernel = self.agg.kernel
@@ -596,7 +594,6 @@ class PBA(SlicedAggregator):
             else:
                 self._start_open_chunk(rows, g, c)
 
-    @quiet_non_finite
     def _start_open_chunk(self, rows: np.ndarray, g: int, c: int | None = None) -> None:
         kernel = self.agg.kernel
         b = self._b
