@@ -320,6 +320,17 @@ def _drop_stdout() -> None:
         pass
 
 
+def _json_safe(x: Any) -> Any:
+    """``x`` with every non-finite float (a latency of no windows, a rate of no time) as ``None``."""
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    if isinstance(x, dict):
+        return {k: _json_safe(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_json_safe(v) for v in x]
+    return x
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``pba-run`` with ``argv`` (default ``sys.argv[1:]``); returns the exit code."""
     old_term = None
@@ -357,8 +368,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             if late:
                 print(f"late tuples written to {job.late_path}", file=out, flush=True)
         if args.metrics_json:
-            with open(args.metrics_json, "w") as f:
-                json.dump(summary, f, indent=2, default=str)
+            with open(args.metrics_json, "w") as f:  # strict JSON: what has no value (no windows) is null
+                json.dump(_json_safe(summary), f, indent=2, default=str, allow_nan=False)
         return 0
     except UserError as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)

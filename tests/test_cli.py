@@ -126,3 +126,15 @@ def test_stdout_sink_and_metrics_on_sigusr1(tmp_path):
             proc.wait()
     assert "tuples (" in err and "windows" in err and "lcs stalls" in err  # the SIGUSR1 metrics line
     assert "pba-run: interrupted" in err
+
+
+def test_metrics_json_of_a_job_without_windows_is_strict_json(tmp_path):
+    """No windows: the latency has no value; the JSON says null, not NaN (which strict parsers refuse)."""
+    metrics = tmp_path / "m.json"
+    proc = subprocess.run(CLI + ["--tuples", "500", "--range", "100000", "--metrics-json", str(metrics), "-q"],
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr
+    text = metrics.read_text()
+    assert "NaN" not in text
+    m = json.loads(text, parse_constant=lambda c: pytest.fail(f"non-standard JSON constant {c}"))
+    assert m["windows"] == 0 and m["latency_ms"]["p50"] is None
