@@ -52,9 +52,6 @@ def check_timestamp(t: Any, window: TimeWindow) -> int:
     return t
 
 
-_check_timestamp = check_timestamp  # the name the algorithms' modules use
-
-
 def _out_of_range(t: int, window: TimeWindow) -> None:
     lo, hi = window.timestamp_range
     raise ValueError(
@@ -155,7 +152,7 @@ class WindowOperator:
             self._check_open()
         agg = self.agg
         if self._is_time:
-            t = _check_timestamp(timestamp, self.window)
+            t = check_timestamp(timestamp, self.window)
             if self._t_last is not None and t < self._t_last:
                 raise ValueError(
                     f"timestamp {t} is before the last timestamp seen, {self._t_last}: time windows need "

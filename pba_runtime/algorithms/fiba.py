@@ -62,7 +62,7 @@ from typing import Any
 
 import numpy as np
 
-from .base import WindowOperator, _check_timestamp, as_timestamps, no_timestamps, sizeof
+from .base import WindowOperator, as_timestamps, check_timestamp, no_timestamps, sizeof
 from .reorder import check_allowed_lateness
 
 __all__ = ["FingerBTree", "FiBA"]
@@ -718,7 +718,7 @@ class FiBA(WindowOperator):
             no_timestamps(timestamp, self.window)
             p = agg.lift(value, self._n) if agg.positional else agg.lift(value)
             return self._step(p, None)
-        t = _check_timestamp(timestamp, self.window)
+        t = check_timestamp(timestamp, self.window)
         mx = self._t_last
         if mx is not None and t < mx:
             if self._lateness is None:

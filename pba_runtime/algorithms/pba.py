@@ -173,9 +173,10 @@ class PBA(SlicedAggregator):
         self._deferred: tuple[np.ndarray, int, int] | None = None
 
     def insert(self, value: Any, timestamp: int | None = None) -> list[tuple[int, Any]]:
-        if self._lean and timestamp is None:
-            return self._lean_insert(value)
-        self._leave_lean()
+        if self._lean:
+            if timestamp is None:
+                return self._lean_insert(value)
+            self._leave_lean()  # a timestamp for a count window: the generic path refuses it
         if self._deferred is not None:
             self._build_deferred()
         if not self._fast or self._flushed or self._closed or timestamp is not None:
