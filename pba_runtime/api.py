@@ -34,6 +34,7 @@ def sliding_aggregate(
     algorithm: str = "auto",
     timestamps: Any = None,
     pool: WorkerPool | None = None,
+    engine: str = "auto",
 ) -> tuple[np.ndarray, Any]:
     """Every window result over ``values`` (end of stream included): ``(ends, results)``.
 
@@ -49,8 +50,12 @@ def sliding_aggregate(
         Required for time windows; non-decreasing.
     pool : WorkerPool, optional
         Worker pool for PBA (default: the shared thread pool).
+    engine : {"auto", "compiled", "numpy", "python"}
+        What runs the window merge (:mod:`pba_runtime.kernels`): ``"auto"`` takes the
+        compiled kernels where the aggregation has them.
     """
-    options = {"pool": pool} if pool is not None else {}
+    options: dict[str, Any] = {"pool": pool} if pool is not None else {}
+    options["engine"] = engine
     op = create(algorithm, window, agg, **options)
     op._input_borrowed = True  # closed below, before `values` can change
     try:

@@ -23,20 +23,24 @@ import numpy as np
 
 from . import logs, merge
 from .aggregations import Aggregation, Kernel, quiet_non_finite
+from .kernels import Engine, merge_range
 from .merge import RowEnds, fill_ends, merge_rows, scan
 from .pool import WorkerPool, result_or_repair
 from .shm import aligned
 from .tasks import aggregation_ref, run_merge_task
 
-__all__ = ["window_merge", "windows_with_ends", "splits_rows", "PARALLEL_BATCH_MIN"]
+__all__ = ["window_merge", "windows_with_ends", "splits_rows", "PARALLEL_BATCH_MIN", "COMPILED_SPLIT_MIN"]
 
 # Below this many slice partials, a batch builds its lcs on the main thread:
 # a pool hand-off costs more than it saves.
 PARALLEL_BATCH_MIN = 1 << 16
+# The compiled merge hands a pool's thread half the windows from this many on (a hand-off
+# costs ~20-50 us; the merge runs 100-300M windows/s).
+COMPILED_SPLIT_MIN = 1 << 15
 
 
 def window_merge(kernel: Kernel, X: np.ndarray, q: int, nwin: int, pool: WorkerPool | None = None, *,
-                 agg: Aggregation | None = None) -> np.ndarray:
+                 agg: Aggregation | None = None, engine: Engine | None = None) -> np.ndarray:
     """Aggregate of ``X[a:a+q]`` for ``a = 0 .. nwin-1``: vectorised PBA with chunks of ``q`` slices.
 
     ``X`` holds slice partials (``len(X) >= nwin + q - 1``), cut into rows of
@@ -61,8 +65,8 @@ def window_merge(kernel: Kernel, X: np.ndarray, q: int, nwin: int, pool: WorkerP
 
 
 def windows_with_ends(kernel: Kernel, X: np.ndarray, q: int, nwin: int, first_end: int, step: int,
-                      pool: WorkerPool | None = None, *, agg: Aggregation | None = None
-                      ) -> tuple[np.ndarray, np.ndarray]:
+                      pool: WorkerPool | None = None, *, agg: Aggregation | None = None,
+                      engine: Engine | None = None) -> tuple[np.ndarray, np.ndarray]:
     """:func:`window_merge` plus the windows' ends ``first_end + a*step`` (int64), filled by the same threads.
 
     Writing the ends is a pass over as many bytes as the results: done row by
@@ -77,11 +81,13 @@ def windows_with_ends(kernel: Kernel, X: np.ndarray, q: int, nwin: int, first_en
     >>> ends.tolist(), res.tolist()
     ([2, 3, 4, 5], [1.0, 3.0, 5.0, 7.0])
     """
-    return _merge(kernel, X, q, nwin, pool, agg, (first_end, step))
+    return _merge(kernel, X, q, nwin, pool, agg, (first_end, step), engine)
 
 
 def _merge(kernel: Kernel, X: np.ndarray, q: int, nwin: int, pool: WorkerPool | None, agg: Aggregation | None,
-           ends_spec: tuple[int, int] | None) -> tuple[np.ndarray | None, np.ndarray]:
+           ends_spec: tuple[int, int] | None, engine: Engine | None = None) -> tuple[np.ndarray | None, np.ndarray]:
+    if engine is not None and engine.compiled and nwin > 0 and q > 1:
+        return _merge_compiled(engine, X, q, nwin, pool, ends_spec)
     shape = X.shape[1:]
     nwin = max(nwin, 0)
     out = np.empty((nwin,) + shape)
@@ -132,6 +138,32 @@ def _merge(kernel: Kernel, X: np.ndarray, q: int, nwin: int, pool: WorkerPool | 
     if ends is not None:
         fill_ends(ends[R * q :], first_end + R * q * step, step)
     return ends, out
+
+
+def _merge_compiled(engine: Engine, X: np.ndarray, q: int, nwin: int, pool: WorkerPool | None,
+                    ends_spec: tuple[int, int] | None) -> tuple[np.ndarray | None, np.ndarray]:
+    """The compiled merge: windows ``[0, h*q)`` on a pool thread, the rest here (``h`` rows: half)."""
+    X = np.ascontiguousarray(X, dtype=np.float64)
+    out = np.empty((nwin,) + X.shape[1:])
+    first_end, step = ends_spec if ends_spec is not None else (0, 0)
+    ends = np.empty(nwin if ends_spec is not None else 0, dtype=np.int64)
+    rows = -(-nwin // q)
+    h = rows // 2
+    fut = None
+    if pool is not None and not pool.closed and h and nwin >= COMPILED_SPLIT_MIN:
+        submit = pool.submit if pool.kind == "thread" else pool.submit_thread
+        try:
+            fut = submit(merge_range, engine, X, q, 0, h * q, out, ends, first_end, step)
+        except RuntimeError:
+            fut = None
+    if fut is None:
+        merge_range(engine, X, q, 0, nwin, out, ends, first_end, step)
+    else:
+        merge_range(engine, X, q, h * q, nwin, out, ends, first_end, step)
+        # untimed: the task writes into `out`, so it is never bypassed while it may still run
+        result_or_repair(pool, fut, lambda: merge_range(engine, X, q, 0, h * q, out, ends, first_end, step),
+                         timed=False, task="compiled merge task", repair="merging its windows on the main thread")
+    return (ends if ends_spec is not None else None), out
 
 
 def splits_rows(q: int, n_slices: int, kind: str = "thread") -> bool:

@@ -11,6 +11,7 @@ from typing import Any
 
 from ..aggregations import Aggregation, get_aggregation
 from ..batch import splits_rows
+from ..kernels import check_engine
 from ..pool import WorkerPool
 from ..windows import CountWindow, TimeWindow, validate_window
 from .base import WindowOperator
@@ -162,6 +163,10 @@ def create(algorithm: str, window: CountWindow | TimeWindow, agg: str | Aggregat
     (:class:`pba_runtime.algorithms.reorder.ReorderBuffer`). Later tuples are counted in
     ``stats()["late"]`` and returned by ``take_late()``.
 
+    ``engine=`` (``"auto"``, ``"compiled"``, ``"numpy"`` or ``"python"``, see
+    :mod:`pba_runtime.kernels`) picks what runs the batch path, once; an algorithm
+    runs only the engines in its ``engines`` (``stats()["engine"]`` tells).
+
     ``pool=`` (a :class:`~pba_runtime.WorkerPool` or ``None``) is an option of
     every algorithm here, typed once: it goes to an algorithm that uses one
     (:func:`uses_pool`, PBA) and is not passed to the others, which take none.
@@ -192,6 +197,12 @@ def create(algorithm: str, window: CountWindow | TimeWindow, agg: str | Aggregat
     pool = check_pool(options.pop("pool", None))
     if pool is not None and uses_pool(cls):
         options["pool"] = pool
+    engine = check_engine(options.pop("engine", "auto"))
+    if engine != "auto" and engine not in cls.engines:
+        raise ValueError(f"engine={engine!r} is not available for algorithm {algorithm!r}: it runs "
+                         f"{', '.join(map(repr, cls.engines))} (or 'auto')")
+    if cls.engines != ("python",):
+        options["engine"] = engine
     if allowed_lateness is not None:
         from .reorder import ReorderBuffer, check_allowed_lateness
 

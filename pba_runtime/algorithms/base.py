@@ -31,6 +31,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from ..aggregations import Aggregation, as_float_array, get_aggregation
+from ..kernels import Engine
 from ..windows import CountWindow, TimeWindow, validate_window
 
 __all__ = ["WindowOperator", "SlicedAggregator", "SlideOneInsert", "as_timestamps", "check_timestamp",
@@ -125,6 +126,11 @@ class WindowOperator:
     # Set by a one-shot caller that closes the operator before it returns (``sliding_aggregate``):
     # the state may then keep views of the caller's input arrays instead of copies.
     _input_borrowed: bool = False
+    #: The engine the batch path runs (:mod:`pba_runtime.kernels`); an operator with a compiled or
+    #: numpy batch path chooses its own in ``__init__`` from its ``engine=`` option.
+    engine: Engine = Engine("python")
+    #: The engines its ``engine=`` option accepts besides ``"auto"`` (``create`` checks it).
+    engines: ClassVar[tuple[str, ...]] = ("python",)
 
     def __init__(self, window: CountWindow | TimeWindow, agg: str | Aggregation):
         self.window = validate_window(window)
@@ -221,7 +227,8 @@ class WindowOperator:
 
     def stats(self) -> dict[str, Any]:
         """Counters: tuples, windows, and the algorithm's own (chunks, lcs tasks, stalls...)."""
-        return {"algorithm": self.name, "tuples": self._n, "windows": self._emitted, "state_bytes": self.state_bytes()}
+        return {"algorithm": self.name, "engine": self.engine.name, "tuples": self._n, "windows": self._emitted,
+                "state_bytes": self.state_bytes()}
 
     def state_bytes(self) -> int:
         """Approximate bytes held by the window state."""

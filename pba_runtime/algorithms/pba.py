@@ -62,6 +62,7 @@ import numpy as np
 from ..aggregations import as_float_array, quiet_non_finite
 from ..batch import windows_with_ends
 from ..chunking import plan_chunk_size
+from ..kernels import resolve_engine
 from ..merge import build_lcs
 from ..pool import WorkerPool, default_pool, result_or_repair
 from ..tasks import open_chunk_store
@@ -111,13 +112,20 @@ class PBA(SlicedAggregator):
         Slices per chunk, ``1 <= chunk_size <= range // slide``; default from
         :func:`pba_runtime.chunking.plan_chunk_size` (numpy or Python-loop
         lcs costs, depending on the aggregation).
+    engine : {"auto", "compiled", "numpy", "python"}
+        What runs the batch path's window merge (:mod:`pba_runtime.kernels`);
+        ``stats()["engine"]`` reports the one chosen.
     """
 
     name = "pba"
     parallel = True
+    engines = ("compiled", "numpy", "python")
 
-    def __init__(self, window, agg, *, pool: WorkerPool | None = None, chunk_size: int | None = None):
+    def __init__(self, window, agg, *, pool: WorkerPool | None = None, chunk_size: int | None = None,
+                 engine: str = "auto"):
         super().__init__(window, agg)
+        self.engine = resolve_engine(self.agg, engine)
+        self._kernel = self.engine.kernel or self.agg.kernel  # what the batch path calls
         q = self._q
         if chunk_size is None:
             chunk_size = plan_chunk_size(self.window, self.agg)
@@ -127,7 +135,7 @@ class PBA(SlicedAggregator):
             raise TypeError(f"pool must be a pba_runtime.WorkerPool or None, got {type(pool).__name__}")
         self.chunk_size = self._b = chunk_size
         self._pool = (pool if pool is not None else default_pool()) if self.parallel else None
-        kernel = self.agg.kernel
+        kernel = self._kernel
         # partial storage: flat array('d') rows of `width` floats (0: a scalar per slice), or a list;
         # with a process pool, fixed-size slots in shared memory written in place (self._shm)
         self._flat = kernel is not None
@@ -543,7 +551,7 @@ class PBA(SlicedAggregator):
         """Slice partials ``[f, g)`` held by the merger, as a kernel array (read only)."""
         if self._deferred is not None:
             return self._deferred[0]
-        kernel = self.agg.kernel
+        kernel = self._kernel
         f, g, b = self._f, self._g, self._b
         parts = []
         for c in range(f // b, (g - 1) // b + 1) if g > f else ():
@@ -573,7 +581,7 @@ class PBA(SlicedAggregator):
 
     def _load_history(self, X: np.ndarray, f: int, g: int) -> None:
         """Rebuild chunks from slice partials ``X`` = slices ``[f, g)`` (relative indices)."""
-        kernel = self.agg.kernel
+        kernel = self._kernel
         b = self._b
         self._reset_merger(f, g)
         if g <= f:
@@ -596,7 +604,7 @@ class PBA(SlicedAggregator):
                 self._start_open_chunk(rows, g, c)
 
     def _start_open_chunk(self, rows: np.ndarray, g: int, c: int | None = None) -> None:
-        kernel = self.agg.kernel
+        kernel = self._kernel
         b = self._b
         if c is None:
             c = g // b
@@ -613,8 +621,8 @@ class PBA(SlicedAggregator):
     @quiet_non_finite
     def insert_many(self, values, timestamps=None):
         self._leave_lean()
-        kernel = self.agg.kernel
-        if kernel is None:
+        kernel = self._kernel
+        if kernel is None or self.engine.name == "python":
             return super().insert_many(values, timestamps)
         self._check_open()
         if not hasattr(values, "__len__"):
@@ -673,7 +681,8 @@ class PBA(SlicedAggregator):
             self._pop_to(k_lo)
         hist = self._history() if g0 > self._front else None
         X = new_slices if hist is None or not len(hist) else np.concatenate([hist, new_slices])
-        ends, full = windows_with_ends(kernel, X, q, nwin, k_lo * s + r, s, self._pool, agg=self.agg)
+        ends, full = windows_with_ends(kernel, X, q, nwin, k_lo * s + r, s, self._pool, agg=self.agg,
+                                      engine=self.engine)
         if m:
             # head of slice k+q: its first m tuples, at batch offsets (k+q)*s - n0 ...
             h0 = (np.arange(k_lo, k_hi + 1) + q) * s - n0
@@ -706,7 +715,7 @@ class PBA(SlicedAggregator):
         pending window holds a tuple, slices are laid out densely (empty ones are
         the identity) and merged like count windows.
         """
-        kernel = self.agg.kernel
+        kernel = self._kernel
         N = len(vals)
         if N == 0:
             return self._pack([], [])
@@ -749,7 +758,7 @@ class PBA(SlicedAggregator):
         return self._pack([e for e, _ in out], [res for _, res in out])
 
     def _episode(self, P: np.ndarray, ts: np.ndarray, G: np.ndarray, last: bool) -> tuple[np.ndarray, Any]:
-        kernel = self.agg.kernel
+        kernel = self._kernel
         s, r, q, m, off = self._s, self._r, self._q, self._m, self._off
         S0 = self._slice
         g_last = int(G[-1]) if len(G) else S0  # no tuples: drain the open slice (end of stream)
@@ -787,7 +796,7 @@ class PBA(SlicedAggregator):
         nwin = K - next_k + 1
         if nwin > 0:
             ends, agg_full = windows_with_ends(kernel, X[next_k - x0 :], q, nwin, next_k * s + off + r, s,
-                                               self._pool, agg=self.agg)
+                                               self._pool, agg=self.agg, engine=self.engine)
             if m:
                 agg_full = kernel.combine(agg_full, head[next_k + q - S0 : K + q + 1 - S0])
             results = kernel.lower(agg_full)
@@ -855,8 +864,8 @@ class PBA(SlicedAggregator):
     @quiet_non_finite
     def flush(self):
         self._leave_lean()
-        kernel = self.agg.kernel
-        if not self._is_time or kernel is None or self._slice is None or self._flushed or self._closed:
+        kernel = self._kernel
+        if not self._is_time or kernel is None or self.engine.name == "python" or self._slice is None or self._flushed or self._closed:
             return super().flush()
         # End of stream for time windows: every window still holding a tuple, merged in one
         # vectorised pass (an episode with no new tuple), not one query per window.

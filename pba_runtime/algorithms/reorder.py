@@ -142,6 +142,7 @@ class ReorderBuffer(WindowOperator):
         self._lateness = check_allowed_lateness(allowed_lateness, inner.window)
         super().__init__(inner.window, inner.agg)
         self.name = inner.name
+        self.engine = inner.engine
         self._inner = inner
         self._heap: list[tuple[int, int, Any]] = []  # (timestamp, arrival seq, lifted partial)
         self._seq = 0

@@ -1,0 +1,219 @@
+"""Execution engines: which code runs an operator's arithmetic, chosen once per operator.
+
+- ``"compiled"``: the window merge of a batch in machine code (:mod:`.compiled`, numba, GIL
+  released, so a pool's thread works beside the main thread), for every built-in aggregation,
+  every ``ufunc=`` aggregation whose ufunc it knows, and user aggregations whose Python
+  ``lift``/``combine``/``lower`` numba compiles (:mod:`.user`).
+- ``"numpy"``: the vectorised reference (:mod:`pba_runtime.merge`), for aggregations with a kernel.
+- ``"python"``: per-element Python ``combine`` calls; every aggregation has it.
+
+``"auto"`` takes the first of these the aggregation supports. Asking for ``"compiled"``
+where it is not available raises a ``ValueError`` that says why; ``"auto"`` falls back and
+warns once per aggregation (naming its function) when a user aggregation does not compile.
+
+numba is imported on the first compiled merge, not with the package, and its machine code is
+cached on disk (``__pycache__`` beside :mod:`.compiled`, or ``NUMBA_CACHE_DIR``), so a second
+process pays no compile.
+
+Examples
+--------
+>>> import pba_runtime as pr
+>>> resolve_engine(pr.get_aggregation("max"), "auto").name
+'compiled'
+>>> resolve_engine(pr.get_aggregation("collect"), "auto").name
+'python'
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..aggregations import BUILTIN_AGGREGATIONS, Aggregation, ArgmaxKernel, Kernel, StdKernel, UfuncKernel
+
+__all__ = ["ENGINES", "Engine", "resolve_engine", "check_engine", "compiled_available"]
+
+ENGINES = ("auto", "compiled", "numpy", "python")
+
+# codes of .compiled's combines (kept here so choosing an engine imports no numba)
+_UFUNC_CODES = {np.add: 0, np.maximum: 1, np.minimum: 2, np.multiply: 3, np.fmax: 4, np.fmin: 5}
+
+
+class CompiledKernel(Kernel):
+    """An aggregation's kernel with its lift and lower compiled where numpy builds temporaries.
+
+    Everything else (slice reduction, combine, accumulate) is the wrapped kernel's.
+    """
+
+    def __init__(self, base: Kernel, lift: str | None, lower: str | None):
+        self.base = base
+        self.shape = base.shape
+        self.identity = base.identity
+        self.combine_in_place = base.combine_in_place
+        self._lift_name = lift
+        self._lower_name = lower
+
+    def lift(self, values, positions):
+        if self._lift_name is None:
+            return self.base.lift(values, positions)
+        from . import compiled as C
+
+        out = np.empty((len(values),) + self.shape)
+        getattr(C, self._lift_name)(np.ascontiguousarray(values, dtype=np.float64), out)
+        return out
+
+    def lower(self, parts):
+        if self._lower_name is None or parts.ndim != 2:
+            return self.base.lower(parts)
+        from . import compiled as C
+
+        out = np.empty(len(parts))
+        getattr(C, self._lower_name)(np.ascontiguousarray(parts), out)
+        return out
+
+    def reduce_segments(self, parts, starts):
+        return self.base.reduce_segments(parts, starts)
+
+    def combine(self, older, newer, out=None):
+        return self.base.combine(older, newer, out=out)
+
+    def accumulate(self, parts, axis, reverse=False, out=None, nan_free=False):
+        return self.base.accumulate(parts, axis, reverse=reverse, out=out, nan_free=nan_free)
+
+    def nan_free_rows(self, rows):
+        return self.base.nan_free_rows(rows)
+
+
+@dataclass(frozen=True)
+class Engine:
+    """The engine an operator runs: its ``name`` and, for ``"compiled"``, the merge's layout.
+
+    ``layout`` is ``"scalar"`` (one float per partial, combined by ``ops[0]``),
+    ``"columns"`` (column ``k`` combined by ``ops[k]``), ``"std"`` or ``"argmax"``.
+    ``why`` says why a fallback engine was chosen (reported by ``stats()``);
+    ``kernel``: the kernel the operator's batch path calls (``None``: the aggregation's).
+    """
+
+    name: str
+    layout: str | None = None
+    ops: tuple = ()
+    why: str = ""
+    kernel: Kernel | None = field(default=None, compare=False, repr=False)
+    _ops_array: Any = field(default=None, compare=False, repr=False)
+
+    @property
+    def compiled(self) -> bool:
+        return self.name == "compiled"
+
+
+def check_engine(engine: Any) -> str:
+    """``engine`` if it names an engine, else a ``ValueError`` naming the accepted ones."""
+    if not isinstance(engine, str) or engine not in ENGINES:
+        raise ValueError(f"engine must be one of {', '.join(map(repr, ENGINES))}, got {engine!r}")
+    return engine
+
+
+_available: bool | None = None
+_lock = threading.Lock()
+
+
+def compiled_available() -> bool:
+    """Whether numba imports here (it is a dependency; a broken install falls back to numpy)."""
+    global _available
+    if _available is None:
+        with _lock:
+            try:
+                import numba  # noqa: F401
+                _available = True
+            except Exception:  # ImportError, or a numba/numpy version mismatch raising at import
+                _available = False
+    return _available
+
+
+def _layout(agg: Aggregation) -> tuple[str | None, tuple, str]:
+    """The compiled merge layout of ``agg``'s kernel, or ``(None, (), why not)``."""
+    kernel = agg.kernel
+    if kernel is None:
+        return None, (), f"aggregation {agg.name!r} has no vectorised form to compile"
+    if isinstance(kernel, StdKernel):
+        return "std", (), ""
+    if isinstance(kernel, ArgmaxKernel):
+        return "argmax", (), ""
+    if type(kernel) is UfuncKernel:
+        if kernel._groups is None:
+            code = _UFUNC_CODES.get(kernel._ufunc)
+            if code is None:
+                return None, (), f"ufunc {kernel._ufunc.__name__} has no compiled combine"
+            return "scalar", (code,), ""
+        ops = []
+        for uf, cols in kernel._groups:
+            code = _UFUNC_CODES.get(uf)
+            if code is None:
+                return None, (), f"ufunc {uf.__name__} has no compiled combine"
+            ops += [code] * (cols.stop - cols.start)
+        return "columns", tuple(ops), ""
+    return None, (), f"kernel {type(kernel).__name__} has no compiled form"
+
+
+def _compiled_kernel(agg: Aggregation, layout: str) -> Kernel:
+    """The kernel a compiled operator calls: the aggregation's, with the lift and lower of the
+    built-ins that build temporaries in numpy compiled."""
+    lift = lower = None
+    if layout == "std":
+        lift, lower = "lift_std", "lower_std"
+    elif agg is BUILTIN_AGGREGATIONS["mean"]:
+        lift, lower = "lift_pair", "lower_ratio"
+    if lift is None and lower is None:
+        return agg.kernel
+    return CompiledKernel(agg.kernel, lift, lower)
+
+
+def resolve_engine(agg: Aggregation, engine: str = "auto") -> Engine:
+    """The engine ``agg`` runs on when ``engine`` is asked for (see the module doc).
+
+    Raises ``ValueError`` for an unknown name, or ``"compiled"``/``"numpy"`` where the
+    aggregation has no such form (the message says why).
+    """
+    check_engine(engine)
+    if engine == "python":
+        return Engine("python")
+    if engine in ("auto", "compiled"):
+        layout, ops, why = _layout(agg)
+        if layout is not None and not compiled_available():
+            layout, why = None, "numba does not import here"
+        if layout is not None:
+            return Engine("compiled", layout, ops, kernel=_compiled_kernel(agg, layout),
+                          _ops_array=np.asarray(ops, dtype=np.int64))
+        if engine == "compiled":
+            raise ValueError(f"engine='compiled' is not available for aggregation {agg.name!r}: {why}")
+        if agg.kernel is not None:
+            return Engine("numpy", why=why)
+        return Engine("python", why=why)
+    if agg.kernel is None:  # engine == "numpy"
+        raise ValueError(f"engine='numpy' needs an aggregation with a vectorised form (kernel= or ufunc=); "
+                         f"{agg.name!r} has none")
+    return Engine("numpy")
+
+
+def merge_range(engine: Engine, X: np.ndarray, q: int, a0: int, a1: int, out: np.ndarray, ends: np.ndarray,
+                first_end: int, step: int) -> None:
+    """Windows ``[a0, a1)`` of a batch (``a0`` a multiple of ``q``) by ``engine``'s compiled merge.
+
+    Safe to call from several threads on disjoint ranges: each call has its own scratch.
+    """
+    from . import compiled as C
+
+    if engine.layout == "scalar":
+        C.merge_scalar(X, q, a0, a1, out, ends, first_end, step, C.COMBINES[engine.ops[0]], np.empty(q),
+                       np.empty(q))
+    elif engine.layout == "columns":
+        C.merge_columns(X, q, a0, a1, out, ends, first_end, step, engine._ops_array, np.empty(q), np.empty(q))
+    elif engine.layout == "std":
+        C.merge_std(X, q, a0, a1, out, ends, first_end, step, np.empty((q, 3)), np.empty((q, 3)))
+    elif engine.layout == "argmax":
+        C.merge_argmax(X, q, a0, a1, out, ends, first_end, step, np.empty((q, 2)))
+    else:  # pragma: no cover - resolve_engine never builds one
+        raise ValueError(f"no compiled merge for layout {engine.layout!r}")
