@@ -33,6 +33,7 @@ from typing import Any
 
 import pba_runtime as pr
 
+from .kernels import ENGINES
 from .runtime import Job, UserError
 from .runtime.errors import JobError
 from .runtime.sources import DEFAULT_BATCH_SIZE, CsvSource, Debs12Source, Debs14Source, JsonlSource, Source
@@ -182,6 +183,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="window slide, same units as --range (default 1 for count, 1s for time)")
     g.add_argument("--agg", default="max", metavar="NAME", help=f"aggregation: {aggs} (default max)")
     g.add_argument("--algorithm", default="pba", metavar="NAME", help=f"algorithm: {algos} (default pba)")
+    g.add_argument("--engine", default="auto", choices=ENGINES, metavar="NAME",
+                   help="what runs the window merge: auto, compiled (numba), numpy or python (default auto)")
     g.add_argument("--allowed-lateness", type=parse_duration, default=None, metavar="DURATION",
                    help="time windows: a key's watermark is its newest timestamp minus this; older tuples "
                         "are late (default 0)")
@@ -352,7 +355,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                   checkpoint_dir=args.checkpoint_dir, checkpoint_every=every_tuples,
                   checkpoint_interval=every_seconds, batch_size=args.batch_size, queue_size=args.queue_size,
                   rate=args.rate, progress=progress, metrics_interval=args.metrics_interval,
-                  profile_dir=args.profile)
+                  profile_dir=args.profile, engine=args.engine)
         out = sys.stderr if job.sink_path == "-" else sys.stdout
         banner = None if args.quiet else (lambda: print(_describe(job), file=out, flush=True))
         if threading.current_thread() is threading.main_thread():

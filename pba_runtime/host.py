@@ -47,6 +47,7 @@ from .aggregations import Aggregation, get_aggregation
 from .algorithms import ALGORITHMS, REGISTRY, check_pool, choose_algorithm, create, uses_pool
 from .algorithms.base import WindowOperator
 from .algorithms.reorder import check_allowed_lateness
+from .kernels import check_engine, resolve_engine
 from .pool import WorkerPool
 from .windows import CountWindow, TimeWindow, validate_window
 
@@ -96,6 +97,13 @@ def validate(window: CountWindow | TimeWindow, agg: str | Aggregation, algorithm
     if allowed_lateness is not None:
         check_allowed_lateness(allowed_lateness, window)
     check_pool(options.pop("pool", None))
+    engine = check_engine(options.pop("engine", "auto"))
+    if engine != "auto":
+        for cls in classes:
+            if engine not in cls.engines:
+                raise ValueError(f"engine={engine!r} is not available for algorithm {cls.name!r}: it runs "
+                                 f"{', '.join(map(repr, cls.engines))} (or 'auto')")
+        resolve_engine(aggregation, engine)  # raises if the aggregation has no such form
     for name in options:
         if not all(_takes(cls, name) for cls in classes):
             raise TypeError(f"algorithm {algorithm!r} takes no option {name!r}")
@@ -127,6 +135,9 @@ class HostSpec:
         core's threshold for the aggregation, see :func:`choose_algorithm`).
     cores : int, optional
         Cores one task may use (below 2, ``"auto"`` runs SBA); ``None``: unknown.
+    engine : str
+        ``"auto"``, ``"compiled"``, ``"numpy"`` or ``"python"``: what runs each key's batch
+        merge (:mod:`pba_runtime.kernels`).
     """
 
     window: Any
@@ -135,10 +146,12 @@ class HostSpec:
     allowed_lateness: int | None = None
     min_slices: int | None = None
     cores: int | None = None
+    engine: str = "auto"
 
     def validate(self) -> tuple[CountWindow | TimeWindow, Aggregation, str]:
         """:func:`validate` of this spec."""
-        return validate(self.window, self.agg, self.algorithm, allowed_lateness=self.allowed_lateness)
+        return validate(self.window, self.agg, self.algorithm, allowed_lateness=self.allowed_lateness,
+                        engine=self.engine)
 
 
 class HostedKey:
@@ -208,7 +221,7 @@ class KeyedHost:
         if failed is not None:
             alg, why = self.choose(key_slices, pool_ok=False, pool_died=failed == "pool_died")
             pool = None
-        options: dict[str, Any] = {}
+        options: dict[str, Any] = {"engine": self.spec.engine}
         if pool is not None:
             options["pool"] = pool
         if self.spec.allowed_lateness is not None:

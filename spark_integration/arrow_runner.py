@@ -117,6 +117,8 @@ class RunnerConfig:
         Add a string column ``algorithm`` (which algorithm computed the row).
     min_slices : int, optional
         Overrides :data:`spark_integration.runtime.SPARK_PBA_MIN_SLICES`.
+    engine : str
+        What runs each key's window merge (:mod:`pba_runtime.kernels`).
     log_level : str or int, optional
         Configure the ``spark_integration`` logger in the worker (to stderr).
     out_rows : int
@@ -142,6 +144,7 @@ class RunnerConfig:
     metrics: Any = None
     algorithm_column: bool = False
     min_slices: int | None = None
+    engine: str = "auto"
     log_level: Any = None
     out_rows: int = 1 << 16
     preaggregated: bool = False
@@ -287,7 +290,7 @@ class _Runner:
         # one host per channel: the algorithm policy, the validation and the process's pool (keys come one at
         # a time, sorted, so each key's operators are opened and closed here rather than kept in the hosts)
         self.hosts = [rt.key_host(cfg.algorithm, cfg.window, agg, cores=self.cores, min_slices=cfg.min_slices,
-                                  pool_workers=cfg.pool_workers, pool_factory=cfg.pool_factory)
+                                  pool_workers=cfg.pool_workers, pool_factory=cfg.pool_factory, engine=cfg.engine)
                       for agg, _ in self.channels]
         self.min_piece = max(int(cfg.batch_rows), 1)
         self.cur: _KeyState | None = None

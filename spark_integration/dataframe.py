@@ -257,6 +257,7 @@ def sliding_window_aggregate(
     log_level: str | int | None = None,
     transport: str = "auto",
     preaggregate: bool | None = None,
+    engine: str = "auto",
 ) -> Any:
     """Sliding-window aggregation per key: one row per window, exactly as ``shared/spec/semantics.md``.
 
@@ -311,6 +312,10 @@ def sliding_window_aggregate(
     min_slices : int, optional
         ``auto`` runs PBA from this many slices per window (default
         :data:`spark_integration.runtime.SPARK_PBA_MIN_SLICES`).
+    engine : {"auto", "compiled", "numpy", "python"}
+        What runs each key's window merge in the workers (:mod:`pba_runtime.kernels`):
+        ``"auto"`` takes the compiled kernels (numba, cached on disk) where the
+        aggregation has them.
     log_level : str or int, optional
         Log level of the ``spark_integration`` logger in the Python workers (stderr,
         i.e. the executor log); INFO prints one line per partition (per key with
@@ -368,7 +373,7 @@ def sliding_window_aggregate(
     is_time = isinstance(win, pr.TimeWindow)
     otype = fields[order_name].dataType
     aggregation = _check_options(win, otype, order_name, agg, algorithm, nulls, transport, batch_rows,
-                                 num_partitions)
+                                 num_partitions, engine)
     ensure_worker_python(df.sparkSession)  # before the UDF is wrapped: it takes the workers' Python then
 
     use_preagg = _use_preaggregation(preaggregate, win, otype, aggregation)
@@ -389,6 +394,7 @@ def sliding_window_aggregate(
         metrics=metrics,
         algorithm_column=algorithm_column,
         min_slices=min_slices,
+        engine=engine,
         log_level=log_level,
         preaggregated=use_preagg,
     )
@@ -431,7 +437,7 @@ def _check_columns(df: Any, key: Any, order_by: Any, value: Any) -> tuple[tuple[
 
 
 def _check_options(win: Any, otype: Any, order_name: str, agg: Any, algorithm: str, nulls: str, transport: str,
-                   batch_rows: Any, num_partitions: Any) -> pr.Aggregation:
+                   batch_rows: Any, num_partitions: Any, engine: str = "auto") -> pr.Aggregation:
     """Check the order column's type against the window and the options (the operator: :func:`validate`)."""
     from pyspark.sql import types as T
 
@@ -441,7 +447,7 @@ def _check_options(win: Any, otype: Any, order_name: str, agg: Any, algorithm: s
             f"order_by column {order_name!r} must be integral, a timestamp or a date for a time window, "
             f"got {otype.simpleString()}"
         )
-    _, aggregation, _ = validate(win, agg, algorithm)  # the algorithm's capability checks, no operator built
+    _, aggregation, _ = validate(win, agg, algorithm, engine=engine)  # capability checks, no operator built
     if nulls not in NULL_POLICIES:
         raise ValueError(f"nulls must be one of {', '.join(map(repr, NULL_POLICIES))}, got {nulls!r}")
     if transport not in TRANSPORTS:

@@ -246,12 +246,13 @@ class _Partition:
 
     def __init__(self, reader: _Reader, window: Any, agg: pr.Aggregation, algorithm: str, batch_size: int,
                  cores_per_task: int | None, min_slices: int | None, pool_workers: int,
-                 pool_factory: Callable[[int], pr.WorkerPool] | None):
+                 pool_factory: Callable[[int], pr.WorkerPool] | None, engine: str = "auto"):
         local = rt.local_cores()
         self.reader, self.agg, self.batch_size = reader, agg, batch_size
         self.is_time, self.slide = isinstance(window, pr.TimeWindow), window.slide
         self.host = rt.key_host(algorithm, window, agg, cores=1 if local == 1 else cores_per_task,
-                                min_slices=min_slices, pool_workers=pool_workers, pool_factory=pool_factory)
+                                min_slices=min_slices, pool_workers=pool_workers, pool_factory=pool_factory,
+                                engine=engine)
         self.keys: dict[Any, _Key] = {}
         self.counts: dict[str, int] = {}
 
@@ -322,10 +323,10 @@ class _Partition:
 
 
 def _check_partition_args(window: Any, agg: Any, algorithm: str, nulls: str, batch_size: Any,
-                          order: Any) -> tuple[Any, pr.Aggregation]:
+                          order: Any, engine: str = "auto") -> tuple[Any, pr.Aggregation]:
     """The window and the aggregation of :func:`pba_partition_function`, its arguments checked on the driver."""
     win = as_window(window)
-    win, aggregation, _ = validate(win, agg, algorithm)
+    win, aggregation, _ = validate(win, agg, algorithm, engine=engine)
     if nulls not in NULL_POLICIES:
         raise ValueError(f"nulls must be one of {', '.join(map(repr, NULL_POLICIES))}, got {nulls!r}")
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
@@ -360,6 +361,7 @@ def pba_partition_function(
     pool_factory: Callable[[int], pr.WorkerPool] | None = None,
     min_slices: int | None = None,
     check_partitioning: bool = True,
+    engine: str = "auto",
 ) -> Callable[[Iterable[Any]], Iterator[tuple[Any, int, Any]]]:
     """A ``mapPartitions`` function: per-key sliding windows over interleaved keyed records.
 
@@ -395,13 +397,15 @@ def pba_partition_function(
         Counts which algorithm ran (a Spark accumulator; see :func:`spark_integration.algorithm_metrics`).
     cores_per_task : int, optional
         Cores one task may use (below 2, ``"auto"`` runs SBA: reason ``one_core``); default: unknown.
-    pool_workers, pool_factory, min_slices
+    pool_workers, pool_factory, min_slices, engine
         As in :func:`spark_integration.sliding_window_aggregate`.
     check_partitioning : bool
         Built on a driver with an active SparkContext: each partition reports the
         keys it saw (64-bit fingerprints, an accumulator) and the driver warns
         (:class:`KeyPartitionWarning`) as soon as a key was in two partitions of
         one stage (its windows are then wrong). ``False`` skips the check.
+    engine : str
+        What runs each key's window merge (:mod:`pba_runtime.kernels`; default ``"auto"``).
 
     Returns
     -------
@@ -441,13 +445,13 @@ def pba_partition_function(
     >>> f.split_keys()  # doctest: +SKIP
     0
     """
-    win, aggregation = _check_partition_args(window, agg, algorithm, nulls, batch_size, order)
+    win, aggregation = _check_partition_args(window, agg, algorithm, nulls, batch_size, order, engine)
     reader = _Reader(key, value, order, isinstance(win, pr.TimeWindow), nulls)
     key_check = _key_check(check_partitioning)
 
     def partition(records: Iterable[Any]) -> Iterator[tuple[Any, int, Any]]:
         run = _Partition(reader, win, aggregation, algorithm, batch_size, cores_per_task, min_slices,
-                         pool_workers, pool_factory)
+                         pool_workers, pool_factory, engine)
         try:
             yield from run.consume(records)
             yield from run.finish()
@@ -480,6 +484,7 @@ def sliding_window_rdd(
     pool_workers: int = 1,
     pool_factory: Callable[[int], pr.WorkerPool] | None = None,
     min_slices: int | None = None,
+    engine: str = "auto",
 ) -> Any:
     """Per-key sliding windows over an RDD of records, partitioned however: the RDD form of the adapter.
 
@@ -502,7 +507,7 @@ def sliding_window_rdd(
         the shuffle a key's records arrive in no defined order.
     num_partitions : int, optional
         Partitions of the shuffle by key (default: the RDD's).
-    algorithm, nulls, batch_size, metrics, cores_per_task, pool_workers, pool_factory, min_slices
+    algorithm, nulls, batch_size, metrics, cores_per_task, pool_workers, pool_factory, min_slices, engine
         As in :func:`pba_partition_function`.
 
     Returns
@@ -535,7 +540,7 @@ def sliding_window_rdd(
     f = pba_partition_function(window, agg, key=key, value=value, order=order, algorithm=algorithm, nulls=nulls,
                                batch_size=batch_size, metrics=metrics, cores_per_task=cores_per_task,
                                pool_workers=pool_workers, pool_factory=pool_factory, min_slices=min_slices,
-                               check_partitioning=False)  # partitioned by key here
+                               check_partitioning=False, engine=engine)  # partitioned by key here
     ensure_worker_python(rdd.context)
     from pyspark.rdd import portable_hash
 

@@ -353,7 +353,7 @@ def pool_source(workers: int = 1, factory: Callable[[int], pr.WorkerPool] | None
 
 def key_host(requested: str, window: pr.CountWindow | pr.TimeWindow, agg: Any, *, cores: int | None = None,
              min_slices: int | None = None, pool_workers: int = 1,
-             pool_factory: Callable[[int], pr.WorkerPool] | None = None) -> KeyedHost:
+             pool_factory: Callable[[int], pr.WorkerPool] | None = None, engine: str = "auto") -> KeyedHost:
     """The :class:`~pba_runtime.host.KeyedHost` of a Spark runner: Spark's threshold, cores and pool source.
 
     Examples
@@ -363,7 +363,7 @@ def key_host(requested: str, window: pr.CountWindow | pr.TimeWindow, agg: Any, *
     (('pba', 'large_window'), ('sba', 'small_key'))
     """
     spec = HostSpec(window, agg, requested, min_slices=SPARK_PBA_MIN_SLICES if min_slices is None else min_slices,
-                    cores=cores)
+                    cores=cores, engine=engine)
     return KeyedHost(spec, pool_source(pool_workers, pool_factory))
 
 
@@ -401,10 +401,11 @@ class KeyOperator(HostedKey):
     @classmethod
     def open(cls, requested: str, window: pr.CountWindow | pr.TimeWindow, agg: Any, *,
              cores: int | None = None, key_slices: int | None = None, min_slices: int | None = None,
-             pool_workers: int = 1, pool_factory: Callable[[int], pr.WorkerPool] | None = None) -> KeyOperator:
+             pool_workers: int = 1, pool_factory: Callable[[int], pr.WorkerPool] | None = None,
+             engine: str = "auto") -> KeyOperator:
         """Choose the algorithm (:func:`choose_algorithm`), get the process's pool if PBA, build the operator."""
         host = key_host(requested, window, agg, cores=cores, min_slices=min_slices, pool_workers=pool_workers,
-                        pool_factory=pool_factory)
+                        pool_factory=pool_factory, engine=engine)
         return cls.of(host.open(key_slices))
 
     def close(self, counts: dict[str, int], rows: int) -> None:

@@ -130,6 +130,8 @@ class Job:
     profile_dir : str, optional
         Write cProfile statistics of the coordinator and every slot there.
     start_method : {"forkserver", "spawn"}, optional
+    engine : {"auto", "compiled", "numpy", "python"}
+        What runs each key's batch merge (:mod:`pba_runtime.kernels`).
     """
 
     def __init__(self, source: Source, window: pr.CountWindow | pr.TimeWindow, agg: Any = "max",
@@ -139,7 +141,7 @@ class Job:
                  batch_size: int = DEFAULT_BATCH_SIZE, queue_size: int = DEFAULT_QUEUE_SIZE,
                  rate: float | None = None, progress: bool = False, metrics_interval: float | None = None,
                  log_stream: TextIO | None = None, profile_dir: str | None = None,
-                 start_method: str | None = None):
+                 start_method: str | None = None, engine: str = "auto"):
         if not isinstance(source, Source):
             raise UserError(f"source must be a pba_runtime.runtime Source, got {type(source).__name__}")
         self.source = source
@@ -156,6 +158,7 @@ class Job:
                 raise UserError(f"aggregation {self.agg.name!r} cannot be sent to the task slots (not picklable: "
                                 "define its functions at module level)") from None
         self.algorithm = algorithm
+        self.engine = engine
         if algorithm != "auto" and algorithm not in pr.ALGORITHMS:
             raise UserError(f"unknown algorithm {algorithm!r}; accepted: {', '.join(pr.ALGORITHMS)}, or 'auto'")
         for name, value in (("parallelism", parallelism), ("batch_size", batch_size), ("queue_size", queue_size)):
@@ -220,7 +223,7 @@ class Job:
     def _slot_spec(self, index: int) -> SlotSpec:
         profile = os.path.join(self.profile_dir, f"slot{index}.prof") if self.profile_dir else None
         return SlotSpec(index=index, window=self.window, agg=self.agg_spec, algorithm=self.algorithm,
-                        allowed_lateness=self.allowed_lateness, sink_format=self.sink_format,
+                        engine=self.engine, allowed_lateness=self.allowed_lateness, sink_format=self.sink_format,
                         late_format=self.late_format, profile_path=profile, log_config=logs.current_config())
 
     # ------------------------------------------------------------------ run

@@ -85,6 +85,8 @@ class SlotSpec:
         A name, or a picklable :class:`pba_runtime.Aggregation`.
     algorithm : str
         A name in ``pba_runtime.ALGORITHMS`` or ``"auto"``.
+    engine : str
+        ``"auto"``, ``"compiled"``, ``"numpy"`` or ``"python"`` (:mod:`pba_runtime.kernels`).
     allowed_lateness : int or None
         Time windows: how far (ms) behind a key's largest timestamp a tuple may
         arrive and still be reordered into its windows.
@@ -105,6 +107,7 @@ class SlotSpec:
     window: Any
     agg: Any
     algorithm: str
+    engine: str = "auto"
     allowed_lateness: int | None = None
     sink_format: str | None = None
     late_format: str = "csv"
@@ -114,7 +117,8 @@ class SlotSpec:
 
     def host_spec(self) -> HostSpec:
         """The :class:`~pba_runtime.host.HostSpec` of this slot's keys."""
-        return HostSpec(self.window, self.agg, self.algorithm, allowed_lateness=self.allowed_lateness)
+        return HostSpec(self.window, self.agg, self.algorithm, allowed_lateness=self.allowed_lateness,
+                        engine=self.engine)
 
 
 def make_operator(spec: SlotSpec, pool: pr.WorkerPool | None) -> pr.WindowOperator:
