@@ -172,3 +172,95 @@ def test_engine_choice_and_errors():
     with pr.create("pba", pr.CountWindow(range=4, slide=1), "max") as op:
         assert op.stats()["engine"] == "compiled"
     assert set(ENGINES) == {"auto", "compiled", "numpy", "python"}
+
+
+# ----------------------------------------------------------------------------- user aggregations
+def _absmax_lift(v):
+    return abs(v)
+
+
+def _max_nan(a, b):
+    return a if (a >= b or a != a) else b
+
+
+def _ident(p):
+    return p
+
+
+def _pair(v):
+    return (v, v)
+
+
+def _min_nan(a, b):
+    return a if (a <= b or a != a) else b
+
+
+def _pair_combine(a, b):  # NaN-propagating: Python's min/max are not associative over NaN
+    return (_min_nan(a[0], b[0]), _max_nan(a[1], b[1]))
+
+
+def _spread(p):
+    return p[1] - p[0]
+
+
+ABSMAX = pr.Aggregation(lift=_absmax_lift, combine=_max_nan, lower=_ident, identity=0.0, name="absmax")
+SPREAD = pr.Aggregation(lift=_pair, combine=_pair_combine, lower=_spread, identity=(np.inf, -np.inf),
+                        name="spread")
+BUILTIN_CALLABLES = pr.Aggregation(lift=abs, combine=max, lower=float, identity=0.0, name="absmax_builtins")
+
+
+@pytest.mark.parametrize("agg", [ABSMAX, SPREAD], ids=lambda a: a.name)
+def test_user_kernel_compiles_and_equals_python(agg):
+    from pba_runtime.kernels.user import compile_aggregation
+
+    kernel, why = compile_aggregation(agg)
+    assert kernel is not None, why
+    assert resolve_engine(agg).layout == "user"
+    rng = np.random.default_rng(3)
+    v = _values(rng, 500, "max")
+    for q in (2, 5, 33):
+        P = kernel.lift(v, None)
+        nwin = len(v) - q + 1
+        _, ref = windows_with_ends(kernel, P, q, nwin, 0, 1)  # the numpy merge over the kernel's combine
+        _, got = windows_with_ends(kernel, P, q, nwin, 0, 1, engine=resolve_engine(agg))
+        np.testing.assert_array_equal(kernel.lower(got), kernel.lower(ref))
+        want = []
+        for k in range(nwin):
+            acc = agg.identity
+            for x in v[k : k + q].tolist():
+                acc = agg.combine(acc, agg.lift(x))
+            want.append(agg.lower(acc))
+        np.testing.assert_array_equal(kernel.lower(got), np.array(want, dtype=float))
+
+
+def test_user_kernel_that_cannot_compile_says_why_once():
+    from pba_runtime.kernels import CompileWarning
+
+    with pytest.warns(CompileWarning, match="absmax_builtins.*cannot compile its lift abs"):
+        eng = resolve_engine(BUILTIN_CALLABLES, "auto")
+    assert eng.name == "python" and "cannot compile" in eng.why
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # said once: a second operator is quiet
+        assert resolve_engine(BUILTIN_CALLABLES, "auto").name == "python"
+    with pytest.raises(ValueError, match="engine='compiled' is not available for aggregation 'absmax_builtins'"):
+        resolve_engine(BUILTIN_CALLABLES, "compiled")
+
+
+def test_user_kernel_differing_from_python_is_not_used():
+    """A function numba compiles to other results than Python's (integer overflow here) stays on Python."""
+    from pba_runtime.kernels.user import compile_aggregation
+
+    def lift(v):
+        return v * 1e308 * 10.0  # inf in both: the same; then a combine that differs:
+
+    def combine(a, b):
+        return float(int(a != a)) + b  # int(True) == 1 in both
+
+    def lower(p):
+        return p
+
+    agg = pr.Aggregation(lift=lift, combine=combine, lower=lower, identity=0.0, name="odd")
+    kernel, why = compile_aggregation(agg)
+    assert (kernel is None) == bool(why)

@@ -3,7 +3,8 @@
 - ``"compiled"``: the window merge of a batch in machine code (:mod:`.compiled`, numba, GIL
   released, so a pool's thread works beside the main thread), for every built-in aggregation,
   every ``ufunc=`` aggregation whose ufunc it knows, and user aggregations whose Python
-  ``lift``/``combine``/``lower`` numba compiles (:mod:`.user`).
+  ``lift``/``combine``/``lower`` numba compiles (:mod:`.user`: the whole batch path then
+  runs compiled, lift and lower included).
 - ``"numpy"``: the vectorised reference (:mod:`pba_runtime.merge`), for aggregations with a kernel.
 - ``"python"``: per-element Python ``combine`` calls; every aggregation has it.
 
@@ -34,7 +35,7 @@ import numpy as np
 
 from ..aggregations import BUILTIN_AGGREGATIONS, Aggregation, ArgmaxKernel, Kernel, StdKernel, UfuncKernel
 
-__all__ = ["ENGINES", "Engine", "resolve_engine", "check_engine", "compiled_available"]
+__all__ = ["ENGINES", "CompileWarning", "Engine", "resolve_engine", "check_engine", "compiled_available"]
 
 ENGINES = ("auto", "compiled", "numpy", "python")
 
@@ -171,6 +172,33 @@ def _compiled_kernel(agg: Aggregation, layout: str) -> Kernel:
     return CompiledKernel(agg.kernel, lift, lower)
 
 
+class CompileWarning(UserWarning):
+    """A user aggregation runs on the Python engine because numba could not compile it (said once)."""
+
+
+_user_kernels: dict[str, tuple[Any, str]] = {}  # fingerprint -> (UserKernel or None, why not)
+_warned: set[str] = set()
+
+
+def _user_kernel(agg: Aggregation, warn: bool) -> tuple[Any, str]:
+    """The compiled kernel of a user aggregation without a vectorised form, once per process."""
+    key = agg.fingerprint
+    with _lock:
+        hit = _user_kernels.get(key)
+    if hit is None:
+        from .user import compile_aggregation
+
+        hit = compile_aggregation(agg)
+        with _lock:
+            _user_kernels[key] = hit
+    if hit[0] is None and warn and key not in _warned:
+        _warned.add(key)
+        import warnings
+
+        warnings.warn(f"aggregation {agg.name!r} runs on the Python engine: {hit[1]}", CompileWarning, stacklevel=4)
+    return hit
+
+
 def resolve_engine(agg: Aggregation, engine: str = "auto") -> Engine:
     """The engine ``agg`` runs on when ``engine`` is asked for (see the module doc).
 
@@ -182,6 +210,11 @@ def resolve_engine(agg: Aggregation, engine: str = "auto") -> Engine:
         return Engine("python")
     if engine in ("auto", "compiled"):
         layout, ops, why = _layout(agg)
+        if layout is None and agg.kernel is None and compiled_available():
+            builtin = BUILTIN_AGGREGATIONS.get(agg.name) is agg  # collect: a list is no number, nothing to say
+            kernel, why = _user_kernel(agg, warn=engine == "auto" and not builtin)
+            if kernel is not None:
+                return Engine("compiled", "user", kernel=kernel)
         if layout is not None and not compiled_available():
             layout, why = None, "numba does not import here"
         if layout is not None:
@@ -207,13 +240,14 @@ def merge_range(engine: Engine, X: np.ndarray, q: int, a0: int, a1: int, out: np
     from . import compiled as C
 
     if engine.layout == "scalar":
-        C.merge_scalar(X, q, a0, a1, out, ends, first_end, step, C.COMBINES[engine.ops[0]], np.empty(q),
-                       np.empty(q))
+        C.merge_scalar(X, q, a0, a1, out, ends, first_end, step, engine.ops[0], np.empty(q), np.empty(q))
     elif engine.layout == "columns":
         C.merge_columns(X, q, a0, a1, out, ends, first_end, step, engine._ops_array, np.empty(q), np.empty(q))
     elif engine.layout == "std":
         C.merge_std(X, q, a0, a1, out, ends, first_end, step, np.empty((q, 3)), np.empty((q, 3)))
     elif engine.layout == "argmax":
         C.merge_argmax(X, q, a0, a1, out, ends, first_end, step, np.empty((q, 2)))
+    elif engine.layout == "user":
+        engine.kernel.merge(X, q, a0, a1, out, ends, first_end, step)
     else:  # pragma: no cover - resolve_engine never builds one
         raise ValueError(f"no compiled merge for layout {engine.layout!r}")

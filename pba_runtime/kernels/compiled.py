@@ -32,8 +32,7 @@ ADD, MAX, MIN, MUL, FMAX, FMIN = 0, 1, 2, 3, 4, 5
 _JIT = {"nogil": True, "cache": True, "error_model": "numpy"}
 
 
-# The scalar combines, as numpy's ufuncs compute them (passed to the merges as first-class
-# functions: numba compiles one merge per combine, with the combine inlined).
+# The scalar combines, as numpy's ufuncs compute them (each inlined into its own copy of the merge).
 @njit(inline="always", cache=True)
 def c_add(a, b):
     return a + b
@@ -62,9 +61,6 @@ def c_fmax(a, b):
 @njit(inline="always", cache=True)
 def c_fmin(a, b):
     return a if (a <= b or b != b) else b
-
-
-COMBINES = (c_add, c_max, c_min, c_mul, c_fmax, c_fmin)  # indexed by the codes above
 
 
 @njit(inline="always", cache=True)
@@ -106,11 +102,30 @@ def _fill_ends(ends, a0, a1, first_end, step):
             ends[a] = first_end + a * step
 
 
+@njit(inline="always", cache=True)
+def _scalar_op(x, q, a0, a1, o, op, lcs, csa):
+    """:func:`_scalar_rows` with the combine of code ``op`` (one inlined copy per combine: a merge
+    that took the combine as an argument could not be cached on disk)."""
+    if op == ADD:
+        _scalar_rows(x, q, a0, a1, o, c_add, lcs, csa)
+    elif op == MAX:
+        _scalar_rows(x, q, a0, a1, o, c_max, lcs, csa)
+    elif op == MIN:
+        _scalar_rows(x, q, a0, a1, o, c_min, lcs, csa)
+    elif op == MUL:
+        _scalar_rows(x, q, a0, a1, o, c_mul, lcs, csa)
+    elif op == FMAX:
+        _scalar_rows(x, q, a0, a1, o, c_fmax, lcs, csa)
+    else:
+        _scalar_rows(x, q, a0, a1, o, c_fmin, lcs, csa)
+
+
 @njit(**_JIT)
-def merge_scalar(X, q, a0, a1, out, ends, first_end, step, comb, lcs, csa):
-    """Scalar partials ``X`` (1-D) combined by ``comb``: windows ``[a0, a1)`` into ``out``; ``ends``
-    (unless empty) gets ``first_end + a*step``; ``lcs``, ``csa``: scratch buffers of ``q`` floats."""
-    _scalar_rows(X, q, a0, a1, out, comb, lcs, csa)
+def merge_scalar(X, q, a0, a1, out, ends, first_end, step, op, lcs, csa):
+    """Scalar partials ``X`` (1-D) combined by the combine of code ``op``: windows ``[a0, a1)`` into
+    ``out``; ``ends`` (unless empty) gets ``first_end + a*step``; ``lcs``, ``csa``: scratch
+    buffers of ``q`` floats."""
+    _scalar_op(X, q, a0, a1, out, op, lcs, csa)
     _fill_ends(ends, a0, a1, first_end, step)
 
 
@@ -119,19 +134,7 @@ def merge_columns(X, q, a0, a1, out, ends, first_end, step, ops, lcs, csa):
     """Vector partials ``X`` (2-D, one row a slice) whose column ``k`` combines by ``ops[k]`` (a code
     above): each column merged on its own, as a scalar one (the columns never mix)."""
     for k in range(X.shape[1]):
-        x, o, op = X[:, k], out[:, k], ops[k]
-        if op == ADD:
-            _scalar_rows(x, q, a0, a1, o, c_add, lcs, csa)
-        elif op == MAX:
-            _scalar_rows(x, q, a0, a1, o, c_max, lcs, csa)
-        elif op == MIN:
-            _scalar_rows(x, q, a0, a1, o, c_min, lcs, csa)
-        elif op == MUL:
-            _scalar_rows(x, q, a0, a1, o, c_mul, lcs, csa)
-        elif op == FMAX:
-            _scalar_rows(x, q, a0, a1, o, c_fmax, lcs, csa)
-        else:
-            _scalar_rows(x, q, a0, a1, o, c_fmin, lcs, csa)
+        _scalar_op(X[:, k], q, a0, a1, out[:, k], ops[k], lcs, csa)
     _fill_ends(ends, a0, a1, first_end, step)
 
 
