@@ -191,12 +191,10 @@ def _pair(v):
     return (v, v)
 
 
-def _min_nan(a, b):
-    return a if (a <= b or a != a) else b
-
-
 def _pair_combine(a, b):  # NaN-propagating: Python's min/max are not associative over NaN
-    return (_min_nan(a[0], b[0]), _max_nan(a[1], b[1]))
+    lo = a[0] if (a[0] <= b[0] or a[0] != a[0]) else b[0]
+    hi = a[1] if (a[1] >= b[1] or a[1] != a[1]) else b[1]
+    return (lo, hi)
 
 
 def _spread(p):

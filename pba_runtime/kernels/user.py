@@ -253,6 +253,17 @@ def compile_aggregation(agg: Aggregation) -> tuple[UserKernel | None, str]:
             jitted[name] = numba.njit(fn)
         except Exception as exc:  # not a Python function (a builtin, a class): numba refuses it
             return None, f"numba cannot compile its {name} {_name(fn)} ({type(exc).__name__})"
+    # each of the user's functions alone first, so an error names the one that does not compile
+    samples = {"lift": (1.5, 0) if agg.positional else (1.5,), "combine": (agg.identity, agg.identity),
+               "lower": (agg.identity,)}
+    for name in ("lift", "combine", "lower"):
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                jitted[name](*samples[name])
+        except Exception as exc:
+            return None, (f"numba cannot compile its {name} {_name(getattr(agg, name))} ({type(exc).__name__}: "
+                          f"{_first_line(exc)}; a function it calls must itself be numba.njit)")
     funcs: dict[str, Any] = {}
     namespace = {"lift": jitted["lift"], "combine": jitted["combine"], "lower": jitted["lower"]}
     exec(compile(_source(w, agg.positional), f"<pba_runtime user kernel, width {w}>", "exec"), namespace)
@@ -264,8 +275,7 @@ def compile_aggregation(agg: Aggregation) -> tuple[UserKernel | None, str]:
             warnings.simplefilter("ignore")
             why = _check(agg, kernel)
     except Exception as exc:
-        fn = _culprit(exc, agg)
-        return None, f"numba cannot compile its {fn} ({type(exc).__name__}: {str(exc).splitlines()[0][:160]})"
+        return None, f"numba cannot compile the loops around it ({type(exc).__name__}: {_first_line(exc)})"
     if why:
         return None, why
     return kernel, ""
@@ -275,13 +285,13 @@ def _name(fn: Any) -> str:
     return getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or repr(fn)
 
 
-def _culprit(exc: Exception, agg: Aggregation) -> str:
-    text = str(exc)
-    for name in ("lift", "combine", "lower"):
-        fn = getattr(agg, name)
-        if _name(fn) in text or getattr(fn, "__name__", "\0") in text:
-            return f"{name} {_name(fn)}"
-    return f"lift/combine/lower ({_name(agg.lift)}, {_name(agg.combine)}, {_name(agg.lower)})"
+def _first_line(exc: Exception) -> str:
+    """The line of a numba error that says what failed (its first lines are the pipeline's)."""
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    for ln in lines:
+        if not ln.startswith(("Failed in", "During:", "File ", "^", ">")):
+            return ln[:200]
+    return lines[0][:200] if lines else ""
 
 
 def _check(agg: Aggregation, kernel: UserKernel) -> str:
