@@ -23,13 +23,14 @@ import numpy as np
 
 from . import logs, merge
 from .aggregations import Aggregation, Kernel, quiet_non_finite
-from .kernels import Engine, merge_range
+from .kernels import Engine, merge_range, values_range
 from .merge import RowEnds, fill_ends, merge_rows, scan
 from .pool import WorkerPool, result_or_repair
 from .shm import aligned
 from .tasks import aggregation_ref, run_merge_task
 
-__all__ = ["window_merge", "windows_with_ends", "splits_rows", "PARALLEL_BATCH_MIN", "COMPILED_SPLIT_MIN"]
+__all__ = ["window_merge", "windows_with_ends", "windows_from_values", "splits_rows", "PARALLEL_BATCH_MIN",
+           "COMPILED_SPLIT_MIN"]
 
 # Below this many slice partials, a batch builds its lcs on the main thread:
 # a pool hand-off costs more than it saves.
@@ -140,11 +141,22 @@ def _merge(kernel: Kernel, X: np.ndarray, q: int, nwin: int, pool: WorkerPool | 
     return ends, out
 
 
+def windows_from_values(engine: Engine, V: np.ndarray, q: int, nwin: int, first_end: int, step: int,
+                        pool: WorkerPool | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Ends and *lowered* results of ``nwin`` windows of ``q`` values each, read straight from the values
+    (``engine.from_values``: count windows with slide 1), split across a pool thread as
+    :func:`windows_with_ends`."""
+    if q == 1 or nwin <= 0:
+        raise ValueError("windows_from_values needs q > 1 and windows")  # the caller's guard
+    return _merge_compiled(engine, V, q, nwin, pool, (first_end, step), values_range, ())
+
+
 def _merge_compiled(engine: Engine, X: np.ndarray, q: int, nwin: int, pool: WorkerPool | None,
-                    ends_spec: tuple[int, int] | None) -> tuple[np.ndarray | None, np.ndarray]:
+                    ends_spec: tuple[int, int] | None, run=merge_range, out_shape: tuple | None = None
+                    ) -> tuple[np.ndarray | None, np.ndarray]:
     """The compiled merge: windows ``[0, h*q)`` on a pool thread, the rest here (``h`` rows: half)."""
     X = np.ascontiguousarray(X, dtype=np.float64)
-    out = np.empty((nwin,) + X.shape[1:])
+    out = np.empty((nwin,) + (X.shape[1:] if out_shape is None else out_shape))
     first_end, step = ends_spec if ends_spec is not None else (0, 0)
     ends = np.empty(nwin if ends_spec is not None else 0, dtype=np.int64)
     rows = -(-nwin // q)
@@ -153,15 +165,15 @@ def _merge_compiled(engine: Engine, X: np.ndarray, q: int, nwin: int, pool: Work
     if pool is not None and not pool.closed and h and nwin >= COMPILED_SPLIT_MIN:
         submit = pool.submit if pool.kind == "thread" else pool.submit_thread
         try:
-            fut = submit(merge_range, engine, X, q, 0, h * q, out, ends, first_end, step)
+            fut = submit(run, engine, X, q, 0, h * q, out, ends, first_end, step)
         except RuntimeError:
             fut = None
     if fut is None:
-        merge_range(engine, X, q, 0, nwin, out, ends, first_end, step)
+        run(engine, X, q, 0, nwin, out, ends, first_end, step)
     else:
-        merge_range(engine, X, q, h * q, nwin, out, ends, first_end, step)
+        run(engine, X, q, h * q, nwin, out, ends, first_end, step)
         # untimed: the task writes into `out`, so it is never bypassed while it may still run
-        result_or_repair(pool, fut, lambda: merge_range(engine, X, q, 0, h * q, out, ends, first_end, step),
+        result_or_repair(pool, fut, lambda: run(engine, X, q, 0, h * q, out, ends, first_end, step),
                          timed=False, task="compiled merge task", repair="merging its windows on the main thread")
     return (ends if ends_spec is not None else None), out
 

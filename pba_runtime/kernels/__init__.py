@@ -35,7 +35,8 @@ import numpy as np
 
 from ..aggregations import BUILTIN_AGGREGATIONS, Aggregation, ArgmaxKernel, Kernel, StdKernel, UfuncKernel
 
-__all__ = ["ENGINES", "CompileWarning", "Engine", "resolve_engine", "check_engine", "compiled_available"]
+__all__ = ["ENGINES", "CompileWarning", "Engine", "resolve_engine", "check_engine", "compiled_available",
+           "merge_range", "values_range"]
 
 ENGINES = ("auto", "compiled", "numpy", "python")
 
@@ -102,6 +103,10 @@ class Engine:
     layout: str | None = None
     ops: tuple = ()
     why: str = ""
+    #: count windows with slide 1: the merge that reads the values and writes lowered results
+    #: (:func:`values_range`), and the column of a slice's partial that holds its one value
+    from_values: str | None = None
+    value_column: int = 0
     kernel: Kernel | None = field(default=None, compare=False, repr=False)
     _ops_array: Any = field(default=None, compare=False, repr=False)
 
@@ -218,8 +223,13 @@ def resolve_engine(agg: Aggregation, engine: str = "auto") -> Engine:
         if layout is not None and not compiled_available():
             layout, why = None, "numba does not import here"
         if layout is not None:
-            return Engine("compiled", layout, ops, kernel=_compiled_kernel(agg, layout),
-                          _ops_array=np.asarray(ops, dtype=np.int64))
+            from_values, column = None, 0
+            if layout == "std":
+                from_values, column = "std_from_values", 1
+            elif agg is BUILTIN_AGGREGATIONS["mean"]:
+                from_values = "mean_from_values"
+            return Engine("compiled", layout, ops, kernel=_compiled_kernel(agg, layout), from_values=from_values,
+                          value_column=column, _ops_array=np.asarray(ops, dtype=np.int64))
         if engine == "compiled":
             raise ValueError(f"engine='compiled' is not available for aggregation {agg.name!r}: {why}")
         if agg.kernel is not None:
@@ -251,3 +261,14 @@ def merge_range(engine: Engine, X: np.ndarray, q: int, a0: int, a1: int, out: np
         engine.kernel.merge(X, q, a0, a1, out, ends, first_end, step)
     else:  # pragma: no cover - resolve_engine never builds one
         raise ValueError(f"no compiled merge for layout {engine.layout!r}")
+
+
+def values_range(engine: Engine, V: np.ndarray, q: int, a0: int, a1: int, out: np.ndarray, ends: np.ndarray,
+                 first_end: int, step: int) -> None:
+    """Lowered results of windows ``[a0, a1)`` of ``q`` values each, straight from the values ``V``
+    (``engine.from_values``; count windows with slide 1). Same bits as :func:`merge_range` on the
+    values' partials followed by the lower."""
+    from . import compiled as C
+
+    shape = (q, 2) if engine.from_values == "std_from_values" else (q,)
+    getattr(C, engine.from_values)(V, q, a0, a1, out, ends, first_end, step, np.empty(shape), np.empty(shape))

@@ -344,3 +344,62 @@ def lower_ratio(parts, out):
     """``parts[:, 0] / parts[:, 1]`` (``mean``'s lower)."""
     for i in range(parts.shape[0]):
         out[i] = parts[i, 0] / parts[i, 1]
+
+
+# ----------------------------------------------------------------------------- from values, lowered
+# Count windows with slide 1: every slice is one value, so a std partial is (1, x, 0) and every
+# window holds q values. These merges read the values themselves and write the lowered result,
+# with the arithmetic of merge_std + lower_std on those partials, operation for operation (1.0 * d
+# is d, 0.0 + d * d is d * d): the same bits, without the (n, 3) partials in memory twice.
+@njit(**_JIT)
+def std_from_values(V, q, a0, a1, out, ends, first_end, step, lcs, csa):
+    """``std`` (ddof=1) of windows ``[a0, a1)`` of ``q`` values each; ``lcs``, ``csa``: ``(q, 2)`` scratch."""
+    c = a0 // q
+    while c * q < a1:
+        base = c * q
+        cnt = min(q, a1 - base)
+        nxt = base + q
+        ref = V[base + q - 1]
+        s = 0.0
+        qq = 0.0
+        for j in range(q - 1, -1, -1):
+            d = V[base + j] - ref
+            s += d
+            qq += 0.0 + d * d
+            lcs[j, 0] = s
+            lcs[j, 1] = qq
+        s = 0.0
+        qq = 0.0
+        for j in range(cnt - 1):
+            d = V[nxt + j] - ref
+            s += d
+            qq += 0.0 + d * d
+            csa[j, 0] = s
+            csa[j, 1] = qq
+        n = float(q)
+        for j in range(cnt):
+            s = lcs[j, 0]
+            qq = lcs[j, 1]
+            if j:
+                s += csa[j - 1, 0]
+                qq += csa[j - 1, 1]
+            mu = s / n
+            m2 = qq - s * mu
+            m2 = m2 if m2 > 0.0 else (m2 if m2 != m2 else 0.0)
+            mean = ref + mu
+            if n > 1.0 and mean - mean == 0.0:
+                out[base + j] = np.sqrt(m2 / (n - 1.0))
+            else:
+                out[base + j] = np.nan
+        c += 1
+    _fill_ends(ends, a0, a1, first_end, step)
+
+
+@njit(**_JIT)
+def mean_from_values(V, q, a0, a1, out, ends, first_end, step, lcs, csa):
+    """``mean`` of windows ``[a0, a1)`` of ``q`` values each: the sum merge, divided by the count."""
+    _scalar_rows(V, q, a0, a1, out, c_add, lcs, csa)
+    n = float(q)
+    for a in range(a0, a1):
+        out[a] = out[a] / n
+    _fill_ends(ends, a0, a1, first_end, step)
