@@ -142,21 +142,24 @@ def _merge(kernel: Kernel, X: np.ndarray, q: int, nwin: int, pool: WorkerPool | 
 
 
 def windows_from_values(engine: Engine, V: np.ndarray, q: int, nwin: int, first_end: int, step: int,
-                        pool: WorkerPool | None = None) -> tuple[np.ndarray, np.ndarray]:
+                        pool: WorkerPool | None = None, pos0: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """Ends and *lowered* results of ``nwin`` windows of ``q`` values each, read straight from the values
-    (``engine.from_values``: count windows with slide 1), split across a pool thread as
-    :func:`windows_with_ends`."""
+    (``engine.from_values``: count windows with slide 1; ``pos0``: the stream position of ``V[0]``),
+    split across a pool thread as :func:`windows_with_ends`."""
     if q == 1 or nwin <= 0:
         raise ValueError("windows_from_values needs q > 1 and windows")  # the caller's guard
-    return _merge_compiled(engine, V, q, nwin, pool, (first_end, step), values_range, ())
+    positional = engine.from_values == "argmax_from_values"
+    run = (lambda *a: values_range(*a, pos0)) if positional else values_range
+    return _merge_compiled(engine, V, q, nwin, pool, (first_end, step), run, (),
+                           np.int64 if positional else np.float64)
 
 
 def _merge_compiled(engine: Engine, X: np.ndarray, q: int, nwin: int, pool: WorkerPool | None,
-                    ends_spec: tuple[int, int] | None, run=merge_range, out_shape: tuple | None = None
-                    ) -> tuple[np.ndarray | None, np.ndarray]:
+                    ends_spec: tuple[int, int] | None, run=merge_range, out_shape: tuple | None = None,
+                    out_dtype: type = np.float64) -> tuple[np.ndarray | None, np.ndarray]:
     """The compiled merge: windows ``[0, h*q)`` on a pool thread, the rest here (``h`` rows: half)."""
     X = np.ascontiguousarray(X, dtype=np.float64)
-    out = np.empty((nwin,) + (X.shape[1:] if out_shape is None else out_shape))
+    out = np.empty((nwin,) + (X.shape[1:] if out_shape is None else out_shape), dtype=out_dtype)
     first_end, step = ends_spec if ends_spec is not None else (0, 0)
     ends = np.empty(nwin if ends_spec is not None else 0, dtype=np.int64)
     rows = -(-nwin // q)

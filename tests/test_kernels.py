@@ -264,7 +264,7 @@ def test_user_kernel_differing_from_python_is_not_used():
     assert (kernel is None) == bool(why)
 
 
-@pytest.mark.parametrize("agg", ["std", "mean"])
+@pytest.mark.parametrize("agg", ["std", "mean", "argmax"])
 @pytest.mark.parametrize("q", [2, 7, 64])
 def test_from_values_equals_partials_then_lower(agg, q):
     """The slide-1 shortcut (values in, lowered results out) gives the generic compiled path's bits."""
@@ -276,8 +276,9 @@ def test_from_values_equals_partials_then_lower(agg, q):
     for n in (q, q + 1, 4 * q + 3, 600):
         v = _values(rng, n, agg)
         nwin = n - q + 1
-        e1, r1 = windows_with_ends(eng.kernel, eng.kernel.lift(v, None), q, nwin, 3, 1, engine=eng)
-        e2, r2 = windows_from_values(eng, v, q, nwin, 3, 1)
+        pos = np.arange(n, dtype=np.float64) + 11 if a.positional else None
+        e1, r1 = windows_with_ends(eng.kernel, eng.kernel.lift(v, pos), q, nwin, 3, 1, engine=eng)
+        e2, r2 = windows_from_values(eng, v, q, nwin, 3, 1, pos0=11)
         np.testing.assert_array_equal(e1, e2)
         np.testing.assert_array_equal(eng.kernel.lower(r1), r2)
         assert np.array_equal(np.signbit(eng.kernel.lower(r1)), np.signbit(r2))

@@ -64,7 +64,11 @@ class CompiledKernel(Kernel):
         from . import compiled as C
 
         out = np.empty((len(values),) + self.shape)
-        getattr(C, self._lift_name)(np.ascontiguousarray(values, dtype=np.float64), out)
+        vals = np.ascontiguousarray(values, dtype=np.float64)
+        if positions is not None:
+            getattr(C, self._lift_name)(vals, np.ascontiguousarray(positions), out)
+        else:
+            getattr(C, self._lift_name)(vals, out)
         return out
 
     def lower(self, parts):
@@ -170,6 +174,8 @@ def _compiled_kernel(agg: Aggregation, layout: str) -> Kernel:
     lift = lower = None
     if layout == "std":
         lift, lower = "lift_std", "lower_std"
+    elif layout == "argmax":
+        lift = "lift_argmax"
     elif agg is BUILTIN_AGGREGATIONS["mean"]:
         lift, lower = "lift_pair", "lower_ratio"
     if lift is None and lower is None:
@@ -226,6 +232,8 @@ def resolve_engine(agg: Aggregation, engine: str = "auto") -> Engine:
             from_values, column = None, 0
             if layout == "std":
                 from_values, column = "std_from_values", 1
+            elif layout == "argmax":
+                from_values = "argmax_from_values"
             elif agg is BUILTIN_AGGREGATIONS["mean"]:
                 from_values = "mean_from_values"
             return Engine("compiled", layout, ops, kernel=_compiled_kernel(agg, layout), from_values=from_values,
@@ -264,11 +272,15 @@ def merge_range(engine: Engine, X: np.ndarray, q: int, a0: int, a1: int, out: np
 
 
 def values_range(engine: Engine, V: np.ndarray, q: int, a0: int, a1: int, out: np.ndarray, ends: np.ndarray,
-                 first_end: int, step: int) -> None:
+                 first_end: int, step: int, pos0: int = 0) -> None:
     """Lowered results of windows ``[a0, a1)`` of ``q`` values each, straight from the values ``V``
-    (``engine.from_values``; count windows with slide 1). Same bits as :func:`merge_range` on the
-    values' partials followed by the lower."""
+    (``engine.from_values``; count windows with slide 1; ``pos0``: the position of ``V[0]``, for
+    ``argmax``). Same results as :func:`merge_range` on the values' partials followed by the lower."""
     from . import compiled as C
 
+    if engine.from_values == "argmax_from_values":
+        C.argmax_from_values(V, q, a0, a1, out, ends, first_end, step, np.empty(q, dtype=np.int64),
+                             np.empty(q, dtype=np.int64), pos0)
+        return
     shape = (q, 2) if engine.from_values == "std_from_values" else (q,)
     getattr(C, engine.from_values)(V, q, a0, a1, out, ends, first_end, step, np.empty(shape), np.empty(shape))

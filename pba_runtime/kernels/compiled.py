@@ -403,3 +403,48 @@ def mean_from_values(V, q, a0, a1, out, ends, first_end, step, lcs, csa):
     for a in range(a0, a1):
         out[a] = out[a] / n
     _fill_ends(ends, a0, a1, first_end, step)
+
+
+@njit(**_JIT)
+def argmax_from_values(V, q, a0, a1, out, ends, first_end, step, lcs, csa, pos0):
+    """``argmax`` of windows ``[a0, a1)`` of ``q`` values each: the position ``pos0 + i`` of the
+    largest value (NaN counts as largest, the oldest on ties), as ``merge_argmax`` picks it (every
+    slice holds one value, so no position is NaN and the choice is ``c_max``'s, older first).
+    ``lcs``, ``csa``: int64 scratch of ``q``."""
+    c = a0 // q
+    while c * q < a1:
+        base = c * q
+        cnt = min(q, a1 - base)
+        nxt = base + q
+        best = base + q - 1
+        lcs[q - 1] = best
+        for j in range(q - 2, -1, -1):
+            x = V[base + j]
+            b = V[best]
+            if x >= b or x != x:
+                best = base + j
+            lcs[j] = best
+        if cnt > 1:
+            run = nxt
+            csa[0] = run
+            for j in range(1, cnt - 1):
+                a = V[run]
+                if not (a >= V[nxt + j] or a != a):
+                    run = nxt + j
+                csa[j] = run
+        out[base] = pos0 + lcs[0]
+        for j in range(1, cnt):
+            o = lcs[j]
+            n = csa[j - 1]
+            a = V[o]
+            out[base + j] = pos0 + (o if (a >= V[n] or a != a) else n)
+        c += 1
+    _fill_ends(ends, a0, a1, first_end, step)
+
+
+@njit(**_JIT)
+def lift_argmax(values, positions, out):
+    """``(x, position)`` per value (``ArgmaxKernel.lift``)."""
+    for i in range(values.shape[0]):
+        out[i, 0] = values[i]
+        out[i, 1] = positions[i]
