@@ -60,7 +60,7 @@ from typing import Any
 import numpy as np
 
 from ..aggregations import as_float_array, quiet_non_finite
-from ..batch import windows_with_ends
+from ..batch import windows_from_values, windows_with_ends
 from ..chunking import plan_chunk_size
 from ..kernels import resolve_engine
 from ..merge import build_lcs
@@ -135,7 +135,7 @@ class PBA(SlicedAggregator):
             raise TypeError(f"pool must be a pba_runtime.WorkerPool or None, got {type(pool).__name__}")
         self.chunk_size = self._b = chunk_size
         self._pool = (pool if pool is not None else default_pool()) if self.parallel else None
-        kernel = self._kernel
+        kernel = self.agg.kernel  # the per-tuple path keeps the aggregation's own partials, whatever the engine
         # partial storage: flat array('d') rows of `width` floats (0: a scalar per slice), or a list;
         # with a process pool, fixed-size slots in shared memory written in place (self._shm)
         self._flat = kernel is not None
@@ -558,7 +558,10 @@ class PBA(SlicedAggregator):
             saa = self._chunks[c].saa
             lo = f - c * b if c == f // b else 0
             hi = min(b, g - c * b)
-            parts.append(np.frombuffer(saa, dtype=np.float64).reshape((-1,) + kernel.shape)[lo:hi])
+            if self._flat:
+                parts.append(np.frombuffer(saa, dtype=np.float64).reshape((-1,) + kernel.shape)[lo:hi])
+            else:  # Python partials (a user aggregation on the compiled engine)
+                parts.append(kernel.to_array(saa[lo:hi]))
         if not parts:
             return np.empty((0,) + kernel.shape)
         return np.concatenate(parts) if len(parts) > 1 else parts[0].copy()
@@ -615,6 +618,8 @@ class PBA(SlicedAggregator):
         self._csa = kernel.to_partials(kernel.accumulate(rows, axis=0)[-1:])[0] if len(rows) else self.agg.identity
 
     def _store(self, rows: np.ndarray) -> Any:
+        if not self._flat:  # the per-tuple path keeps Python partials: a user aggregation's compiled rows
+            return self._kernel.to_partials(rows)
         return array("d", np.ascontiguousarray(rows, dtype=np.float64).tobytes())
 
     # ------------------------------------------------------------------ batch path
@@ -638,6 +643,8 @@ class PBA(SlicedAggregator):
             return self._pack([], [])
         n0 = self._n
         s, r, q, m = self._s, self._r, self._q, self._m
+        if s == 1 and q > 1 and self.engine.from_values is not None and N >= q:
+            return self._insert_values(vals)
         P = kernel.lift(vals, np.arange(n0, n0 + N) if self.agg.positional else None)
         # 1. close slices: finish the open one, cut the rest every s tuples
         fill0 = self._fill
@@ -702,6 +709,38 @@ class PBA(SlicedAggregator):
         self._emitted += nwin
         self._next_k = k_hi + 1
         self._finish_batch(X, k_lo, g1, N, fill, cur, front=k_hi + 1)
+        if self.agg.result == "int":
+            results = np.asarray(results, dtype=np.int64)
+        return ends, results
+
+    def _insert_values(self, vals: np.ndarray) -> tuple[np.ndarray, Any]:
+        """Count windows, slide 1, an engine that merges straight from values (compiled std, mean, argmax).
+
+        Every slice is one value, so the history's values (one column of its partials) and the
+        batch's values make the merge's input, and the merge writes lowered results: no partial
+        array for the batch, only for the ``q - 1`` slices kept as history.
+        """
+        kernel, engine = self._kernel, self.engine
+        N, n0, r, q = len(vals), self._n, self._r, self._q
+        k_lo = max(0, n0 + 1 - r)
+        k_hi = n0 + N - r  # >= k_lo: N >= q
+        g1 = self._back + N
+        if self._front < k_lo:
+            self._pop_to(k_lo)
+        hist = self._history() if self._back > self._front else None
+        if hist is not None and len(hist):
+            old = hist if hist.ndim == 1 else hist[:, engine.value_column]
+            V = np.concatenate([old, vals])
+        else:
+            V = vals
+        nwin = k_hi - k_lo + 1
+        ends, results = windows_from_values(engine, V, q, nwin, k_lo + r, 1, self._pool, pos0=k_lo)
+        self._emitted += nwin
+        self._next_k = k_hi + 1
+        front = k_hi + 1
+        tail = V[front - k_lo :]
+        pos = np.arange(front, front + len(tail)) if self.agg.positional else None
+        self._finish_batch(kernel.lift(tail, pos), front, g1, N, 0, self.agg.identity, front=front)
         if self.agg.result == "int":
             results = np.asarray(results, dtype=np.int64)
         return ends, results
@@ -841,6 +880,8 @@ class PBA(SlicedAggregator):
 
     def _get_state(self) -> dict[str, Any]:
         self._leave_lean()
+        if self._deferred is not None and not self._flat:
+            self._build_deferred()  # Python partials in the state: any engine restores it
         st = super()._get_state()
         if self._deferred is not None:  # after a batch: the slices as one array, as they are
             X, f, g = self._deferred

