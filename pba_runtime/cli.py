@@ -33,7 +33,7 @@ from typing import Any
 
 import pba_runtime as pr
 
-from .kernels import ENGINES
+from .kernels import ENGINES, resolve_engine
 from .runtime import Job, UserError
 from .runtime.errors import JobError
 from .runtime.sources import DEFAULT_BATCH_SIZE, CsvSource, Debs12Source, Debs14Source, JsonlSource, Source
@@ -289,8 +289,17 @@ def _describe(job: Job) -> str:
     alg = job.algorithm if job.algorithm != "auto" else f"auto -> {pr.resolve_auto(w, job.agg)}"
     late = f", lateness {job.allowed_lateness} ms" if job.is_time else ""
     sink = "none" if job.sink_format is None else f"{job.sink_format}:{job.sink_path}"
-    return (f"{PROG}: {what} -> key by -> {kind} W[{w.range}, {w.slide}] {job.agg.name} ({alg}{late}) "
-            f"x {job.parallelism} slots -> {sink}")
+    engine = _engine_name(job)
+    return (f"{PROG}: {what} -> key by -> {kind} W[{w.range}, {w.slide}] {job.agg.name} ({alg}{late}), "
+            f"{engine} engine x {job.parallelism} slots -> {sink}")
+
+
+def _engine_name(job: Job) -> str:
+    """The engine the slots' operators run (PBA and SBA have one; the other algorithms run Python)."""
+    alg = job.algorithm if job.algorithm != "auto" else pr.resolve_auto(job.window, job.agg)
+    if pr.algorithms.REGISTRY[alg].engines == ("python",):
+        return "python"
+    return resolve_engine(job.agg, job.engine).name
 
 
 def _n(total: int | None) -> str:

@@ -47,7 +47,7 @@ from .aggregations import Aggregation, get_aggregation
 from .algorithms import ALGORITHMS, REGISTRY, check_pool, choose_algorithm, create, uses_pool
 from .algorithms.base import WindowOperator
 from .algorithms.reorder import check_allowed_lateness
-from .kernels import check_engine, resolve_engine
+from .kernels import Engine, check_engine, resolve_engine
 from .pool import WorkerPool
 from .windows import CountWindow, TimeWindow, validate_window
 
@@ -148,6 +148,10 @@ class HostSpec:
     cores: int | None = None
     engine: str = "auto"
 
+    def engine_name(self) -> str:
+        """The engine this spec's operators run when ``"auto"`` picks the algorithm without a key's sizes."""
+        return KeyedHost(self).engine().name
+
     def validate(self) -> tuple[CountWindow | TimeWindow, Aggregation, str]:
         """:func:`validate` of this spec."""
         return validate(self.window, self.agg, self.algorithm, allowed_lateness=self.allowed_lateness,
@@ -189,6 +193,14 @@ class KeyedHost:
         self.keys: dict[Any, HostedKey] = {}
         if states:
             self.restore(states)
+
+    def engine(self, algorithm: str | None = None) -> Engine:
+        """The engine the keys' operators run (``algorithm``: the one chosen for a key; default: what
+        ``"auto"`` picks without a key's sizes): PBA and SBA resolve the spec's engine, others run Python."""
+        alg = algorithm or self.choose()[0]
+        if REGISTRY[alg].engines == ("python",):
+            return Engine("python")
+        return resolve_engine(self.agg, self.spec.engine)
 
     # ------------------------------------------------------------------ the algorithm and the pool
     def choose(self, key_slices: int | None = None, *, pool_ok: bool = True,

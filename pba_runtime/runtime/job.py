@@ -74,14 +74,16 @@ log = logging.getLogger("pba_runtime")
 DEFAULT_QUEUE_SIZE = 4
 
 
-def _context(start_method: str | None) -> Any:
+def _context(start_method: str | None, preload_kernels: bool = False) -> Any:
     method = start_method or ("forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn")
     if method == "fork":
         raise UserError("start_method 'fork' is not supported (worker threads and fork do not mix); "
                         "use 'forkserver' or 'spawn'")
     ctx = multiprocessing.get_context(method)
     if method == "forkserver":
-        ctx.set_forkserver_preload(["pba_runtime.runtime.slot"])
+        # the compiled kernels' module imports numba (~0.25 s): once in the forkserver, not in every slot
+        preload = ["pba_runtime.runtime.slot"] + (["pba_runtime.kernels.compiled"] if preload_kernels else [])
+        ctx.set_forkserver_preload(preload)
     return ctx
 
 
@@ -196,8 +198,8 @@ class Job:
         self.rate, self.progress, self.metrics_interval = rate, progress, metrics_interval
         self.log_stream = log_stream
         self.profile_dir = profile_dir
-        self._ctx = _context(start_method)
         self._check_operator()
+        self._ctx = _context(start_method, self._slot_spec(0).host_spec().engine_name() == "compiled")
         self.metrics = JobMetrics(parallelism)
 
     # ------------------------------------------------------------------ description

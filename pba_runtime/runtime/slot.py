@@ -57,6 +57,7 @@ import numpy as np
 import pba_runtime as pr
 
 from ..host import HostSpec, KeyedHost
+from ..kernels import warm_in_background
 from ..pool import ORPHAN_EXIT_CODE, exit_with_parent
 from .metrics import PhaseClock
 from .partitioning import group_by_key
@@ -133,6 +134,8 @@ class TaskSlot:
         self.spec = spec
         self.pool = pr.WorkerPool(kind="thread", workers=spec.pool_workers)
         self.host = KeyedHost(spec.host_spec(), self.pool)
+        # numba's import and the cached merge load (~0.4 s) while the slot waits for its first batch
+        self._warm = warm_in_background(self.host.engine())
         self.clock = PhaseClock()
         self.tuples = 0
         self.windows = 0
@@ -241,6 +244,8 @@ class TaskSlot:
     def close(self) -> None:
         self.host.close()
         self.pool.close(wait=False)
+        if self._warm is not None:
+            self._warm.join()
 
 
 class _ParentGone(Exception):
