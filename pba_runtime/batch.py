@@ -67,7 +67,7 @@ def window_merge(kernel: Kernel, X: np.ndarray, q: int, nwin: int, pool: WorkerP
 
 def windows_with_ends(kernel: Kernel, X: np.ndarray, q: int, nwin: int, first_end: int, step: int,
                       pool: WorkerPool | None = None, *, agg: Aggregation | None = None,
-                      engine: Engine | None = None) -> tuple[np.ndarray, np.ndarray]:
+                      engine: Engine | None = None, lowered: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """:func:`window_merge` plus the windows' ends ``first_end + a*step`` (int64), filled by the same threads.
 
     Writing the ends is a pass over as many bytes as the results: done row by
@@ -81,8 +81,15 @@ def windows_with_ends(kernel: Kernel, X: np.ndarray, q: int, nwin: int, first_en
     >>> ends, res = windows_with_ends(get_aggregation("sum").kernel, np.arange(5.0), 2, 4, first_end=2, step=1)
     >>> ends.tolist(), res.tolist()
     ([2, 3, 4, 5], [1.0, 3.0, 5.0, 7.0])
+
+    With ``lowered``, the results are lowered (``kernel.lower``); an engine that lowers in its
+    merge (``Engine.lowers_in_merge``) then writes no partials at all.
     """
-    return _merge(kernel, X, q, nwin, pool, agg, (first_end, step), engine)
+    if lowered and engine is not None and engine.lowers_in_merge and nwin > 0 and q > 1:
+        run = lambda *args: merge_range(*args, True)  # noqa: E731
+        return _merge_compiled(engine, X, q, nwin, pool, (first_end, step), run, ())
+    ends, out = _merge(kernel, X, q, nwin, pool, agg, (first_end, step), engine)
+    return ends, (kernel.lower(out) if lowered else out)
 
 
 def _merge(kernel: Kernel, X: np.ndarray, q: int, nwin: int, pool: WorkerPool | None, agg: Aggregation | None,

@@ -689,7 +689,7 @@ class PBA(SlicedAggregator):
         hist = self._history() if g0 > self._front else None
         X = new_slices if hist is None or not len(hist) else np.concatenate([hist, new_slices])
         ends, full = windows_with_ends(kernel, X, q, nwin, k_lo * s + r, s, self._pool, agg=self.agg,
-                                      engine=self.engine)
+                                      engine=self.engine, lowered=not m)
         if m:
             # head of slice k+q: its first m tuples, at batch offsets (k+q)*s - n0 ...
             h0 = (np.arange(k_lo, k_hi + 1) + q) * s - n0
@@ -705,7 +705,7 @@ class PBA(SlicedAggregator):
                 bounds[1::2] = hs[:-1] + m
                 heads[inside] = kernel.reduce_segments(P[: hs[-1] + m], bounds)[0::2]
             full = kernel.combine(full, heads, out=full if kernel.combine_in_place else None)
-        results = kernel.lower(full)
+        results = kernel.lower(full) if m else full
         self._emitted += nwin
         self._next_k = k_hi + 1
         self._finish_batch(X, k_lo, g1, N, fill, cur, front=k_hi + 1)

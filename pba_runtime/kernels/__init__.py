@@ -111,6 +111,11 @@ class Engine:
     #: (:func:`values_range`), and the column of a slice's partial that holds its one value
     from_values: str | None = None
     value_column: int = 0
+
+    @property
+    def lowers_in_merge(self) -> bool:
+        """Whether the merge can write lowered results itself (user aggregations: no partials written)."""
+        return self.layout == "user"
     kernel: Kernel | None = field(default=None, compare=False, repr=False)
     _ops_array: Any = field(default=None, compare=False, repr=False)
 
@@ -277,10 +282,11 @@ def resolve_engine(agg: Aggregation, engine: str = "auto") -> Engine:
 
 
 def merge_range(engine: Engine, X: np.ndarray, q: int, a0: int, a1: int, out: np.ndarray, ends: np.ndarray,
-                first_end: int, step: int) -> None:
+                first_end: int, step: int, lowered: bool = False) -> None:
     """Windows ``[a0, a1)`` of a batch (``a0`` a multiple of ``q``) by ``engine``'s compiled merge.
 
     Safe to call from several threads on disjoint ranges: each call has its own scratch.
+    ``lowered`` (engines with ``lowers_in_merge``): ``out`` gets the lowered results.
     """
     from . import compiled as C
 
@@ -293,7 +299,7 @@ def merge_range(engine: Engine, X: np.ndarray, q: int, a0: int, a1: int, out: np
     elif engine.layout == "argmax":
         C.merge_argmax(X, q, a0, a1, out, ends, first_end, step, np.empty((q, 2)))
     elif engine.layout == "user":
-        engine.kernel.merge(X, q, a0, a1, out, ends, first_end, step)
+        engine.kernel.merge(X, q, a0, a1, out, ends, first_end, step, lowered)
     else:  # pragma: no cover - resolve_engine never builds one
         raise ValueError(f"no compiled merge for layout {engine.layout!r}")
 

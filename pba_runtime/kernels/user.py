@@ -24,6 +24,7 @@ Examples
 from __future__ import annotations
 
 import math
+import re
 import warnings
 from typing import Any
 
@@ -35,125 +36,110 @@ __all__ = ["UserKernel", "compile_aggregation"]
 
 _SAMPLES = (0.0, 1.5, -2.25, 3.0, 1e-3, 1e12, -0.0, math.inf, -math.inf, math.nan)
 
-# what the generated loops look like, for a partial of `w` floats (w == 0: a scalar partial)
-_TEMPLATE = '''
+# What the generated loops look like. @L(arr, idx) loads the partial at ``idx`` (a float, or a tuple
+# of the row's fields); @S(arr, idx, var) stores ``var`` there. Loops walk forward over views (the
+# lcs over reversed ones), as the built-in merges do, so numba drops its negative-index tests.
+_TEMPLATE = """
 def lift_all(values, positions, out):
     for i in range(values.shape[0]):
         t = LIFT
-        STORE_OUT
+        @S(out, i, t)
 
 def lower_all(parts, out):
     for i in range(parts.shape[0]):
-        out[i] = lower(LOAD_PARTS)
+        out[i] = lower(@L(parts, i))
 
 def combine_all(a, b, out):
     for i in range(out.shape[0]):
-        t = combine(LOAD_A, LOAD_B)
-        STORE_OUT
+        t = combine(@L(a, i), @L(b, i))
+        @S(out, i, t)
 
 def reduce_all(parts, starts, out):
     n = parts.shape[0]
     for s in range(starts.shape[0]):
         lo = starts[s]
         hi = starts[s + 1] if s + 1 < starts.shape[0] else n
-        t = LOAD_LO
-        for i in range(lo + 1, hi):
-            t = combine(t, LOAD_PARTS)
-        i = s
-        STORE_OUT
+        seg = parts[lo:hi]
+        t = @L(seg, 0)
+        for i in range(1, hi - lo):
+            t = combine(t, @L(seg, i))
+        @S(out, s, t)
 
 def scan_all(parts, out, reverse):
     n = parts.shape[0]
     if n == 0:
         return
-    if reverse:
-        i = n - 1
-        t = LOAD_PARTS
-        STORE_OUT
-        for i in range(n - 2, -1, -1):
-            t = combine(LOAD_PARTS, t)
-            STORE_OUT
-    else:
-        i = 0
-        t = LOAD_PARTS
-        STORE_OUT
-        for i in range(1, n):
-            t = combine(t, LOAD_PARTS)
-            STORE_OUT
+    src = parts[::-1] if reverse else parts[::1]
+    dst = out[::-1] if reverse else out[::1]
+    t = @L(src, 0)
+    @S(dst, 0, t)
+    for i in range(1, n):
+        if reverse:
+            t = combine(@L(src, i), t)
+        else:
+            t = combine(t, @L(src, i))
+        @S(dst, i, t)
 
-def merge(X, q, a0, a1, out, ends, first_end, step, lcs, csa):
+def merge(X, q, a0, a1, out, ends, first_end, step, lcs, csa, lowered, lowered_out):
     c = a0 // q
+    lr = lcs[::-1]
     while c * q < a1:
         base = c * q
         n = min(q, a1 - base)
-        nxt = base + q
-        i = base + q - 1
-        t = LOAD_X
-        i = q - 1
-        STORE_LCS
-        for j in range(q - 2, -1, -1):
-            i = base + j
-            t = combine(LOAD_X, t)
-            i = j
-            STORE_LCS
+        xr = X[base : base + q][::-1]
+        xn = X[base + q : base + q + n - 1]
+        o = out[base : base + n] if not lowered else out[0:0]
+        t = @L(xr, 0)
+        @S(lr, 0, t)
+        for i in range(1, q):
+            t = combine(@L(xr, i), t)
+            @S(lr, i, t)
         if n > 1:
-            i = nxt
-            u = LOAD_X
-            i = 0
-            STORE_CSA
-            for j in range(1, n - 1):
-                i = nxt + j
-                u = combine(u, LOAD_X)
-                i = j
-                STORE_CSA
-        i = 0
-        t = LOAD_LCS
-        i = base
-        STORE_OUT
-        for j in range(1, n):
-            i = j
-            t = LOAD_LCS
-            i = j - 1
-            u = LOAD_CSA
-            t = combine(t, u)
-            i = base + j
-            STORE_OUT
+            u = @L(xn, 0)
+            @S(csa, 0, u)
+            for i in range(1, n - 1):
+                u = combine(u, @L(xn, i))
+                @S(csa, i, u)
+        if lowered:
+            o1 = lowered_out[base : base + n]
+            o1[0] = lower(@L(lcs, 0))
+            for j in range(1, n):
+                o1[j] = lower(combine(@L(lcs, j), @L(csa, j - 1)))
+        else:
+            t = @L(lcs, 0)
+            @S(o, 0, t)
+            for j in range(1, n):
+                t = combine(@L(lcs, j), @L(csa, j - 1))
+                @S(o, j, t)
         c += 1
     if ends.shape[0] > 0:
-        for a in range(a0, a1):
-            ends[a] = first_end + a * step
-'''
+        e = ends[a0:a1]
+        start = first_end + a0 * step
+        for i in range(a1 - a0):
+            e[i] = start + i * step
+"""
 
-
-def _load(arr: str, idx: str, w: int) -> str:
-    if not w:
-        return f"{arr}[{idx}]"
-    return "(" + ", ".join(f"{arr}[{idx}, {k}]" for k in range(w)) + ("," if w == 1 else "") + ")"
-
-
-def _store(arr: str, w: int, indent: str) -> str:
-    if not w:
-        return f"{arr}[i] = t"
-    return f"\n{indent}".join(f"{arr}[i, {k}] = t[{k}]" for k in range(w))
+_LOAD = re.compile(r"@L\((\w+), ([^()]+?)\)")
+_STORE = re.compile(r"^(\s*)@S\((\w+), ([^,]+), (\w+)\)$", re.M)
 
 
 def _source(w: int, positional: bool) -> str:
-    src = _TEMPLATE
-    src = src.replace("LIFT", "lift(values[i], positions[i])" if positional else "lift(values[i])")
-    for name, arr, idx in (("LOAD_PARTS", "parts", "i"), ("LOAD_A", "a", "i"), ("LOAD_B", "b", "i"),
-                           ("LOAD_LO", "parts", "lo"), ("LOAD_X", "X", "i"), ("LOAD_LCS", "lcs", "i"),
-                           ("LOAD_CSA", "csa", "i")):
-        src = src.replace(name, _load(arr, idx, w))
-    out = []
-    for line in src.splitlines():
-        stripped = line.lstrip()
-        indent = line[: len(line) - len(stripped)]
-        for name, arr in (("STORE_OUT", "out"), ("STORE_LCS", "lcs"), ("STORE_CSA", "csa")):
-            if stripped == name:
-                var = "u" if name == "STORE_CSA" else "t"
-                line = indent + _store(arr, w, indent).replace("= t", f"= {var}").replace("= t[", f"= {var}[")
-        out.append(line)
-    return "\n".join(out)
+    """The loops around the user's functions, for partials of ``w`` floats (0: a scalar partial)."""
+    src = _TEMPLATE.replace("LIFT", "lift(values[i], positions[i])" if positional else "lift(values[i])")
+
+    def load(m: re.Match) -> str:
+        arr, idx = m.group(1), m.group(2)
+        if not w:
+            return f"{arr}[{idx}]"
+        return "(" + ", ".join(f"{arr}[{idx}, {k}]" for k in range(w)) + ("," if w == 1 else "") + ")"
+
+    def store(m: re.Match) -> str:
+        indent, arr, idx, var = m.groups()
+        if not w:
+            return f"{indent}{arr}[{idx}] = {var}"
+        return "\n".join(f"{indent}{arr}[{idx}, {k}] = {var}[{k}]" for k in range(w))
+
+    return _STORE.sub(store, _LOAD.sub(load, src))
 
 
 def _width(identity: Any) -> int | None:
@@ -181,6 +167,7 @@ class UserKernel(Kernel):
 
     def __init__(self, agg: Aggregation, w: int, funcs: dict[str, Any]):
         self.shape = (w,) if w else ()
+        self.result = agg.result
         self.identity = np.asarray(agg.identity, dtype=np.float64).reshape(self.shape)
         self._f = funcs
         self._positional = agg.positional
@@ -231,10 +218,13 @@ class UserKernel(Kernel):
             dst[idx] = res
         return out
 
-    def merge(self, X, q, a0, a1, out, ends, first_end, step):
-        """Windows ``[a0, a1)`` of a batch (see :mod:`pba_runtime.kernels.compiled`)."""
-        self._f["merge"](X, q, a0, a1, out, ends, first_end, step, np.empty((q,) + self.shape),
-                         np.empty((q,) + self.shape))
+    def merge(self, X, q, a0, a1, out, ends, first_end, step, lowered=False):
+        """Windows ``[a0, a1)`` of a batch (see :mod:`pba_runtime.kernels.compiled`) into ``out``: their
+        partials, or with ``lowered`` their lowered results (a 1-D float array: no partials written)."""
+        scratch = (q,) + self.shape
+        parts_out = np.empty((0,) + self.shape) if lowered else out
+        self._f["merge"](X, q, a0, a1, parts_out, ends, first_end, step, np.empty(scratch), np.empty(scratch),
+                         lowered, out if lowered else np.empty(0))
 
 
 def compile_aggregation(agg: Aggregation) -> tuple[UserKernel | None, str]:
