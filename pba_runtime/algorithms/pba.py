@@ -835,10 +835,10 @@ class PBA(SlicedAggregator):
         nwin = K - next_k + 1
         if nwin > 0:
             ends, agg_full = windows_with_ends(kernel, X[next_k - x0 :], q, nwin, next_k * s + off + r, s,
-                                               self._pool, agg=self.agg, engine=self.engine)
+                                               self._pool, agg=self.agg, engine=self.engine, lowered=not m)
             if m:
                 agg_full = kernel.combine(agg_full, head[next_k + q - S0 : K + q + 1 - S0])
-            results = kernel.lower(agg_full)
+            results = kernel.lower(agg_full) if m else agg_full
             if self.agg.result == "int":
                 results = np.asarray(results, dtype=np.int64)
             self._emitted += nwin
