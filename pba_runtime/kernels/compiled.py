@@ -64,7 +64,7 @@ def c_fmin(a, b):
 
 
 @njit(inline="always", cache=True)
-def _scalar_rows(X, q, a0, a1, out, comb, lcs, csa):
+def _scalar_rows(X, q, a0, a1, out, comb, lcs, csa, div=1.0):
     """Windows ``[a0, a1)`` over scalar partials (1-D views, any stride).
 
     Per row: the row's lcs (from its end) and the next row's csa (from its start) in one
@@ -94,9 +94,14 @@ def _scalar_rows(X, q, a0, a1, out, comb, lcs, csa):
         for i in range(max(both, 1), q):
             acc = comb(xr[i], acc)
             lr[i] = acc
-        o[0] = lcs[0]
-        for j in range(1, n):
-            o[j] = comb(lcs[j], csa[j - 1])
+        if div == 1.0:
+            o[0] = lcs[0]
+            for j in range(1, n):
+                o[j] = comb(lcs[j], csa[j - 1])
+        else:  # mean: the sum divided by the count, in the same pass
+            o[0] = lcs[0] / div
+            for j in range(1, n):
+                o[j] = comb(lcs[j], csa[j - 1]) / div
         c += 1
 
 
@@ -406,10 +411,7 @@ def std_from_values(V, q, a0, a1, out, ends, first_end, step, lcs, csa):
 @njit(**_JIT)
 def mean_from_values(V, q, a0, a1, out, ends, first_end, step, lcs, csa):
     """``mean`` of windows ``[a0, a1)`` of ``q`` values each: the sum merge, divided by the count."""
-    _scalar_rows(V, q, a0, a1, out, c_add, lcs, csa)
-    n = float(q)
-    for a in range(a0, a1):
-        out[a] = out[a] / n
+    _scalar_rows(V, q, a0, a1, out, c_add, lcs, csa, float(q))
     _fill_ends(ends, a0, a1, first_end, step)
 
 
