@@ -339,7 +339,9 @@ _EXIT_SCRIPT = textwrap.dedent("""
     if __name__ == "__main__":
         how = sys.argv[1]
         pool = pr.WorkerPool(kind="process", workers=1, start_method=sys.argv[2])
-        ops = [pr.create("pba", pr.CountWindow(range=100, slide=1), agg, pool=pool) for agg in (A.PY_MAX, "max")]
+        # the numpy engine's batch merge leases a shared-memory scratch block (the compiled one uses a thread)
+        ops = [pr.create("pba", pr.CountWindow(range=100, slide=1), agg, pool=pool, engine=engine)
+               for agg, engine in ((A.PY_MAX, "auto"), ("max", "numpy"))]
         ops[1].insert_many([1.0] * 200_000)
         for i in range(1000):
             for op in ops:
