@@ -186,3 +186,23 @@ def test_spike_height_and_binned_max():
     assert width == 1000 and len(trace) == 10 and max(trace) == 10**9
     s = C.spread([3, 1, 2])
     assert (s["median"], s["min"], s["max"]) == (2, 1, 3)
+
+
+def test_kernels_bench_smoke(tmp_path):
+    """bench/bench_kernels.py (issue 17): every built-in against its peers, accuracy, user and time rows."""
+    import bench_kernels
+
+    out = tmp_path / "kernels.json"
+    bench_kernels.main(["--smoke", "--out", str(out)])
+    res = json.loads(out.read_text())
+    aggs = {row["agg"] for row in res["builtins"]}
+    assert aggs == set(bench_kernels.AGGS)
+    for row in res["builtins"]:
+        assert {"compiled_pba", "compiled_sba", "numpy_pba", "copyto"} <= set(row["methods"])
+        assert all(m["min_per_s"] <= m["per_s"] <= m["max_per_s"] for m in row["methods"].values())
+        assert row["fraction_of_copyto"] > 0
+    assert set(res["accuracy"]) == {"sum", "mean", "std"}
+    assert res["accuracy"]["sum"]["compiled"] <= 1e-12  # exact where a running sum is not (a correctness fact)
+    assert res["user"]["engine"] == "compiled"
+    assert set(res["time"]["aggs"]) == {"max", "sum", "std"}
+    assert res["time"]["flush"]["flush_s"] >= 0

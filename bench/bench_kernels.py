@@ -1,0 +1,320 @@
+"""Compiled kernels against their peers (issue 17): every built-in, side by side in one run.
+
+For each aggregation and range (slide 1, float64 values), interleaved repeats of:
+``sliding_aggregate`` on the compiled engine (PBA with a thread pool, and SBA), on the numpy
+engine, bottleneck's ``move_*``, pandas' ``rolling``, polars' ``rolling_*``, and ``np.copyto``
+of the same values (one read, one write: the machine's limit). Medians with their spread
+(min-max over repeats); ratios of medians taken in the same run.
+
+Also: the relative error of sum/mean/std against an exact recompute on runs of 1e12 beside runs
+of 1e-3; user aggregations (compiled from plain Python) against pandas'
+``rolling.apply(engine="numba")`` and our built-in max; time windows with gaps, compiled against
+numpy and Python; the end-of-stream flush of a long time window.
+
+    python bench/bench_kernels.py             # 10M values, ranges 2^10 2^13 2^17 2^20
+    python bench/bench_kernels.py --quick     # 2M values, ranges 2^10 2^13 2^17
+    python bench/bench_kernels.py --smoke     # seconds: the harness only
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import time
+from pathlib import Path
+
+import numpy as np
+from bench_baselines import machine_info  # bench/ is on sys.path
+
+import pba_runtime as pr
+
+RESULTS = Path(__file__).resolve().parent / "results"
+AGGS = ["max", "min", "argmax", "sum", "mean", "std", "count", "geomean", "moment_sketch"]
+
+
+def _peers(agg: str):
+    """``{name: fn(x, w)}`` of the peers that have ``agg``."""
+    peers = {}
+    try:
+        import bottleneck as bn
+
+        f = {"max": bn.move_max, "min": bn.move_min, "argmax": bn.move_argmax, "sum": bn.move_sum,
+             "mean": bn.move_mean, "std": lambda x, w: bn.move_std(x, w, ddof=1)}.get(agg)
+        if f is not None:
+            peers["bottleneck"] = f
+    except ImportError:
+        pass
+    try:
+        import pandas as pd
+
+        m = {"max": "max", "min": "min", "sum": "sum", "mean": "mean", "std": "std", "count": "count"}.get(agg)
+        if m is not None:
+            peers["pandas"] = lambda x, w, m=m: getattr(pd.Series(x).rolling(w), m)().to_numpy()
+    except ImportError:
+        pass
+    try:
+        import polars as pl
+
+        m = {"max": "rolling_max", "min": "rolling_min", "sum": "rolling_sum", "mean": "rolling_mean",
+             "std": "rolling_std"}.get(agg)
+        if m is not None:
+            peers["polars"] = lambda x, w, m=m: getattr(pl.Series(x), m)(w).to_numpy()
+    except ImportError:
+        pass
+    return peers
+
+
+def _values(n: int, agg: str, seed: int = 0) -> np.ndarray:
+    x = np.random.default_rng(seed).normal(size=n)
+    return np.abs(x) + 0.5 if agg in ("geomean", "moment_sketch") else x
+
+
+def _stats(times: list[float], n: int) -> dict:
+    rates = sorted(n / t for t in times)
+    return {"per_s": statistics.median(rates), "min_per_s": rates[0], "max_per_s": rates[-1]}
+
+
+def bench_builtins(n: int, exps: list[int], repeat: int, pool: pr.WorkerPool) -> list[dict]:
+    rows = []
+    for agg in AGGS:
+        x = _values(n, agg)
+        peers = _peers(agg)
+        for e in exps:
+            w = 1 << e
+            if w * 2 > n:
+                continue
+            win = pr.CountWindow(range=w, slide=1)
+            out = np.empty_like(x)
+            methods = {
+                "compiled_pba": lambda: pr.sliding_aggregate(x, window=win, agg=agg, algorithm="pba", pool=pool,
+                                                             engine="compiled"),
+                "compiled_sba": lambda: pr.sliding_aggregate(x, window=win, agg=agg, algorithm="sba",
+                                                             engine="compiled"),
+                "numpy_pba": lambda: pr.sliding_aggregate(x, window=win, agg=agg, algorithm="pba", pool=pool,
+                                                          engine="numpy"),
+                "copyto": lambda: np.copyto(out, x),
+            }
+            for name, f in peers.items():
+                methods[name] = lambda f=f: f(x, w)
+            for f in methods.values():  # warm: compile or load kernels, fault pages in
+                f()
+            times: dict[str, list[float]] = {k: [] for k in methods}
+            for _ in range(repeat):
+                for k, f in methods.items():
+                    t0 = time.perf_counter()
+                    f()
+                    times[k].append(time.perf_counter() - t0)
+            row = {"agg": agg, "range": w, "methods": {k: _stats(v, n) for k, v in times.items()}}
+            med = {k: statistics.median(v) for k, v in times.items()}
+            c = med["compiled_pba"]
+            row["ratios"] = {f"compiled_vs_{k}": med[k] / c for k in med if k != "compiled_pba"}
+            row["fraction_of_copyto"] = med["copyto"] / c
+            rows.append(row)
+            print_row(row)
+    return rows
+
+
+def print_row(row: dict) -> None:
+    m = row["methods"]
+    cells = "  ".join(f"{k} {v['per_s'] / 1e6:.0f}M [{v['min_per_s'] / 1e6:.0f}-{v['max_per_s'] / 1e6:.0f}]"
+                      for k, v in m.items())
+    r = row["ratios"]
+    peers = "  ".join(f"x{k[len('compiled_vs_'):]} {v:.2f}" for k, v in r.items()
+                      if k[len("compiled_vs_"):] in ("bottleneck", "pandas", "polars"))
+    print(f"{row['agg']:>13} 2^{int(math.log2(row['range'])):<2} {cells}")
+    print(f"{'':>17} compiled_pba: {peers}  copyto fraction {row['fraction_of_copyto']:.2f}", flush=True)
+
+
+def bench_accuracy(n: int) -> dict:
+    """Max relative error against an exact recompute (math.fsum) on runs of 1e12 beside runs of 1e-3, W[2^8, 1]."""
+    block = 1000
+    reps = max(2, n // (2 * block))
+    x = np.concatenate([np.concatenate([np.full(block, 1e12), 1e-3 * (1 + np.arange(block) % 7)])
+                        for _ in range(reps)])[:n]
+    w = 1 << 8  # shorter than a run: some windows hold only 1e-3s, after 1e12s left them
+    idx = np.arange(0, len(x) - w + 1, max(1, (len(x) - w + 1) // 2000))
+    xs = x.tolist()
+    exact_sum = np.array([math.fsum(xs[k : k + w]) for k in idx])
+    exact_mean = exact_sum / w
+
+    def exact_std(k):
+        m = exact_mean[k]
+        d = [v - m for v in xs[idx[k] : idx[k] + w]]
+        return math.sqrt(math.fsum(t * t for t in d) / (w - 1))
+
+    exact = {"sum": exact_sum, "mean": exact_mean, "std": np.array([exact_std(k) for k in range(len(idx))])}
+    res: dict = {}
+    win = pr.CountWindow(range=w, slide=1)
+    for agg in ("sum", "mean", "std"):
+        got = {"compiled": pr.sliding_aggregate(x, window=win, agg=agg, engine="compiled")[1][idx]}
+        peers = _peers(agg)
+        for name in ("bottleneck", "pandas"):
+            if name in peers:
+                got[name] = peers[name](x, w)[idx + w - 1]
+        want = exact[agg]
+        nz = want != 0  # a window of equal values has std 0: compared absolutely (scaled by its values)
+        res[agg] = {k: float(max(np.max(np.abs(v[nz] - want[nz]) / np.abs(want[nz]), initial=0.0),
+                                 np.max(np.abs(v[~nz]) / 1e12, initial=0.0)))
+                    for k, v in got.items()}
+        print(f"accuracy {agg:>5}: " + "  ".join(f"{k} {v:.1e}" for k, v in res[agg].items()), flush=True)
+    return res
+
+
+# user aggregations, plain Python: numba compiles them
+def _abs(v):
+    return abs(v)
+
+
+def _max_nan(a, b):
+    return a if (a >= b or a != a) else b
+
+
+def _same(p):
+    return p
+
+
+def _pair(v):
+    return (v, v)
+
+
+def _pair_combine(a, b):
+    lo = a[0] if (a[0] <= b[0] or a[0] != a[0]) else b[0]
+    hi = a[1] if (a[1] >= b[1] or a[1] != a[1]) else b[1]
+    return (lo, hi)
+
+
+def _spread(p):
+    return p[1] - p[0]
+
+
+ABSMAX = pr.Aggregation(lift=_abs, combine=_max_nan, lower=_same, identity=0.0, name="absmax")
+SPREAD = pr.Aggregation(lift=_pair, combine=_pair_combine, lower=_spread, identity=(math.inf, -math.inf),
+                        name="spread")
+
+
+def bench_user(n: int, n_pandas: int, repeat: int, pool: pr.WorkerPool) -> dict:
+    import pandas as pd
+
+    w = 1 << 10
+    x = _values(n, "max", 1)
+    win = pr.CountWindow(range=w, slide=1)
+    with pr.create("pba", win, ABSMAX) as op:
+        engine = op.stats()["engine"]
+    methods = {
+        "absmax": lambda: pr.sliding_aggregate(x, window=win, agg=ABSMAX, algorithm="pba", pool=pool),
+        "spread": lambda: pr.sliding_aggregate(x, window=win, agg=SPREAD, algorithm="pba", pool=pool),
+        "builtin_max": lambda: pr.sliding_aggregate(x, window=win, agg="max", algorithm="pba", pool=pool),
+    }
+    s = pd.Series(x[:n_pandas])
+
+    def absmax_np(a):
+        return np.max(np.abs(a))
+
+    t0 = time.perf_counter()
+    s.rolling(w).apply(absmax_np, raw=True, engine="numba")
+    first_pandas = time.perf_counter() - t0
+    for f in methods.values():
+        f()
+    times: dict[str, list[float]] = {k: [] for k in (*methods, "pandas_numba_apply")}
+    for _ in range(repeat):
+        for k, f in methods.items():
+            t0 = time.perf_counter()
+            f()
+            times[k].append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        s.rolling(w).apply(absmax_np, raw=True, engine="numba")
+        times["pandas_numba_apply"].append(time.perf_counter() - t0)
+    st = {k: _stats(v, n_pandas if k == "pandas_numba_apply" else n) for k, v in times.items()}
+    res = {"range": w, "engine": engine, "methods": st, "pandas_first_call_s": first_pandas,
+           "absmax_vs_pandas": st["absmax"]["per_s"] / st["pandas_numba_apply"]["per_s"],
+           "absmax_vs_builtin_max": st["absmax"]["per_s"] / st["builtin_max"]["per_s"],
+           "spread_vs_builtin_max": st["spread"]["per_s"] / st["builtin_max"]["per_s"]}
+    print(f"user aggregations ({engine}): " + "  ".join(f"{k} {v['per_s'] / 1e6:.1f}M" for k, v in st.items()))
+    print(f"  absmax: x{res['absmax_vs_pandas']:.0f} pandas numba apply, {res['absmax_vs_builtin_max']:.2f} of "
+          f"built-in max; spread {res['spread_vs_builtin_max']:.2f} of built-in max", flush=True)
+    return res
+
+
+def _time_stream(n: int, seed: int = 2) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    steps = rng.integers(1, 4, size=n)
+    gaps = rng.random(n) < 1e-4
+    steps[gaps] = rng.integers(2_000, 120_000, size=int(gaps.sum()))  # 2 s to 2 min: some reset the windows
+    return rng.normal(size=n), np.cumsum(steps).astype(np.int64)
+
+
+def bench_time(n: int, repeat: int, pool: pr.WorkerPool, python_n: int) -> dict:
+    x, ts = _time_stream(n)
+    win = pr.TimeWindow(range=60_000, slide=10)
+    res: dict = {"window": "TimeWindow(60 s, 10 ms)", "records": n, "aggs": {}}
+    for agg in ("max", "sum", "std"):
+        methods = {
+            "compiled_pba": lambda: pr.sliding_aggregate(x, window=win, agg=agg, timestamps=ts, algorithm="pba",
+                                                         pool=pool, engine="compiled"),
+            "numpy_pba": lambda: pr.sliding_aggregate(x, window=win, agg=agg, timestamps=ts, algorithm="pba",
+                                                      pool=pool, engine="numpy"),
+        }
+        for f in methods.values():
+            f()
+        times: dict[str, list[float]] = {k: [] for k in methods}
+        for _ in range(repeat):
+            for k, f in methods.items():
+                t0 = time.perf_counter()
+                f()
+                times[k].append(time.perf_counter() - t0)
+        st = {k: _stats(v, n) for k, v in times.items()}
+        # the Python engine on a prefix (its per-tuple loop): a rate, compared as a rate
+        xp, tp = x[:python_n], ts[:python_n]
+        t0 = time.perf_counter()
+        pr.sliding_aggregate(xp, window=win, agg=agg, timestamps=tp, algorithm="sba", engine="python")
+        st["python_sba"] = {"per_s": python_n / (time.perf_counter() - t0)}
+        st["compiled_vs_numpy"] = st["compiled_pba"]["per_s"] / st["numpy_pba"]["per_s"]
+        st["compiled_vs_python"] = st["compiled_pba"]["per_s"] / st["python_sba"]["per_s"]
+        res["aggs"][agg] = st
+        print(f"time windows {agg}: compiled {st['compiled_pba']['per_s'] / 1e6:.1f}M/s, numpy "
+              f"{st['numpy_pba']['per_s'] / 1e6:.1f}M/s, python {st['python_sba']['per_s'] / 1e6:.2f}M/s", flush=True)
+    # the end-of-stream flush of a long window: one vectorised pass
+    n_f = max(n // 2, 1000)
+    xf, tf = _time_stream(n_f, 3)
+    with pr.create("pba", pr.TimeWindow(range=3_600_000, slide=10), "max", pool=pool) as op:
+        t0 = time.perf_counter()
+        op.insert_many(xf, tf)
+        t1 = time.perf_counter()
+        op.flush()
+        t2 = time.perf_counter()
+    res["flush"] = {"window": "TimeWindow(1 h, 10 ms)", "records": n_f, "insert_many_s": t1 - t0, "flush_s": t2 - t1}
+    print(f"flush at TimeWindow(1 h, 10 ms), {n_f} records: insert_many {t1 - t0:.3f} s, flush {t2 - t1:.3f} s")
+    return res
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--n", type=int, default=10_000_000, help="values per aggregation")
+    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--quick", action="store_true", help="2M values, ranges up to 2^17, 3 repeats")
+    ap.add_argument("--smoke", action="store_true", help="tiny sizes: the harness only")
+    ap.add_argument("--out", type=Path, default=RESULTS / "kernels.json")
+    args = ap.parse_args(argv)
+    n, repeat, exps = args.n, args.repeat, [10, 13, 17, 20]
+    if args.quick:
+        n, repeat = 2_000_000, 3
+    if args.smoke:
+        n, repeat, exps = 20_000, 1, [4, 8]
+    exps = [e for e in exps if (1 << e) * 4 <= n or e <= 17]
+    doc: dict = {"machine": machine_info(), "args": {"n": n, "repeat": repeat, "ranges": [1 << e for e in exps]}}
+    with pr.WorkerPool("thread", workers=1) as pool:
+        doc["builtins"] = bench_builtins(n, exps, repeat, pool)
+        doc["accuracy"] = bench_accuracy(min(n, 200_000))
+        doc["user"] = bench_user(min(n, 2_000_000), min(n, 100_000), repeat, pool)
+        doc["time"] = bench_time(min(n, 2_000_000), repeat, pool, min(n, 200_000))
+    doc["machine"]["loadavg_end"] = list(__import__("os").getloadavg())
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(doc, indent=1))
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
