@@ -573,6 +573,89 @@ FINDINGS = """## Findings about the library (for its owners)
 """
 
 
+def kernels_section(kr: dict) -> list[str]:
+    """Issue 17: the compiled batch kernels against bottleneck, pandas, polars and np.copyto (bench_kernels.py)."""
+    a = kr.get("args", {})
+    m = kr.get("machine", {})
+    out = ["## Compiled batch kernels against their peers (issue 17)", "",
+           f"`python bench/bench_kernels.py` ({a.get('n', 0):,} float64 values, slide 1, {a.get('repeat')} interleaved "
+           f"repeats; 1-min load {m.get('loadavg', [0])[0]:.1f} at the start, {m.get('loadavg_end', [0])[0]:.1f} at "
+           "the end). M values/s, median [min-max]; ratios of medians taken in the same run. `compiled PBA` is "
+           "`sliding_aggregate` on the compiled engine with a thread pool (the windows split at a chunk boundary "
+           "across two threads), `compiled SBA` the same on one thread, `numpy` the vectorised reference engine. "
+           "`copyto`: `np.copyto` of the same values (one read, one write: the machine's limit); the last column "
+           "is the share of that limit compiled PBA reaches.", ""]
+
+    def cell(row, k):
+        c = row["methods"].get(k)
+        return "-" if c is None else f"{rate(c['per_s'])} [{rate(c['min_per_s'])}-{rate(c['max_per_s'])}]"
+
+    def rat(row, k):
+        v = row["ratios"].get(f"compiled_vs_{k}")
+        return "-" if v is None else f"{v:.2f}x"  # time of the peer / time of compiled PBA
+
+    rows = [[r["agg"], range_label(r["range"]), cell(r, "compiled_pba"), cell(r, "compiled_sba"), cell(r, "numpy_pba"),
+             cell(r, "bottleneck"), cell(r, "pandas"), cell(r, "polars"), rat(r, "bottleneck"), rat(r, "pandas"),
+             rat(r, "polars"), f"{r['fraction_of_copyto']:.2f}"] for r in kr.get("builtins", [])]
+    out += table(["agg", "range", "compiled PBA", "compiled SBA", "numpy", "bottleneck", "pandas", "polars",
+                  "PBA / bottleneck", "PBA / pandas", "PBA / polars", "of copyto"], rows)
+    out += kernel_goals(kr)
+    acc = kr.get("accuracy") or {}
+    if acc:
+        out += ["Relative error against an exact recompute (`math.fsum`) on runs of 1e12 beside runs of 1e-3, "
+                "`W[2^8, 1]`:", ""]
+        out += table(["agg", *sorted(next(iter(acc.values())))],
+                     [[k, *(f"{v[n]:.1e}" for n in sorted(v))] for k, v in acc.items()])
+    return out
+
+
+def kernel_goals(kr: dict) -> list[str]:
+    """Issue 17's goals, each judged on this run."""
+    rows = []
+    by = {}
+    for r in kr.get("builtins", []):
+        by.setdefault(r["agg"], []).append(r)
+
+    def judge(aggs, peer, bound):
+        vals = [(r["agg"], r["range"], r["ratios"][f"compiled_vs_{peer}"]) for agg in aggs for r in by.get(agg, [])
+                if f"compiled_vs_{peer}" in r["ratios"]]
+        if not vals:
+            return None, "-"
+        worst = min(vals, key=lambda v: v[2])
+        ok = all(v[2] >= bound for v in vals)
+        misses = [f"{a} {range_label(w)} {x:.2f}x" for a, w, x in vals if x < bound]
+        return ok, (f"lowest {worst[2]:.2f}x ({worst[0]} {range_label(worst[1])}), {len(vals) - len(misses)} of "
+                    f"{len(vals)} points >= {bound:g}x" + (f"; below: {', '.join(misses)}" if misses else ""))
+
+    for label, aggs, peer, bound in [
+            ("max, min, argmax >= 3x bottleneck at every range", ("max", "min", "argmax"), "bottleneck", 3),
+            ("sum, mean, std >= 1x bottleneck at every range", ("sum", "mean", "std"), "bottleneck", 1),
+            ("every built-in >= 5x pandas rolling", tuple(by), "pandas", 5),
+            ("every built-in >= 5x polars rolling_*", tuple(by), "polars", 5)]:
+        ok, text = judge(aggs, peer, bound)
+        rows.append([label, text, met(ok)])
+    acc = kr.get("accuracy") or {}
+    if acc:
+        worst = max(v["compiled"] for v in acc.values())
+        rows.append(["sum, mean, std relative error <= 1e-12 on 1e12 beside 1e-3", f"worst {worst:.1e} (bottleneck: "
+                     f"{max(v.get('bottleneck', 0) for v in acc.values()):.1e})", met(worst <= 1e-12)])
+    u = kr.get("user")
+    if u:
+        ok = u["absmax_vs_pandas"] >= 100 and u["absmax_vs_builtin_max"] >= 0.5
+        rows.append([f"user absmax ({u['engine']}) >= 100x pandas numba apply and >= 0.5x built-in max, "
+                     f"`W[{range_label(u['range'])}, 1]`",
+                     f"{u['absmax_vs_pandas']:.0f}x pandas, {u['absmax_vs_builtin_max']:.2f}x built-in max "
+                     f"(spread = max - min: {u['spread_vs_builtin_max']:.2f}x)", met(ok)])
+    t = kr.get("time")
+    if t:
+        r = {k: v["compiled_vs_numpy"] for k, v in t["aggs"].items()}
+        rows.append([f"time windows, {t['window']} over {t['records']:,} records with gaps: >= 10x the numpy engine "
+                     "(the pre-compiled path)", ", ".join(f"{k} {v:.1f}x" for k, v in r.items()) +
+                     f"; flush of {t['flush']['window']}: {t['flush']['flush_s'] * 1e3:.1f} ms",
+                     met(all(v >= 10 for v in r.values()))])
+    return ["Goals of issue 17 on this run:", ""] + table(["goal", "measured", ""], rows)
+
+
 def build(res_dir: Path) -> str:
     """The Markdown report for the JSON files in ``res_dir``."""
     tp = C.read_json(res_dir / "exp_throughput.json")
@@ -605,6 +688,9 @@ def build(res_dir: Path) -> str:
         out += latency_section(lat)
     if sc:
         out += scaling_section(sc)
+    kr = C.read_json(res_dir / "kernels.json")
+    if kr:
+        out += kernels_section(kr)
     return "\n".join(out).rstrip() + "\n"
 
 

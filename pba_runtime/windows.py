@@ -29,7 +29,7 @@ import functools
 import numbers
 from dataclasses import dataclass
 
-__all__ = ["CountWindow", "TimeWindow", "Window", "validate_window", "INT64_MIN", "INT64_MAX"]
+__all__ = ["CountWindow", "TimeWindow", "Window", "validate_window", "time_slices", "INT64_MIN", "INT64_MAX"]
 
 INT64_MIN = -(2**63)
 INT64_MAX = 2**63 - 1
@@ -154,3 +154,30 @@ def validate_window(window: object) -> Window:
             "e.g. pr.CountWindow(range=1024, slide=1)"
         )
     return window
+
+
+def time_slices(ts, s: int, off: int, r: int, last_slice: int, has_last: bool):
+    """Each tuple's slice and the tuples where a time window's slicing restarts (the numpy reference).
+
+    ``G[i] = (ts[i] - off) // s``. A tuple *starts an episode* when the first window holding it,
+    ``(ts[i] - off - r) // s + 1``, begins after the previous tuple's slice (``last_slice``, the slice
+    of the last tuple before the batch, when ``has_last``): every window holding an older tuple is
+    then complete, and the slicing starts afresh. Returns ``(G, starts)``, ``starts`` ascending.
+    ``pba_runtime.kernels.slicing.time_slices`` is the compiled twin (one pass, no temporaries).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> G, starts = time_slices(np.array([0, 3, 12, 15, 200]), 10, 0, 30, 0, False)
+    >>> G.tolist(), starts.tolist()
+    ([0, 0, 1, 1, 20], [0, 4])
+    """
+    import numpy as np
+
+    G = (ts - off) // s
+    first_k = (ts - off - r) // s + 1  # the first window holding each tuple
+    fresh = np.empty(len(ts), dtype=bool)
+    fresh[1:] = first_k[1:] > G[:-1]
+    if len(ts):
+        fresh[0] = not has_last or first_k[0] > last_slice
+    return G, np.flatnonzero(fresh)

@@ -167,6 +167,10 @@ class PBA(SlicedAggregator):
         # the lean path's vectorised lcs (+) ca_middle (scalar kernel partials only)
         self._mid_combine = kernel.combine if kernel is not None and not kernel.shape else None
         self._lean = False
+        # time-window batches: the compiled engine slices in compiled passes (kernels/slicing.py), and
+        # folds scalar/column partials into their slices there too; the numpy engine runs the reference
+        self._compiled_slicing = self._is_time and self.engine.compiled
+        self._compiled_fold = self._compiled_slicing and self.engine.layout in ("scalar", "columns")
 
     # ------------------------------------------------------------------ merger
     def _reset_merger(self, f: int = 0, g: int = 0) -> None:
@@ -760,20 +764,23 @@ class PBA(SlicedAggregator):
             return self._pack([], [])
         s, r, off = self._s, self._r, self._off
         P = kernel.lift(vals, ts if self.agg.positional else None)
-        G = (ts - off) // s
-        first_k = (ts - off - r) // s + 1  # first window holding each tuple
-        prev_slice = np.empty(N, dtype=np.int64)
-        prev_slice[1:] = G[:-1]
-        fresh = np.empty(N, dtype=bool)
-        fresh[1:] = first_k[1:] > prev_slice[1:]
-        fresh[0] = self._slice is None or first_k[0] > self._slice
-        bounds = np.append(np.flatnonzero(fresh), N)
-        if bounds[0] != 0:
-            bounds = np.insert(bounds, 0, 0)
+        if self._compiled_slicing:
+            from ..kernels import slicing  # numba's import waits for the first compiled batch
+
+            self._slicing = slicing
+            time_slices = slicing.time_slices
+        else:
+            from ..windows import time_slices
+        has_last = self._slice is not None
+        G, starts = time_slices(ts, s, off, r, self._slice if has_last else 0, has_last)
+        # episodes: [0, first start) continues the slicing before the batch; each start begins afresh
+        first_fresh = len(starts) > 0 and starts[0] == 0
+        bounds = starts.tolist() + [N]
+        if not first_fresh:
+            bounds.insert(0, 0)
         all_ends, all_res = [], []
-        for i0, i1 in zip(bounds[:-1], bounds[1:]):
-            i0, i1 = int(i0), int(i1)
-            if fresh[i0]:
+        for e, (i0, i1) in enumerate(zip(bounds[:-1], bounds[1:])):
+            if e > 0 or first_fresh:
                 if self._slice is not None:  # windows holding older tuples were all completed by ts[i0]
                     e, res = self._drain_before(int(ts[i0]))
                     all_ends.append(e)
@@ -805,22 +812,19 @@ class PBA(SlicedAggregator):
         K = (int(ts[-1]) - off - r) // s if last else g_last  # last window this episode completes
         S_end = max(g_last + 1, K + q + 1)
         width = S_end - S0
-        head = kernel.identity_array(width)
         tail = kernel.identity_array(width)
         if m:
+            head = kernel.identity_array(width)
             in_head = (ts - off - G * s) < m
             groups = ((head, in_head), (tail, ~in_head))
         else:
             groups = ((tail, slice(None)),)
         for dense, sel in groups:
-            Ps, Gs = P[sel], G[sel]
-            if len(Gs):
-                starts = np.flatnonzero(np.diff(Gs)) + 1
-                starts = np.insert(starts, 0, 0)
-                dense[Gs[starts] - S0] = kernel.reduce_segments(Ps, starts)
+            self._fold_slices(P[sel], G[sel], S0, dense)
         # the open slice carried in from before the batch is older than the batch's tuples
-        head[:1] = kernel.combine(kernel.to_array([self._head]), head[:1])
         tail[:1] = kernel.combine(kernel.to_array([self._cur]), tail[:1])
+        if m:
+            head[:1] = kernel.combine(kernel.to_array([self._head]), head[:1])
         full = kernel.combine(head, tail) if m else tail
         base = self._back - self._g  # absolute index of the merger's slice 0
         front = self._front
@@ -856,6 +860,21 @@ class PBA(SlicedAggregator):
             self._reset_merger()
             self._slice = None
         return ends, results
+
+    def _fold_slices(self, P: np.ndarray, G: np.ndarray, S0: int, dense: np.ndarray) -> None:
+        """``dense[g - S0]`` = the partial of the tuples of slice ``g`` (``G`` sorted; other slices untouched)."""
+        if not len(G):
+            return
+        if self._compiled_fold:
+            slicing = self._slicing
+            if dense.ndim == 1:
+                slicing.fold_scalar(np.ascontiguousarray(P), G, S0, dense, self.engine.ops[0])
+            else:
+                slicing.fold_columns(np.ascontiguousarray(P), G, S0, dense, self.engine._ops_array)
+            return
+        starts = np.flatnonzero(np.diff(G)) + 1
+        starts = np.insert(starts, 0, 0)
+        dense[G[starts] - S0] = self._kernel.reduce_segments(P, starts)
 
     def _pop_to(self, k: int) -> None:
         while self._front < k:
