@@ -344,7 +344,8 @@ def test_bad_input_line_is_reported_with_its_number(tmp_path):
 @pytest.mark.parametrize("kwargs, match", [
     ({"parallelism": 0}, "parallelism must be a positive integer"),
     ({"allowed_lateness": 5}, "time windows only"),
-    ({"sink": "parquet:x"}, "sink must be"),
+    ({"sink": "orc:x"}, "sink must be"),
+    ({"sink": "arrow:-"}, "cannot write stdout"),
     ({"algorithm": "fast"}, "unknown algorithm 'fast'"),
     ({"agg": "median"}, "unknown aggregation 'median'"),
     ({"checkpoint_every": 10}, "needs a checkpoint directory"),
