@@ -67,6 +67,7 @@ from .sinks import (
     late_format_for,
     late_path_for,
     parse_sink_spec,
+    sink_modules,
 )
 from .slot import POLL, SlotSpec, slot_main
 from .sources import DEFAULT_BATCH_SIZE, Source
@@ -79,7 +80,7 @@ log = logging.getLogger("pba_runtime")
 DEFAULT_QUEUE_SIZE = 4
 
 
-def _context(start_method: str | None, preload_kernels: bool = False) -> Any:
+def _context(start_method: str | None, preload_kernels: bool = False, preload: tuple[str, ...] = ()) -> Any:
     method = start_method or ("forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn")
     if method == "fork":
         raise UserError("start_method 'fork' is not supported (worker threads and fork do not mix); "
@@ -88,9 +89,10 @@ def _context(start_method: str | None, preload_kernels: bool = False) -> Any:
     if method == "forkserver":
         # the compiled kernels' module imports numba (~0.25 s) and preload warms the job's merge (~0.35 s):
         # once in the forkserver, not in every slot
-        preload = ["pba_runtime.runtime.slot"] + (["pba_runtime.kernels.compiled", "pba_runtime.runtime.preload"]
-                                                  if preload_kernels else [])
-        ctx.set_forkserver_preload(preload)
+        modules = ["pba_runtime.runtime.slot", *preload]
+        if preload_kernels:
+            modules += ["pba_runtime.kernels.compiled", "pba_runtime.runtime.preload"]
+        ctx.set_forkserver_preload(modules)
     return ctx
 
 
@@ -208,7 +210,8 @@ class Job:
         self.log_stream = log_stream
         self.profile_dir = profile_dir
         self._check_operator()
-        self._ctx = _context(start_method, self._slot_spec(0).host_spec().engine_name() == "compiled")
+        self._ctx = _context(start_method, self._slot_spec(0).host_spec().engine_name() == "compiled",
+                             tuple(sink_modules(self.sink_format)))
         self.metrics = JobMetrics(parallelism)
 
     # ------------------------------------------------------------------ description

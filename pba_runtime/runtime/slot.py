@@ -46,6 +46,7 @@ A slot can run in-process, which is how the unit below is checked:
 from __future__ import annotations
 
 import cProfile
+import importlib
 import logging
 import multiprocessing
 import os
@@ -68,7 +69,7 @@ from ..pool import ORPHAN_EXIT_CODE, exit_with_parent
 from .metrics import PhaseClock
 from .part_files import PartWriter
 from .partitioning import group_by_key
-from .sinks import PART_FORMATS, format_csv_batch, format_late, format_results, result_table
+from .sinks import PART_FORMATS, format_csv_batch, format_late, format_results, result_table, sink_modules
 
 __all__ = ["SlotSpec", "TaskSlot", "slot_main", "make_operator"]
 
@@ -386,6 +387,8 @@ def slot_main(spec: SlotSpec, in_q: Any, out_q: Any, states: dict[Any, Any]) -> 
         if profiler is not None:
             profiler.enable()
         slot = TaskSlot(spec, states)
+        for module in sink_modules(spec.sink_format):  # preloaded by a forkserver; imported here under spawn
+            importlib.import_module(module)
         if slot._warm is not None:  # the stream starts when every slot is ready (its kernels loaded)
             slot._warm.join()
         _put(out_q, ("ready", spec.index), slot)
