@@ -7,7 +7,12 @@ noisy); medians and the spread (min-max) are reported, for
 * the stream's tuples/s from the summary (in this tree the stream starts
   when every slot is ready; in older trees it included the slots' kernel
   warm-up, so the command's wall time is reported too), and
-* the wall time of the whole command (start-up, stream and exit).
+* the wall time of the whole command (start-up, stream and exit), and
+* the CPU seconds of the coordinator and the slots during the stream (the
+  figure a loaded machine disturbs least).
+
+One untimed run of each configuration comes first (numba's disk cache of
+each tree, the page cache).
 
     python bench/bench_runtime_versions.py --old /tmp/h18r-old            # 6M tuples, 3 rounds
     python bench/bench_runtime_versions.py --old /tmp/h18r-old --tuples 2000000 --rounds 2
@@ -64,6 +69,8 @@ def main(argv: list[str] | None = None) -> int:
     trees = {"old": str(Path(a.old).resolve()), "new": str(HERE)}
     runs: dict[str, list[dict]] = {name: [] for name, _, _ in CONFIGS}
     with tempfile.TemporaryDirectory() as tmp:
+        for _, tree, args in CONFIGS:  # untimed: numba's cache of each tree, the page cache
+            run_once(trees[tree], args, min(a.tuples, 200_000), tmp)
         for r in range(a.rounds):
             for name, tree, args in CONFIGS:
                 runs[name].append(run_once(trees[tree], args, a.tuples, tmp))

@@ -45,6 +45,7 @@ def test_default_job_prints_the_summary(tmp_path):
     m = json.loads(metrics.read_text())
     assert m["tuples"] == 200_000 and m["parallelism"] == 2 and m["algorithms"] == {"sba": 84}
     assert m["reasons"] == {"sba:small_window": 84} and m["worker_tasks"] == 0
+    assert m["startup_s"] > 0 and "s start-up before: processes, kernels" in out  # the stream's clock starts after
     assert m["windows"] == 200_000 - 84 * 1023
     assert proc.stderr == ""  # no progress bar when stderr is not a terminal
 
