@@ -149,3 +149,14 @@ def test_part_file_sink_with_time_windows_writes_late_tuples_beside_it(tmp_path)
     late = tmp_path / "res.late.csv"
     assert late.read_text().startswith("key,timestamp,value\n")
     assert ds.dataset(str(out)).to_table().num_rows == summary["windows"]
+
+
+def test_spawned_slots_import_the_sink_before_they_are_ready(tmp_path):
+    """Under spawn (no forkserver to preload pyarrow and the merge) the slots still say when they are ready,
+    the start-up is reported apart, and the Arrow parts hold every window."""
+    out = tmp_path / "res"
+    summary = Job(Debs14Source(plugs=4, tuples=20_000), pr.CountWindow(range=100, slide=1), "max", "auto",
+                  parallelism=2, sink=f"arrow:{out}", start_method="spawn").run()
+    assert summary["startup_s"] > 0 and summary["windows"] == 20_000 - 4 * 99
+    assert ds.dataset(str(out), format="ipc").to_table().num_rows == summary["windows"]
+    assert summary["reasons"] == {"sba:small_window": 4}
