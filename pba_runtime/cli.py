@@ -2,8 +2,10 @@
 
 With no arguments it runs the default job (the paper's Flink experiment,
 scaled to one machine): a DEBS'14-like smart-plug stream of 6 million tuples
-over 84 plugs, count window W[1024, 1], ``max``, PBA, parallelism 2, and
-prints the summary.
+over 84 plugs, count window W[1024, 1], ``max``, parallelism 2, and prints
+the summary. Its algorithm is ``auto``: SBA here (a window of 1,024 slices is
+too small for PBA's worker to pay; the banner and the summary say so), PBA
+with ``--algorithm pba``.
 
 User errors (bad options, unreadable input, a checkpoint of another job) are
 one line on stderr and exit code 2; a failed job exits with 1, an interrupted
@@ -36,6 +38,7 @@ import pba_runtime as pr
 from .kernels import ENGINES, resolve_engine
 from .runtime import Job, UserError
 from .runtime.errors import JobError
+from .runtime.metrics import REASON_TEXT
 from .runtime.sources import DEFAULT_BATCH_SIZE, CsvSource, Debs12Source, Debs14Source, JsonlSource, Source
 
 __all__ = ["main", "build_parser", "parse_duration"]
@@ -47,7 +50,8 @@ EXAMPLES = f"""\
 examples:
   {PROG}
       the default job: DEBS'14-like smart plugs, 84 plugs, {DEFAULT_TUPLES:,} tuples,
-      count window W[1024, 1], max, PBA, parallelism 2; prints the summary
+      count window W[1024, 1], max, auto (SBA: the window is too small for PBA's
+      worker; the banner says why), parallelism 2; prints the summary
   {PROG} --source debs12 --window time --range 60s --slide 1s --agg mean --sink csv:power.csv
       one-minute sliding mean per sensor of a DEBS'12-like stream (100 records/s)
   {PROG} --source debs12 --disorder 2000 --window time --range 10s --slide 1s \\
@@ -182,7 +186,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--slide", default=None, metavar="S",
                    help="window slide, same units as --range (default 1 for count, 1s for time)")
     g.add_argument("--agg", default="max", metavar="NAME", help=f"aggregation: {aggs} (default max)")
-    g.add_argument("--algorithm", default="pba", metavar="NAME", help=f"algorithm: {algos} (default pba)")
+    g.add_argument("--algorithm", default="auto", metavar="NAME",
+                   help=f"algorithm: {algos} (default auto: PBA where its worker can help, else SBA; the banner "
+                        "and the summary say which and why)")
     g.add_argument("--engine", default="auto", choices=ENGINES, metavar="NAME",
                    help="what runs the window merge: auto, compiled (numba), numpy or python (default auto)")
     g.add_argument("--allowed-lateness", type=parse_duration, default=None, metavar="DURATION",
@@ -197,9 +203,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="batches each bounded queue holds (default 4)")
     g = p.add_argument_group("output")
     g.add_argument("--sink", default="none", metavar="SPEC",
-                   help="none (count only, default), csv:PATH or jsonl:PATH (PATH '-' writes stdout)")
+                   help="none (count only, default), csv:PATH or jsonl:PATH (PATH '-' writes stdout), parquet:DIR or "
+                        "arrow:DIR (part files, committed at each checkpoint)")
     g.add_argument("--late-output", default=None, metavar="PATH",
-                   help="file for late tuples (default: beside the sink file, e.g. out.late.csv, else late.csv)")
+                   help="file for late tuples (default: beside the sink file, e.g. out.late.csv, or DIR.late.csv "
+                        "for parquet/arrow sinks, else late.csv)")
     g = p.add_argument_group("checkpoints")
     g.add_argument("--checkpoint-dir", default=None, metavar="DIR", help="take checkpoints into DIR")
     g.add_argument("--checkpoint-every", type=_interval, default=None, metavar="N|DURATION",
@@ -286,7 +294,16 @@ def _describe(job: Job) -> str:
         what = f"{d['kind']} {d['path']}"
     w = job.window
     kind = "time" if job.is_time else "count"
-    alg = job.algorithm if job.algorithm != "auto" else f"auto -> {pr.resolve_auto(w, job.agg)}"
+    alg = job.algorithm
+    if alg == "auto":
+        chosen, why = job.choice()
+        if why == "small_window":
+            q, least = w.range // w.slide, pr.algorithms.AUTO_PBA_MIN_SLICES
+            if job.agg.kernel is None:
+                least = pr.algorithms.AUTO_PBA_MIN_SLICES_PYTHON
+            alg = f"auto -> {chosen}: {q:,} slices a window, PBA from {least:,}"
+        else:
+            alg = f"auto -> {chosen}: {REASON_TEXT.get(why, why)}"
     late = f", lateness {job.allowed_lateness} ms" if job.is_time else ""
     sink = "none" if job.sink_format is None else f"{job.sink_format}:{job.sink_path}"
     engine = _engine_name(job)
@@ -296,7 +313,7 @@ def _describe(job: Job) -> str:
 
 def _engine_name(job: Job) -> str:
     """The engine the slots' operators run (PBA and SBA have one; the other algorithms run Python)."""
-    alg = job.algorithm if job.algorithm != "auto" else pr.resolve_auto(job.window, job.agg)
+    alg = job.algorithm if job.algorithm != "auto" else job.choice()[0]
     if pr.algorithms.REGISTRY[alg].engines == ("python",):
         return "python"
     return resolve_engine(job.agg, job.engine).name

@@ -37,13 +37,37 @@ def test_default_job_prints_the_summary(tmp_path):
                           text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
-    assert "84 plugs" in out and "W[1024, 1] max (pba)" in out and "x 2 slots" in out
-    for word in ("tuples/s", "windows", "latency", "p99", "stalls", "late tuples", "pba x84"):
+    # the default algorithm is auto: a window of 1,024 slices is SBA's, and the banner and summary say why
+    assert "84 plugs" in out and "W[1024, 1] max (auto -> sba: 1,024 slices a window" in out and "x 2 slots" in out
+    for word in ("tuples/s", "windows", "latency", "p99", "stalls", "late tuples", "sba x84: window too small",
+                 "lcs          inline on the slots' main loops (SBA builds every lcs itself"):
         assert word in out, word
     m = json.loads(metrics.read_text())
-    assert m["tuples"] == 200_000 and m["parallelism"] == 2 and m["algorithms"] == {"pba": 84}
+    assert m["tuples"] == 200_000 and m["parallelism"] == 2 and m["algorithms"] == {"sba": 84}
+    assert m["reasons"] == {"sba:small_window": 84} and m["worker_tasks"] == 0
+    assert m["startup_s"] > 0 and "s start-up before: processes, kernels" in out  # the stream's clock starts after
     assert m["windows"] == 200_000 - 84 * 1023
     assert proc.stderr == ""  # no progress bar when stderr is not a terminal
+
+
+def test_explicit_pba_says_where_its_lcs_were_built(tmp_path):
+    """PBA asked for: the summary says, from the slots' counts, that its worker got no task and why."""
+    metrics = tmp_path / "m.json"
+    proc = subprocess.run(CLI + ["--tuples", "100000", "--algorithm", "pba", "--metrics-json", str(metrics)],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "(pba)" in proc.stdout and "pba x84: requested" in proc.stdout
+    assert "0 worker tasks: every merge ran inline on the slots' main loops (a key's share of a batch was at most" \
+        in proc.stdout
+    m = json.loads(metrics.read_text())
+    assert m["worker_tasks"] == 0 and 0 < m["largest_merge"] < 32_768 and m["merges"] > 84
+    # one slot, batches of the whole stream per key, a window that splits: the worker takes merge halves
+    proc = subprocess.run(CLI + ["--tuples", "3000000", "--keys", "2", "--range", "4096", "--algorithm", "pba",
+                                 "-p", "1", "--batch-size", "3000000", "--metrics-json", str(metrics)],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    m = json.loads(metrics.read_text())
+    assert m["worker_tasks"] >= 2 and "worker tasks (lcs and merge halves) over" in proc.stdout
 
 
 def test_log_file_gets_the_slot_processes_lines(tmp_path):
@@ -67,7 +91,12 @@ def test_log_file_gets_the_slot_processes_lines(tmp_path):
     (["--source", "kafka:x"], "source must be debs14, debs12, csv:PATH or jsonl:PATH"),
     (["--source", "csv:/nonexistent/x.csv"], "no such file: /nonexistent/x.csv"),
     (["--source", "csv:-", "--tuples", "5"], "--tuples applies to generated sources"),
-    (["--sink", "xml:out"], "sink must be none, csv:PATH or jsonl:PATH"),
+    (["--sink", "xml:out"], "sink must be none, csv:PATH, jsonl:PATH (PATH '-' for stdout), parquet:DIR or arrow:DIR"),
+    (["--sink", "parquet"], "sink must be none, csv:PATH"),
+    (["--sink", "arrow:"], "sink must be none, csv:PATH"),
+    (["--sink", "parquet:-"], "a parquet sink writes part files into a directory; it cannot write stdout"),
+    (["--sink", "parquet:/nonexistent/dir/parts"], "output directory does not exist: /nonexistent/dir"),
+    (["--sink", "arrow:/dev/null"], "cannot create the output directory /dev/null"),
     (["--sink", "csv:/nonexistent/dir/out.csv"], "output directory does not exist"),
     (["--resume"], "--resume needs --checkpoint-dir"),
     (["--checkpoint-every", "10s"], "--checkpoint-every needs --checkpoint-dir"),

@@ -29,7 +29,7 @@ from pba_runtime.runtime import (
     UserError,
     load_checkpoint,
 )
-from pba_runtime.runtime.partitioning import group_by_key, slot_of, stable_hash
+from pba_runtime.runtime.partitioning import Partitioner, compact_keys, group_by_key, slot_of, stable_hash
 from pba_runtime.runtime.sinks import FileSink, format_results
 
 
@@ -344,7 +344,8 @@ def test_bad_input_line_is_reported_with_its_number(tmp_path):
 @pytest.mark.parametrize("kwargs, match", [
     ({"parallelism": 0}, "parallelism must be a positive integer"),
     ({"allowed_lateness": 5}, "time windows only"),
-    ({"sink": "parquet:x"}, "sink must be"),
+    ({"sink": "orc:x"}, "sink must be"),
+    ({"sink": "arrow:-"}, "cannot write stdout"),
     ({"algorithm": "fast"}, "unknown algorithm 'fast'"),
     ({"agg": "median"}, "unknown aggregation 'median'"),
     ({"checkpoint_every": 10}, "needs a checkpoint directory"),
@@ -388,6 +389,22 @@ def test_stable_hash_is_the_same_in_another_process():
     got = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True).stdout
     assert got.strip() == f"{stable_hash(keys).tolist()} {stable_hash(ints).tolist()}"
     assert np.bincount(slot_of(np.arange(84), 2)).min() > 30  # 84 plugs spread over 2 slots
+
+
+@pytest.mark.parametrize("keys", [np.arange(84), np.array([0, 5, 65_535, 3]), np.array([-4, 7, 300]),
+                                  np.array([2**40, 1, 2]), np.array([70_000, 0]), np.array([], dtype=np.int64)])
+def test_partitioner_table_and_compact_keys_equal_the_slow_path(keys):
+    """The table of slots for small keys gives slot_of's slots; compact keys keep their values and groups."""
+    rng = np.random.default_rng(3)
+    batch = rng.choice(keys, 1000) if len(keys) else keys
+    for parallelism in (1, 2, 3, 7):
+        part = Partitioner(parallelism)
+        for _ in range(2):  # the table, then the cached table
+            assert part(batch).tolist() == slot_of(batch, parallelism).tolist()
+    small = compact_keys(batch)
+    assert small.tolist() == batch.tolist() and small.dtype.itemsize <= batch.dtype.itemsize
+    assert [(k, i.tolist()) for k, i in group_by_key(small)] == [(k, i.tolist()) for k, i in group_by_key(batch)]
+    assert all(type(k) is int for k, _ in group_by_key(small))
 
 
 def test_group_by_key_keeps_arrival_order():

@@ -20,7 +20,9 @@ The runtime takes *aligned* checkpoints, as Flink does:
    (:func:`prepare_checkpoint_dir`, which also checks up front, before any
    work, that the directory can be written).
 
-**Exactly-once output by truncation.** A resumed job truncates the sink (and
+**Exactly-once output by truncation** (CSV and JSON lines; the Parquet and
+Arrow sinks commit whole part files per checkpoint instead, see
+:mod:`pba_runtime.runtime.part_files`). A resumed job truncates the sink (and
 the late side output) back to the recorded lengths before it appends, then
 replays the source from ``X`` with the restored state. Results written after
 the checkpoint and before the kill are cut off and produced again, the same

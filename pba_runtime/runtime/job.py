@@ -44,6 +44,7 @@ from typing import Any, TextIO
 import pba_runtime as pr
 
 from .. import logs
+from ..host import KeyedHost
 from .checkpoint import (
     CHECKPOINT_FILE,
     BarrierAligner,
@@ -55,13 +56,18 @@ from .checkpoint import (
 )
 from .errors import JobError, UserError
 from .metrics import JobMetrics, PhaseClock
-from .partitioning import key_array, slot_of, split_by_slot
+from .part_files import commit_parts, prepare_part_dir
+from .partitioning import Partitioner, compact_keys, key_array, slot_of, split_by_slot
+from .preload import WARM_ENV
 from .sinks import (
     LATE_COLUMNS,
+    PART_FORMATS,
     RESULT_COLUMNS,
     FileSink,
+    late_format_for,
     late_path_for,
     parse_sink_spec,
+    sink_modules,
 )
 from .slot import POLL, SlotSpec, slot_main
 from .sources import DEFAULT_BATCH_SIZE, Source
@@ -74,16 +80,19 @@ log = logging.getLogger("pba_runtime")
 DEFAULT_QUEUE_SIZE = 4
 
 
-def _context(start_method: str | None, preload_kernels: bool = False) -> Any:
+def _context(start_method: str | None, preload_kernels: bool = False, preload: tuple[str, ...] = ()) -> Any:
     method = start_method or ("forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn")
     if method == "fork":
         raise UserError("start_method 'fork' is not supported (worker threads and fork do not mix); "
                         "use 'forkserver' or 'spawn'")
     ctx = multiprocessing.get_context(method)
     if method == "forkserver":
-        # the compiled kernels' module imports numba (~0.25 s): once in the forkserver, not in every slot
-        preload = ["pba_runtime.runtime.slot"] + (["pba_runtime.kernels.compiled"] if preload_kernels else [])
-        ctx.set_forkserver_preload(preload)
+        # the compiled kernels' module imports numba (~0.25 s) and preload warms the job's merge (~0.35 s):
+        # once in the forkserver, not in every slot
+        modules = ["pba_runtime.runtime.slot", *preload]
+        if preload_kernels:
+            modules += ["pba_runtime.kernels.compiled", "pba_runtime.runtime.preload"]
+        ctx.set_forkserver_preload(modules)
     return ctx
 
 
@@ -103,10 +112,12 @@ class Job:
     parallelism : int
         Task slots (processes).
     sink : str
-        ``"none"``, ``"csv:PATH"`` or ``"jsonl:PATH"`` (``PATH`` ``-`` is stdout).
+        ``"none"``, ``"csv:PATH"`` or ``"jsonl:PATH"`` (``PATH`` ``-`` is stdout),
+        ``"parquet:DIR"`` or ``"arrow:DIR"`` (part files, :mod:`~pba_runtime.runtime.part_files`).
     late_output : str, optional
         File for late tuples (time windows); default beside the sink file
-        (``out.late.csv``), else ``late.csv``. Created at the first late tuple.
+        (``out.late.csv``; ``DIR.late.csv`` for a part-file sink), else ``late.csv``.
+        Created at the first late tuple.
     allowed_lateness : int, optional
         Time windows only: a key's watermark is its largest timestamp minus this
         (ms); tuples behind it go to the late output. Default 0 for time windows.
@@ -179,7 +190,7 @@ class Job:
         if self.is_time and not source.has_timestamps:
             raise UserError("time windows need timestamps: give the source a timestamp column")
         self.sink_format, self.sink_path = parse_sink_spec(sink)
-        self.late_format = self.sink_format or "csv"
+        self.late_format = late_format_for(self.sink_format)
         self.late_path = late_output or late_path_for(self.sink_path, self.sink_format)
         if self.sink_path not in (None, "-") and os.path.abspath(self.late_path) == os.path.abspath(self.sink_path):
             raise UserError("the late output must be another file than the sink")
@@ -199,7 +210,8 @@ class Job:
         self.log_stream = log_stream
         self.profile_dir = profile_dir
         self._check_operator()
-        self._ctx = _context(start_method, self._slot_spec(0).host_spec().engine_name() == "compiled")
+        self._ctx = _context(start_method, self._slot_spec(0).host_spec().engine_name() == "compiled",
+                             tuple(sink_modules(self.sink_format)))
         self.metrics = JobMetrics(parallelism)
 
     # ------------------------------------------------------------------ description
@@ -222,11 +234,27 @@ class Job:
             "late_output": [self.late_format, os.path.abspath(self.late_path)],
         }
 
-    def _slot_spec(self, index: int) -> SlotSpec:
+    def _slot_spec(self, index: int, epoch: int = 1) -> SlotSpec:
         profile = os.path.join(self.profile_dir, f"slot{index}.prof") if self.profile_dir else None
         return SlotSpec(index=index, window=self.window, agg=self.agg_spec, algorithm=self.algorithm,
                         engine=self.engine, allowed_lateness=self.allowed_lateness, sink_format=self.sink_format,
-                        late_format=self.late_format, profile_path=profile, log_config=logs.current_config())
+                        sink_path=self.sink_path, epoch=epoch, late_format=self.late_format, profile_path=profile,
+                        log_config=logs.current_config(), cores=self.cores_per_slot())
+
+    def cores_per_slot(self) -> int:
+        """Cores each task slot may use: the cores this process may run on, shared by the slots (at least 1).
+
+        ``"auto"`` runs SBA below 2: a slot's worker could only take turns with its main loop.
+        """
+        try:
+            cores = len(os.sched_getaffinity(0))
+        except AttributeError:  # not Linux
+            cores = os.cpu_count() or 1
+        return max(1, cores // self.parallelism)
+
+    def choice(self) -> tuple[str, str]:
+        """``(algorithm, reason)`` the slots start a key with before they see its pieces (the banner's)."""
+        return KeyedHost(self._slot_spec(0).host_spec()).choose()
 
     # ------------------------------------------------------------------ run
     def run(self, resume: bool = False, on_start: Callable[[], None] | None = None) -> dict[str, Any]:
@@ -263,6 +291,7 @@ class _Run:
         self.sink: FileSink | None = None
         self.late_sink: FileSink | None = None
         self.positions: dict[int, tuple[Any, int]] = {}
+        self.final_parts: list[str] = []  # part files the slots closed at the end of the stream
         self.checkpoint_id = 0
         self.done: set[int] = set()
         self.report_now = threading.Event()
@@ -302,7 +331,13 @@ class _Run:
 
     def _open_sinks(self, ckpt: dict[str, Any] | None) -> None:
         job = self.job
-        if job.sink_format is not None:
+        if job.sink_format in PART_FORMATS:
+            removed = prepare_part_dir(job.sink_path, job.sink_format, None if ckpt is None else ckpt["id"],
+                                       None if ckpt is None else ckpt.get("pending_parts", []))
+            if removed:
+                log.info("removed %d part files of an earlier run or past the checkpoint in %s", len(removed),
+                         job.sink_path)
+        elif job.sink_format is not None:
             self.sink = FileSink(job.sink_path, job.sink_format, RESULT_COLUMNS)
             self.sink.open(None if ckpt is None else ckpt["sink_offset"])
         self.late_sink = FileSink(job.late_path, job.late_format, LATE_COLUMNS, lazy=True)
@@ -321,14 +356,40 @@ class _Run:
             for k, s in zip(keys, owners):
                 states[s][k] = saved[k]
         ctx = job._ctx
+        epoch = (0 if ckpt is None else ckpt["id"]) + 1
         self.out_q = ctx.Queue(maxsize=job.queue_size * P)
-        for i in range(P):
-            q = ctx.Queue(maxsize=job.queue_size)
-            p = ctx.Process(target=slot_main, args=(job._slot_spec(i), q, self.out_q, states[i]),
-                            name=f"pba-slot-{i}", daemon=True)
-            p.start()
-            self.in_qs.append(q)
-            self.procs.append(p)
+        old_env = os.environ.get(WARM_ENV)
+        if isinstance(job.agg_spec, str):  # read by pba_runtime.runtime.preload, if this starts the forkserver
+            os.environ[WARM_ENV] = f"{job.agg_spec}:{job.engine}"
+        try:
+            for i in range(P):
+                q = ctx.Queue(maxsize=job.queue_size)
+                p = ctx.Process(target=slot_main, args=(job._slot_spec(i, epoch), q, self.out_q, states[i]),
+                                name=f"pba-slot-{i}", daemon=True)
+                p.start()
+                self.in_qs.append(q)
+                self.procs.append(p)
+        finally:
+            if old_env is None:
+                os.environ.pop(WARM_ENV, None)
+            else:
+                os.environ[WARM_ENV] = old_env
+
+    def _await_ready(self) -> None:
+        """Wait until every slot is up, its kernels warm (``("ready", slot)``): the stream starts then."""
+        ready: set[int] = set()
+        while len(ready) < self.job.parallelism:
+            try:
+                msg = self.out_q.get(timeout=POLL)
+            except queue.Empty:
+                self._check_slots()
+                continue
+            if msg[0] == "error":
+                _, slot, text, user = msg
+                raise (UserError if user else JobError)(f"task slot {slot}: {text}")
+            if msg[0] != "ready":
+                raise JobError(f"task slot {msg[1]} sent {msg[0]!r} before it was ready")
+            ready.add(msg[1])
 
     # ------------------------------------------------------------------ sink thread
     def _sink_loop(self) -> None:
@@ -408,6 +469,7 @@ class _Run:
                 self.metrics.latency.record(time.monotonic() - arrival, n_win)
         elif kind == "done":
             self.metrics.slot_report(slot, msg[2])
+            self.final_parts.extend(msg[3])
             self.done.add(slot)
 
     def _complete_checkpoint(self, cid: int, parts: dict[int, Any], finished: bool = False) -> None:
@@ -417,6 +479,9 @@ class _Run:
         self.sink_clock.mark()
         position, tuples = self.positions.pop(cid)
         states = [payload["states"] for _, payload in sorted(parts.items())]  # pickled {key: snapshot} per slot
+        pending = [name for _, payload in sorted(parts.items()) for name in payload["parts"]]
+        if finished:
+            pending += self.final_parts
         n_keys = sum(payload["keys"] for payload in parts.values())
         m = self.metrics
         data = {
@@ -428,12 +493,15 @@ class _Run:
             "states": states,
             "sink_offset": self.sink.sync() if self.sink is not None else 0,
             "late_offset": self.late_sink.sync(),
+            "pending_parts": pending,  # committed (renamed) once this checkpoint is durable
             "counters": {"tuples": m.restored["tuples"] + tuples, "windows": m.restored["windows"] + m.windows,
                          "late": m.restored["late"] + m.late},
             "parallelism": self.job.parallelism,
             "written_at": time.time(),
         }
         write_checkpoint(self.job.checkpoint_dir, data)
+        if pending:
+            commit_parts(self.job.sink_path, pending)
         m.checkpoints += 1
         m.last_checkpoint = cid
         dt = time.perf_counter() - t0
@@ -464,22 +532,25 @@ class _Run:
         t_start = time.monotonic()
         self.end_position = start
         clock = self.clock
+        partition = Partitioner(P)
         clock.mark()
         for batch in batches:
             clock.lap("source")
             n = len(batch)
             if n:
-                slots = slot_of(batch.keys, P)
+                keys = batch.keys
+                slots = partition(keys)
                 parts = split_by_slot(slots, P)
+                keys = compact_keys(keys)  # 1-2 bytes a key instead of 8 through the queue's pipe
                 clock.lap("partition")
                 ts = batch.timestamps if job.is_time else None
                 for i, idx in enumerate(parts):
                     if idx is None:
                         continue
                     if P == 1:
-                        msg = ("data", batch.keys, batch.values, ts, batch.arrival)
+                        msg = ("data", keys, batch.values, ts, batch.arrival)
                     else:
-                        msg = ("data", batch.keys[idx], batch.values[idx], None if ts is None else ts[idx],
+                        msg = ("data", keys[idx], batch.values[idx], None if ts is None else ts[idx],
                                batch.arrival)
                     self._put(i, msg)
                 clock.lap("queue_put")
@@ -506,6 +577,7 @@ class _Run:
             clock.mark()
 
     def execute(self, resume: bool, on_start: Callable[[], None] | None = None) -> dict[str, Any]:
+        t_run = time.monotonic()
         job = self.job
         ckpt = self._load(resume)
         if ckpt is not None and ckpt.get("finished"):
@@ -554,7 +626,8 @@ class _Run:
                                 unit=job.source.progress_unit, unit_scale=True, file=sys.stderr,
                                 desc=f"pba-run {job.source.kind}", smoothing=0.1, dynamic_ncols=True)
             self._start_slots(ckpt)
-            self.metrics.start()
+            self._await_ready()
+            self.metrics.start(startup=time.monotonic() - t_run)
             sink_thread = threading.Thread(target=self._sink_loop, name="pba-sink", daemon=True)
             sink_thread.start()
             threading.Thread(target=self._report_loop, name="pba-metrics", daemon=True).start()
@@ -581,6 +654,8 @@ class _Run:
             if job.checkpoint_dir is not None:
                 self.positions[self.checkpoint_id + 1] = (self.end_position, self.metrics.tuples)
                 self._complete_checkpoint(self.checkpoint_id + 1, {}, finished=True)
+            elif self.final_parts:
+                commit_parts(job.sink_path, self.final_parts)
         except BaseException as exc:
             if self.failure is None:
                 self.failure = exc

@@ -31,7 +31,19 @@ import time
 from collections import Counter
 from typing import Any
 
-__all__ = ["LatencyHistogram", "PhaseClock", "JobMetrics", "format_count"]
+__all__ = ["LatencyHistogram", "PhaseClock", "JobMetrics", "format_count", "REASON_TEXT", "where_lcs"]
+
+#: How the summary spells each reason of the per-key algorithm choice (``pba_runtime.algorithms.REASONS``).
+REASON_TEXT = {
+    "requested": "requested",
+    "large_window": "window of enough slices, cores to spare",
+    "small_window": "window too small for PBA to pay",
+    "one_core": "one core per slot: a worker would take turns with the main loop",
+    "small_key": "a key's pieces too short for PBA's batch merge to split",
+    "pool_unavailable": "no worker pool",
+    "pool_died": "the worker pool died",
+    "restored": "restored from the checkpoint",
+}
 
 _BASE = 1.02
 _LOG_BASE = math.log(_BASE)
@@ -136,6 +148,56 @@ def _shares(cpu: dict[str, float], total: float) -> str:
     return ", ".join(f"{k} {v / total:.0%}" for k, v in items if total > 0 and v / total >= 0.005)
 
 
+def _reasons(reasons: dict[str, int]) -> str:
+    """``{"sba:small_window": 84}`` -> ``'sba x84: window too small for PBA to pay'``."""
+    out = []
+    for key, n in sorted(reasons.items(), key=lambda kv: (-kv[1], kv[0])):
+        alg, _, why = key.partition(":")
+        out.append(f"{alg} x{n}: {REASON_TEXT.get(why, why)}")
+    return "; ".join(out)
+
+
+def where_lcs(summary: dict[str, Any], split_min: dict[str, int] | None = None) -> str:
+    """Where the lcs of a job were built, and why, from the slots' statistics (operators' ``stats()``,
+    the slots' worker-pool task counts and the largest per-key merge).
+
+    Examples
+    --------
+    >>> where_lcs({"algorithms": {"sba": 84}, "worker_tasks": 0, "lcs_tasks": 0, "merges": 9000,
+    ...            "largest_merge": 420, "engines": {"compiled": 84}})
+    "inline on the slots' main loops (SBA builds every lcs itself, by design)"
+    >>> text = where_lcs({"algorithms": {"pba": 84}, "worker_tasks": 0, "lcs_tasks": 0, "merges": 9000,
+    ...                   "largest_merge": 420, "engines": {"compiled": 84}}, {"compiled_windows": 32768})
+    >>> text.split("; ")[0]
+    "0 worker tasks: every merge ran inline on the slots' main loops (a key's share of a batch was at most 420 windows"
+    >>> text.split("; ")[1]
+    "PBA's batch merge gives its worker half a merge from 32,768 windows)"
+    """
+    algs = summary.get("algorithms", {})
+    if not algs:
+        return "no keys"
+    tasks = int(summary.get("worker_tasks", 0)) + int(summary.get("lcs_tasks", 0))
+    merges = int(summary.get("merges", 0))
+    if "pba" not in algs:
+        what = "SBA builds every lcs itself, by design" if "sba" in algs else "no lcs: the algorithm has none"
+        if set(algs) - {"sba"} and "sba" in algs:
+            what = "SBA builds every lcs itself; the other algorithms have none"
+        return f"inline on the slots' main loops ({what})"
+    if tasks:
+        return (f"{tasks:,} worker tasks (lcs and merge halves) over {merges:,} per-key merges "
+                f"of {algs['pba']} PBA keys")
+    split = split_min or {}
+    engines = summary.get("engines", {})
+    if "compiled" in engines and "compiled_windows" in split:
+        rule = f"PBA's batch merge gives its worker half a merge from {split['compiled_windows']:,} windows"
+    elif "numpy" in engines and "numpy_slices" in split:
+        rule = f"PBA's batch merge gives its worker rows from {split['numpy_slices']:,} slice partials"
+    else:
+        rule = "PBA's batch path splits no merge this small"
+    return (f"0 worker tasks: every merge ran inline on the slots' main loops (a key's share of a batch was at "
+            f"most {int(summary.get('largest_merge', 0)):,} windows; {rule})")
+
+
 def format_count(n: float) -> str:
     """``1234567`` -> ``'1.23M'``.
 
@@ -163,6 +225,7 @@ class JobMetrics:
         self.parallelism = parallelism
         self.started = time.monotonic()
         self.finished: float | None = None
+        self.startup = 0.0  # seconds from Job.run() to the stream's start (processes, kernels)
         self._cpu0 = time.process_time()
         self.coordinator_cpu: float | None = None
         self.tuples = 0  # read from the source in this run
@@ -181,8 +244,9 @@ class JobMetrics:
     def slot_report(self, slot: int, stats: dict[str, Any]) -> None:
         self.slots[slot] = stats
 
-    def start(self) -> None:
-        """The stream starts now (after the task slots are up)."""
+    def start(self, startup: float = 0.0) -> None:
+        """The stream starts now (after the task slots are up); ``startup``: seconds it took to get here."""
+        self.startup = startup
         self.started = time.monotonic()
         self._cpu0 = time.process_time()
 
@@ -197,6 +261,12 @@ class JobMetrics:
     # ------------------------------------------------------------------ views
     def _slot_sum(self, field: str) -> float:
         return sum(s.get(field, 0) for s in self.slots.values())
+
+    def _slot_merge(self, field: str) -> dict[str, int]:
+        out: Counter[str] = Counter()
+        for s in self.slots.values():
+            out.update(s.get(field, {}))
+        return dict(out)
 
     def algorithms(self) -> dict[str, int]:
         """Keys per algorithm, over all slots."""
@@ -232,6 +302,7 @@ class JobMetrics:
         el = self.elapsed
         return {
             "elapsed_s": el,
+            "startup_s": self.startup,
             "parallelism": self.parallelism,
             "tuples": self.tuples,
             "tuples_per_s": self.tuples / el if el > 0 else math.nan,
@@ -242,6 +313,11 @@ class JobMetrics:
             "keys": int(self._slot_sum("keys")),
             "algorithms": self.algorithms(),
             "lcs_tasks": int(self._slot_sum("lcs_tasks")),
+            "worker_tasks": int(self._slot_sum("pool_tasks")),
+            "merges": int(self._slot_sum("calls")),
+            "largest_merge": max((int(s.get("largest_piece", 0)) for s in self.slots.values()), default=0),
+            "reasons": self._slot_merge("reasons"),
+            "engines": self._slot_merge("engines"),
             "lcs_stalls": int(self._slot_sum("stalls")),
             "lcs_stall_s": self._slot_sum("stall_time"),
             "checkpoints": self.checkpoints,
@@ -249,6 +325,12 @@ class JobMetrics:
             "time_s": self.time_shares(),
             "slots": {str(i): {k: v for k, v in s.items() if k != "clock"} for i, s in sorted(self.slots.items())},
         }
+
+    def _split_min(self) -> dict[str, int]:
+        for s in self.slots.values():
+            if "split_min" in s:
+                return s["split_min"]
+        return {}
 
     def line(self) -> str:
         """One progress line (periodic metrics, SIGUSR1)."""
@@ -267,14 +349,15 @@ class JobMetrics:
         algs = ", ".join(f"{a} x{n}" for a, n in sorted(s["algorithms"].items())) or "-"
         lines = [
             f"tuples       {s['tuples']:,} in {s['elapsed_s']:.2f} s = {format_count(s['tuples_per_s'])} tuples/s "
-            f"(parallelism {self.parallelism})",
+            f"(parallelism {self.parallelism}; {s['startup_s']:.2f} s start-up before: processes, kernels)",
             f"windows      {s['windows']:,} emitted",
             f"late tuples  {s['late']:,}",
             (f"latency      p50 {lat['p50']:.2f} ms, p90 {lat['p90']:.2f} ms, p99 {lat['p99']:.2f} ms, "
              f"max {lat['max']:.2f} ms (arrival of the completing tuple -> result at the sink)"
              if self.latency.count else "latency      - (no windows)"),
-            f"lcs          {s['lcs_tasks']:,} tasks, {s['lcs_stalls']:,} stalls ({s['lcs_stall_s'] * 1000:.1f} ms waited)",
-            f"keys         {s['keys']:,} ({algs})",
+            f"lcs          {where_lcs(s, self._split_min())}; {s['lcs_stalls']:,} stalls "
+            f"({s['lcs_stall_s'] * 1000:.1f} ms waited)",
+            f"keys         {s['keys']:,} ({_reasons(s['reasons']) or algs})",
         ]
         if any(s["total"][k] != s[k] for k in ("tuples", "windows", "late")):
             t = s["total"]

@@ -33,7 +33,8 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["stable_hash", "slot_of", "split_by_slot", "group_by_key", "key_to_python", "key_array"]
+__all__ = ["stable_hash", "slot_of", "split_by_slot", "group_by_key", "key_to_python", "key_array", "Partitioner",
+           "compact_keys"]
 
 _M1 = np.uint64(0xBF58476D1CE4E5B9)
 _M2 = np.uint64(0x94D049BB133111EB)
@@ -98,6 +99,61 @@ def slot_of(keys: np.ndarray, parallelism: int) -> np.ndarray:
     if parallelism == 1:
         return np.zeros(len(keys), dtype=np.intp)
     return (stable_hash(keys) % np.uint64(parallelism)).astype(np.intp)
+
+
+#: Integer keys in ``[0, TABLE_KEYS)`` are partitioned through a table of their slots (one gather per batch).
+TABLE_KEYS = 1 << 16
+
+
+class Partitioner:
+    """:func:`slot_of` for one parallelism, through a cached table of slots when keys are small
+    non-negative integers (the generated sources' plugs and sensors): the same slots, without hashing
+    every tuple.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> keys = np.array([0, 1, 2, 3, 0, 70_000])
+    >>> Partitioner(2)(keys).tolist() == slot_of(keys, 2).tolist()
+    True
+    """
+
+    def __init__(self, parallelism: int):
+        self.parallelism = parallelism
+        self._table = np.empty(0, dtype=np.intp)
+
+    def __call__(self, keys: np.ndarray) -> np.ndarray:
+        if self.parallelism == 1 or keys.dtype.kind not in "iu" or not len(keys):
+            return slot_of(keys, self.parallelism)
+        lo, hi = int(keys.min()), int(keys.max())
+        if lo < 0 or hi >= TABLE_KEYS:
+            return slot_of(keys, self.parallelism)
+        if hi >= len(self._table):
+            self._table = slot_of(np.arange(hi + 1, dtype=np.int64), self.parallelism)
+        return self._table[keys]
+
+
+def compact_keys(keys: np.ndarray) -> np.ndarray:
+    """Integer keys in the narrowest integer type that holds them (fewer bytes to ship to a slot).
+
+    The keys' values are unchanged (a slot turns each into a Python ``int``).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> compact_keys(np.array([0, 83])).dtype.name, compact_keys(np.array([-1, 300])).dtype.name
+    ('uint8', 'int16')
+    >>> compact_keys(np.array(["a"])).dtype.kind
+    'U'
+    """
+    if keys.dtype.kind not in "iu" or not len(keys) or keys.dtype.itemsize == 1:
+        return keys
+    lo, hi = int(keys.min()), int(keys.max())
+    for dtype in (np.uint8, np.int8, np.uint16, np.int16, np.uint32, np.int32):
+        info = np.iinfo(dtype)
+        if info.min <= lo and hi <= info.max:
+            return keys.astype(dtype) if np.dtype(dtype).itemsize < keys.dtype.itemsize else keys
+    return keys
 
 
 def split_by_slot(slots: np.ndarray, parallelism: int) -> list[np.ndarray | None]:

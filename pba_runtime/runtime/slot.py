@@ -1,6 +1,8 @@
 """A task slot: one process that owns a share of the keys and their windowed aggregations.
 
-A slot reads messages from its bounded input queue, in order:
+A slot first sends ``("ready", slot)`` once it is up and its compiled kernels
+are loaded (the job's stream starts when every slot is ready), then reads
+messages from its bounded input queue, in order:
 
 * ``("data", keys, values, timestamps, arrival)``: a batch of its tuples. It
   groups them by key with a stable sort (each key keeps arrival order) and
@@ -8,14 +10,17 @@ A slot reads messages from its bounded input queue, in order:
   ``op.insert_many(values, timestamps)``; late tuples (time windows with a
   lateness bound) come back from ``op.take_late()``. The results of the whole
   batch are formatted here, in parallel with the other slots, and sent to the
-  sink as one ``("out", slot, result_bytes, windows, arrival, late_bytes, late)``.
+  sink as one ``("out", slot, result_bytes, windows, arrival, late_bytes, late)``;
+  a Parquet or Arrow sink's results are written here instead, into the slot's
+  own part file (:mod:`~pba_runtime.runtime.part_files`; ``result_bytes`` is ``None``).
 * ``("barrier", checkpoint_id)``: snapshot every key's operator and send
-  ``("barrier", slot, checkpoint_id, {"states": pickle.dumps({key: snapshot}), ...})``.
+  ``("barrier", slot, checkpoint_id, {"states": pickle.dumps({key: snapshot}), "parts": [...], ...})``
+  (``parts``: the part files it closed for this checkpoint to commit).
   The snapshots are pickled right away: ``op.snapshot()`` may share objects
   with the live operator, and the queue would pickle them later, after the
   next batch has changed them.
 * ``("end", arrival)``: end of stream: ``flush()`` every operator, send the
-  last results, the final statistics and ``("done", slot, stats)``.
+  last results, the final statistics and ``("done", slot, stats, parts)``.
 
 A slot keeps its keys' operators in a :class:`pba_runtime.host.KeyedHost`
 (the algorithm per key, snapshot and restore of all keys). Each slot owns one
@@ -41,6 +46,7 @@ A slot can run in-process, which is how the unit below is checked:
 from __future__ import annotations
 
 import cProfile
+import importlib
 import logging
 import multiprocessing
 import os
@@ -56,12 +62,14 @@ import numpy as np
 
 import pba_runtime as pr
 
+from ..batch import COMPILED_SPLIT_MIN, PARALLEL_BATCH_MIN
 from ..host import HostSpec, KeyedHost
 from ..kernels import warm_in_background
 from ..pool import ORPHAN_EXIT_CODE, exit_with_parent
 from .metrics import PhaseClock
+from .part_files import PartWriter
 from .partitioning import group_by_key
-from .sinks import format_late, format_results
+from .sinks import PART_FORMATS, format_csv_batch, format_late, format_results, result_table, sink_modules
 
 __all__ = ["SlotSpec", "TaskSlot", "slot_main", "make_operator"]
 
@@ -91,12 +99,20 @@ class SlotSpec:
     allowed_lateness : int or None
         Time windows: how far (ms) behind a key's largest timestamp a tuple may
         arrive and still be reordered into its windows.
-    sink_format : {"csv", "jsonl", None}
-        Format of result bytes (``None``: only count them).
+    sink_format : {"csv", "jsonl", "parquet", "arrow", None}
+        Format of result bytes (``None``: only count them); ``"parquet"`` and
+        ``"arrow"``: the slot writes part files into ``sink_path``.
+    sink_path : str, optional
+        The part-file sinks' directory.
+    epoch : int
+        The part-file sinks' first epoch (the checkpoint resumed from, plus 1).
     late_format : {"csv", "jsonl"}
         Format of late-tuple bytes.
     pool_workers : int
         Threads of the slot's lcs worker pool.
+    cores : int, optional
+        Cores a slot may use (``"auto"`` runs SBA below 2: the slot's worker would
+        only take turns with its main loop); ``None``: unknown.
     profile_path : str, optional
         Write a cProfile of the slot's loop there.
     log_config : tuple, optional
@@ -111,15 +127,18 @@ class SlotSpec:
     engine: str = "auto"
     allowed_lateness: int | None = None
     sink_format: str | None = None
+    sink_path: str | None = None
+    epoch: int = 1
     late_format: str = "csv"
     pool_workers: int = 1
+    cores: int | None = None
     profile_path: str | None = None
     log_config: tuple | None = None
 
     def host_spec(self) -> HostSpec:
         """The :class:`~pba_runtime.host.HostSpec` of this slot's keys."""
         return HostSpec(self.window, self.agg, self.algorithm, allowed_lateness=self.allowed_lateness,
-                        engine=self.engine)
+                        engine=self.engine, cores=self.cores)
 
 
 def make_operator(spec: SlotSpec, pool: pr.WorkerPool | None) -> pr.WindowOperator:
@@ -127,12 +146,33 @@ def make_operator(spec: SlotSpec, pool: pr.WorkerPool | None) -> pr.WindowOperat
     return KeyedHost(spec.host_spec(), pool).open().op
 
 
+class CountingPool(pr.WorkerPool):
+    """The slot's worker pool, counting the tasks handed to it (lcs and batch-merge halves alike).
+
+    :meth:`pba_runtime.WorkerPool.stats` has no task count, and PBA's
+    ``stats()["lcs_tasks"]`` counts its per-tuple path only; what the summary
+    says about the worker comes from here.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.tasks = 0
+
+    def submit(self, fn: Any, *args: Any) -> Any:
+        self.tasks += 1
+        return super().submit(fn, *args)
+
+    def submit_thread(self, fn: Any, *args: Any) -> Any:
+        self.tasks += 1
+        return super().submit_thread(fn, *args)
+
+
 class TaskSlot:
     """The keyed state and batch processing of one slot (the process loop is :func:`slot_main`)."""
 
     def __init__(self, spec: SlotSpec, states: dict[Any, Any] | None = None):
         self.spec = spec
-        self.pool = pr.WorkerPool(kind="thread", workers=spec.pool_workers)
+        self.pool = CountingPool(kind="thread", workers=spec.pool_workers)
         self.host = KeyedHost(spec.host_spec(), self.pool)
         # numba's import and the cached merge load (~0.4 s) while the slot waits for its first batch
         self._warm = warm_in_background(self.host.engine())
@@ -143,6 +183,12 @@ class TaskSlot:
         self._cpu0 = time.process_time()
         self._is_time = isinstance(spec.window, pr.TimeWindow)
         self._range = spec.window.range
+        self._slide = spec.window.slide
+        self.calls = 0  # insert_many calls (one per key per batch)
+        self.largest_piece = 0  # most windows one insert_many call emitted
+        self.parts = None
+        if spec.sink_format in PART_FORMATS:
+            self.parts = PartWriter(spec.sink_path, spec.sink_format, spec.index, spec.epoch)
         if states:
             self.host.restore(states)
 
@@ -157,7 +203,12 @@ class TaskSlot:
         n_late = sum(len(t) for _, t, _ in late_parts)
         out = None
         if fmt is not None and n_win:
-            out = "".join(format_results(fmt, k, e, r, self._range) for k, e, r in parts if len(e)).encode()
+            if fmt == "csv":
+                out = format_csv_batch(parts, self._range)
+            elif self.parts is not None:
+                self.parts.write(result_table(parts, self._range))
+            else:
+                out = "".join(format_results(fmt, k, e, r, self._range) for k, e, r in parts if len(e)).encode()
         late = None
         if n_late:
             late = "".join(format_late(self.spec.late_format, k, t, v) for k, t, v in late_parts).encode()
@@ -183,9 +234,14 @@ class TaskSlot:
         parts = []
         late_parts: list = []
         is_time = self._is_time
-        operator = self.host.operator
+        host = self.host
+        keys_seen = host.keys
+        largest = self.largest_piece
         for key, idx in groups:
-            op = operator(key)
+            hosted = keys_seen.get(key)
+            if hosted is None:
+                hosted = self._open(key, idx, timestamps)
+            op = hosted.op
             if is_time:
                 ends, res = op.insert_many(values[idx], timestamps[idx])
                 self._take_late(key, op, late_parts)
@@ -193,18 +249,33 @@ class TaskSlot:
                 ends, res = op.insert_many(values[idx])
             if len(ends):
                 parts.append((key, ends, res))
+                if len(ends) > largest:
+                    largest = len(ends)
+        self.largest_piece = largest
+        self.calls += len(groups)
         self.tuples += len(values)
         clock.lap("aggregate")
         msg = self._format(parts, late_parts, arrival)
         clock.lap("format")
         return msg
 
+    def _open(self, key: Any, idx: np.ndarray, timestamps: np.ndarray | None) -> Any:
+        """Open ``key``'s operator at its first piece: ``"auto"`` sees the piece's slices (``small_key``)."""
+        if self._is_time:
+            ts = timestamps[idx]
+            key_slices = int(ts.max() - ts.min()) // self._slide + 1
+        else:
+            key_slices = len(idx) // self._slide
+        hosted = self.host.open(key_slices)
+        self.host.add(key, hosted)
+        return hosted
+
     def on_barrier(self, checkpoint_id: int) -> tuple:
         """Snapshot every key: the ``("barrier", ...)`` message."""
         self.clock.mark()
         states = pickle.dumps(self.host.snapshot(), protocol=pickle.HIGHEST_PROTOCOL)
         payload = {"states": states, "keys": len(self.host), "tuples": self.tuples, "windows": self.windows,
-                   "late": self.late}
+                   "late": self.late, "parts": self.finish_parts(checkpoint_id + 1)}
         self.clock.lap("snapshot")
         return ("barrier", self.spec.index, checkpoint_id, payload)
 
@@ -223,25 +294,45 @@ class TaskSlot:
         self.clock.lap("format")
         return msg
 
+    def finish_parts(self, next_epoch: int | None = None) -> list[str]:
+        """Close the slot's part file (part-file sinks): its name, for the checkpoint (or the end) to commit."""
+        return [] if self.parts is None else self.parts.roll(next_epoch)
+
     def stats(self) -> dict[str, Any]:
         """Counters of this slot: tuples, windows, late, lcs tasks/stalls, algorithms, time per phase."""
         algs: Counter[str] = Counter()
+        reasons: Counter[str] = Counter()
+        engines: Counter[str] = Counter()
         stalls = lcs = 0
         stall_time = 0.0
         late_ops = 0
-        for _, op in self.host.items():
+        for hosted in self.host.keys.values():
+            op = hosted.op
             st = op.stats()
-            algs[str(st.get("algorithm", getattr(op, "name", "?")))] += 1
+            alg = str(st.get("algorithm", getattr(op, "name", "?")))
+            algs[alg] += 1
+            reasons[f"{alg}:{hosted.reason}"] += 1
+            engines[str(st.get("engine", "python"))] += 1
             stalls += int(st.get("stalls", 0))
             lcs += int(st.get("lcs_tasks", 0))
             stall_time += float(st.get("stall_time", 0.0))
             late_ops += int(st.get("late", 0))
         return {"slot": self.spec.index, "pid": os.getpid(), "keys": len(self.host), "tuples": self.tuples,
                 "windows": self.windows, "late": self.late, "lcs_tasks": lcs, "stalls": stalls,
-                "stall_time": stall_time, "algorithms": dict(algs), "clock": self.clock.report(),
+                "stall_time": stall_time, "algorithms": dict(algs), "reasons": dict(reasons),
+                "engines": dict(engines), "pool_tasks": self.pool.tasks, "calls": self.calls,
+                "largest_piece": self.largest_piece, "split_min": self._split_min(),
+                "clock": self.clock.report(),
                 "cpu_s": time.process_time() - self._cpu0}
 
+    def _split_min(self) -> dict[str, int]:
+        """From how large a merge PBA's batch path gives its worker a part: windows (compiled engine),
+        slice partials (numpy engine; plus two rows of ``q`` slices, :func:`pba_runtime.batch.splits_rows`)."""
+        return {"compiled_windows": COMPILED_SPLIT_MIN, "numpy_slices": PARALLEL_BATCH_MIN}
+
     def close(self) -> None:
+        if self.parts is not None:
+            self.parts.close()
         self.host.close()
         self.pool.close(wait=False)
         if self._warm is not None:
@@ -296,6 +387,11 @@ def slot_main(spec: SlotSpec, in_q: Any, out_q: Any, states: dict[Any, Any]) -> 
         if profiler is not None:
             profiler.enable()
         slot = TaskSlot(spec, states)
+        for module in sink_modules(spec.sink_format):  # preloaded by a forkserver; imported here under spawn
+            importlib.import_module(module)
+        if slot._warm is not None:  # the stream starts when every slot is ready (its kernels loaded)
+            slot._warm.join()
+        _put(out_q, ("ready", spec.index), slot)
         log.info("task slot %d: %s over %s, %d keys restored", spec.index, spec.algorithm, spec.window, len(states))
         last_stats = time.monotonic()
         while True:
@@ -319,7 +415,7 @@ def slot_main(spec: SlotSpec, in_q: Any, out_q: Any, states: dict[Any, Any]) -> 
         if profiler is not None:
             profiler.disable()
             profiler.dump_stats(spec.profile_path)
-        _put(out_q, ("done", spec.index, slot.stats()), slot)
+        _put(out_q, ("done", spec.index, slot.stats(), slot.finish_parts()), slot)
     except _ParentGone:
         out_q.cancel_join_thread()
         in_q.cancel_join_thread()

@@ -1,0 +1,93 @@
+"""``pba-run``'s default job, with and without sinks, in this tree against an older one, side by side.
+
+Each configuration runs ``python -m pba_runtime.cli`` in a fresh process
+(``--metrics-json``), interleaved over rounds (the machine is shared and
+noisy); medians and the spread (min-max) are reported, for
+
+* the stream's tuples/s from the summary (in this tree the stream starts
+  when every slot is ready; in older trees it included the slots' kernel
+  warm-up, so the command's wall time is reported too), and
+* the wall time of the whole command (start-up, stream and exit), and
+* the CPU seconds of the coordinator and the slots during the stream (the
+  figure a loaded machine disturbs least).
+
+One untimed run of each configuration comes first (numba's disk cache of
+each tree, the page cache).
+
+    python bench/bench_runtime_versions.py --old /tmp/h18r-old            # 6M tuples, 3 rounds
+    python bench/bench_runtime_versions.py --old /tmp/h18r-old --tuples 2000000 --rounds 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent.parent
+
+CONFIGS = [  # (name, tree, extra arguments); {tmp} is a scratch directory
+    ("old default (pba), no sink", "old", []),
+    ("new default (auto -> sba), no sink", "new", []),
+    ("new --algorithm pba, no sink", "new", ["--algorithm", "pba"]),
+    ("old default, csv sink", "old", ["--sink", "csv:{tmp}/old.csv"]),
+    ("new default, csv sink", "new", ["--sink", "csv:{tmp}/new.csv"]),
+    ("new default, parquet sink", "new", ["--sink", "parquet:{tmp}/new-parquet"]),
+    ("new default, arrow sink", "new", ["--sink", "arrow:{tmp}/new-arrow"]),
+]
+
+
+def run_once(tree: str, args: list[str], tuples: int, tmp: str) -> dict:
+    metrics = os.path.join(tmp, "m.json")
+    env = dict(os.environ, PYTHONPATH=tree)
+    cmd = [sys.executable, "-m", "pba_runtime.cli", "--no-progress", "-q", "--tuples", str(tuples),
+           "--metrics-json", metrics] + [a.format(tmp=tmp) for a in args]
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, env=env, cwd=tmp, capture_output=True, text=True, timeout=300)
+    wall = time.perf_counter() - t0
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed: {proc.stderr}")
+    m = json.loads(Path(metrics).read_text())
+    t = m["time_s"]
+    return {"rate": m["tuples_per_s"], "elapsed": m["elapsed_s"], "startup": m.get("startup_s"), "wall": wall,
+            "coordinator_cpu": t["coordinator"]["process_cpu"], "slots_cpu": t["slots"]["process_cpu"]}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--old", required=True, help="a worktree of the older commit")
+    p.add_argument("--tuples", type=int, default=6_000_000)
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--json", default=None, help="also write the raw runs here")
+    a = p.parse_args(argv)
+    trees = {"old": str(Path(a.old).resolve()), "new": str(HERE)}
+    runs: dict[str, list[dict]] = {name: [] for name, _, _ in CONFIGS}
+    with tempfile.TemporaryDirectory() as tmp:
+        for _, tree, args in CONFIGS:  # untimed: numba's cache of each tree, the page cache
+            run_once(trees[tree], args, min(a.tuples, 200_000), tmp)
+        for r in range(a.rounds):
+            for name, tree, args in CONFIGS:
+                runs[name].append(run_once(trees[tree], args, a.tuples, tmp))
+                print(f"round {r + 1}: {name}: {runs[name][-1]['rate'] / 1e6:.2f}M tuples/s", file=sys.stderr)
+    print(f"{a.tuples:,} tuples, {a.rounds} rounds interleaved; median [min-max]")
+    print(f"{'configuration':38s} {'stream tuples/s':>26s} {'command wall s':>22s} {'cpu s (coord+slots)':>20s}")
+    for name, _, _ in CONFIGS:
+        xs = runs[name]
+        rate = [x["rate"] / 1e6 for x in xs]
+        wall = [x["wall"] for x in xs]
+        cpu = [x["coordinator_cpu"] + x["slots_cpu"] for x in xs]
+        print(f"{name:38s} {statistics.median(rate):9.2f}M [{min(rate):5.2f}-{max(rate):5.2f}] "
+              f"{statistics.median(wall):8.2f} [{min(wall):4.2f}-{max(wall):4.2f}] {statistics.median(cpu):12.2f}")
+    if a.json:
+        Path(a.json).write_text(json.dumps(runs, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

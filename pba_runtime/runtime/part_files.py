@@ -1,0 +1,280 @@
+"""Part files: the Parquet and Arrow IPC sinks, exactly-once by committing whole files per checkpoint.
+
+A Parquet (or Arrow IPC) file cannot be truncated back to a checkpoint, so these
+sinks write, as Flink's ``FileSink`` does, *part files* into a directory:
+
+* Each task slot writes its own results (in parallel; nothing crosses a queue)
+  into an *in-progress* part, a hidden file ``.part-EEEEEE-SSSS.parquet.inprogress``
+  (``E``: the epoch, the id of the checkpoint that will commit it; ``S``: the slot),
+  in row groups of up to :data:`ROWS_PER_GROUP` rows (:class:`PartWriter`).
+* At a checkpoint barrier the slot closes its part (flushed and fsynced) and
+  names it in its barrier payload, then starts the next epoch's part at its
+  next result.
+* Once the checkpoint is durable (it records those names as ``pending_parts``),
+  the coordinator commits them: renames each to its visible name
+  ``part-EEEEEE-SSSS.parquet`` and fsyncs the directory (:func:`commit_parts`).
+  At the end of the stream the last parts are committed the same way.
+* A resumed job first finishes the commit of the checkpoint's pending parts
+  (the kill may have come between the checkpoint and the renames), then
+  removes every in-progress part and every part of a later epoch
+  (:func:`prepare_part_dir`); the replay writes those results again. A fresh
+  start removes the directory's part files of an earlier run (only files
+  named like parts; nothing else in the directory is touched).
+
+Readers see whole files only: ``pyarrow.dataset``, pandas and polars skip
+hidden files, so ``pandas.read_parquet(DIR)`` reads every committed window
+exactly once. Per-key order is kept within a part (a key always goes to the
+same slot; its rows are in stream order); across parts, sort by
+``key, end`` for the stream order of a key.
+
+Examples
+--------
+>>> import tempfile, pyarrow as pa
+>>> d = tempfile.mkdtemp()
+>>> prepare_part_dir(d, "arrow")
+[]
+>>> w = PartWriter(d, "arrow", slot=0, epoch=1)
+>>> w.write(pa.table({"key": [1], "start": [0], "end": [4], "value": [2.5]}))
+>>> names = w.roll(next_epoch=2); names
+['part-000001-0000.arrow']
+>>> os.listdir(d)
+['.part-000001-0000.arrow.inprogress']
+>>> commit_parts(d, names); os.listdir(d)
+['part-000001-0000.arrow']
+>>> pa.ipc.open_file(os.path.join(d, names[0])).read_all().column("value").to_pylist()
+[2.5]
+>>> w.close(); import shutil; shutil.rmtree(d)
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Any
+
+from .errors import JobError, UserError
+
+__all__ = ["PartWriter", "commit_parts", "prepare_part_dir", "part_files", "ROWS_PER_GROUP", "SUFFIXES"]
+
+#: Rows a part file's row group (Parquet) or record batch (Arrow) holds at most: a slot buffers
+#: its results up to this many before it writes them (bounded memory, large row groups).
+ROWS_PER_GROUP = 1 << 20
+
+SUFFIXES = {"parquet": ".parquet", "arrow": ".arrow"}
+_IN_PROGRESS = ".inprogress"
+_PART = re.compile(r"^(\.)?part-(\d{6,})-(\d{4,})\.(parquet|arrow)(\.inprogress)?$")
+
+
+def part_name(fmt: str, epoch: int, slot: int) -> str:
+    """The committed name of slot ``slot``'s part of epoch ``epoch``.
+
+    >>> part_name("parquet", 3, 1)
+    'part-000003-0001.parquet'
+    """
+    return f"part-{epoch:06d}-{slot:04d}{SUFFIXES[fmt]}"
+
+
+def _in_progress(name: str) -> str:
+    return f".{name}{_IN_PROGRESS}"
+
+
+def _fsync_path(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class PartWriter:
+    """A task slot's writer of part files (see the module doc).
+
+    Parameters
+    ----------
+    directory : str
+        The sink's directory (it exists: the coordinator prepared it).
+    fmt : {"parquet", "arrow"}
+    slot : int
+        The slot's index (part of every part's name).
+    epoch : int
+        The epoch of the first part: the id of the checkpoint resumed from, plus 1.
+    rows_per_group : int
+        Rows buffered before they are written as one row group / record batch.
+    """
+
+    def __init__(self, directory: str, fmt: str, slot: int, epoch: int, rows_per_group: int = ROWS_PER_GROUP):
+        if fmt not in SUFFIXES:
+            raise ValueError(f"part files are parquet or arrow, got {fmt!r}")
+        self.directory, self.fmt, self.slot, self.epoch = directory, fmt, slot, epoch
+        self.rows_per_group = rows_per_group
+        self._buffer: list[Any] = []
+        self._buffered = 0
+        self._writer: Any = None
+        self._file: Any = None
+        self._schema: Any = None
+        self.rows_written = 0
+
+    @property
+    def _path(self) -> str:
+        return os.path.join(self.directory, _in_progress(part_name(self.fmt, self.epoch, self.slot)))
+
+    def write(self, table: Any) -> None:
+        """Add a batch's results (a pyarrow Table ``key, start, end, value``)."""
+        if not table.num_rows:
+            return
+        self._buffer.append(table)
+        self._buffered += table.num_rows
+        if self._buffered >= self.rows_per_group:
+            self._flush()
+
+    def _flush(self) -> None:
+        import pyarrow as pa
+
+        if not self._buffer:
+            return
+        table = pa.concat_tables(self._buffer, promote_options="permissive") if len(self._buffer) > 1 \
+            else self._buffer[0]
+        self._buffer, self._buffered = [], 0
+        try:
+            if self._writer is None:
+                self._open(table.schema)
+            elif table.schema != self._schema:
+                table = table.cast(self._schema)
+            if self.fmt == "parquet":
+                self._writer.write_table(table, row_group_size=max(table.num_rows, 1))
+            else:
+                self._writer.write_table(table, max_chunksize=self.rows_per_group)
+        except OSError as exc:
+            raise JobError(f"cannot write the part file {self._path}: {exc.strerror or exc}") from None
+        self.rows_written += table.num_rows
+
+    def _open(self, schema: Any) -> None:
+        import pyarrow as pa
+
+        self._schema = schema
+        if self.fmt == "parquet":
+            import pyarrow.parquet as pq
+
+            # dictionary-encode the key only (the other columns barely repeat: encoding them cost 3x the write)
+            self._writer = pq.ParquetWriter(self._path, schema, use_dictionary=["key"], compression="snappy")
+        else:
+            self._file = pa.OSFile(self._path, "wb")
+            self._writer = pa.ipc.new_file(self._file, schema)
+
+    def roll(self, next_epoch: int | None = None) -> list[str]:
+        """Close the current part (flushed and fsynced) and start epoch ``next_epoch``.
+
+        Returns the committed names of the parts closed (none if this epoch had no results).
+        """
+        self._flush()
+        names = []
+        if self._writer is not None:
+            path = self._path
+            try:
+                self._writer.close()
+                if self._file is not None:
+                    self._file.close()
+                _fsync_path(path)
+            except OSError as exc:
+                raise JobError(f"cannot write the part file {path}: {exc.strerror or exc}") from None
+            self._writer = self._file = None
+            names.append(part_name(self.fmt, self.epoch, self.slot))
+        if next_epoch is not None:
+            self.epoch = next_epoch
+        return names
+
+    def close(self) -> None:
+        """Stop writing (after a failure): the open part stays in progress, never committed."""
+        self._buffer = []
+        writer, self._writer = self._writer, None
+        for closable in (writer, self._file):
+            if closable is not None:
+                try:
+                    closable.close()
+                except Exception:  # the part is abandoned; a later start removes it
+                    pass
+        self._file = None
+
+
+def commit_parts(directory: str, names: list[str]) -> None:
+    """Rename each part of ``names`` from in progress to its committed name, then fsync the directory.
+
+    Idempotent: a part already committed is left as it is. A part that is
+    neither in progress nor committed raises :class:`JobError`.
+    """
+    if not names:
+        return
+    for name in names:
+        src, dst = os.path.join(directory, _in_progress(name)), os.path.join(directory, name)
+        try:
+            os.replace(src, dst)
+        except FileNotFoundError:
+            if not os.path.exists(dst):
+                raise JobError(f"cannot commit the part file {dst}: it was not written (or was removed)") from None
+        except OSError as exc:
+            raise JobError(f"cannot commit the part file {dst}: {exc.strerror or exc}") from None
+    try:
+        _fsync_path(directory)
+    except OSError as exc:
+        raise JobError(f"cannot commit the part files in {directory}: {exc.strerror or exc}") from None
+
+
+def part_files(directory: str, fmt: str | None = None) -> list[str]:
+    """The committed part files in ``directory`` (names, sorted), optionally of one format only.
+
+    >>> import tempfile; d = tempfile.mkdtemp()
+    >>> for n in ("part-000001-0000.parquet", ".part-000002-0000.parquet.inprogress", "notes.txt"):
+    ...     _ = open(os.path.join(d, n), "w")
+    >>> part_files(d)
+    ['part-000001-0000.parquet']
+    >>> import shutil; shutil.rmtree(d)
+    """
+    out = []
+    for name in os.listdir(directory):
+        m = _PART.match(name)
+        if m and not m.group(1) and not m.group(5) and (fmt is None or m.group(4) == fmt):
+            out.append(name)
+    return sorted(out)
+
+
+def prepare_part_dir(directory: str, fmt: str, checkpoint_id: int | None = None,
+                     pending: list[str] | None = None) -> list[str]:
+    """Before a job writes parts into ``directory``: create it (its parent must exist) and make it hold
+    exactly the committed output.
+
+    A fresh start (``checkpoint_id`` ``None``) removes every part file (committed
+    or in progress, of either format) of an earlier run. A resume from checkpoint
+    ``checkpoint_id`` first commits its ``pending`` parts, then removes every
+    part in progress and every part of a later epoch. Returns the removed names.
+    Other files are left alone. A directory that cannot be created or written,
+    or a pending part that is gone, raises :class:`UserError`.
+    """
+    parent = os.path.dirname(os.path.abspath(directory))
+    if not os.path.isdir(parent):
+        raise UserError(f"output directory does not exist: {parent}")
+    try:
+        os.makedirs(directory, exist_ok=True)
+    except OSError as exc:
+        raise UserError(f"cannot create the output directory {directory}: {exc.strerror or exc}") from None
+    if not os.access(directory, os.W_OK | os.X_OK):
+        raise UserError(f"cannot write the output directory {directory}")
+    if checkpoint_id is not None and pending:
+        try:
+            commit_parts(directory, pending)
+        except JobError as exc:
+            raise UserError(f"cannot resume: {exc}") from None
+    removed = []
+    for name in sorted(os.listdir(directory)):
+        m = _PART.match(name)
+        if m is None:
+            continue
+        stale = checkpoint_id is None or bool(m.group(1)) or bool(m.group(5)) or int(m.group(2)) > checkpoint_id
+        if stale:
+            try:
+                os.unlink(os.path.join(directory, name))
+            except FileNotFoundError:
+                continue
+            except OSError as exc:
+                raise UserError(f"cannot remove {os.path.join(directory, name)}: {exc.strerror or exc}") from None
+            removed.append(name)
+    return removed

@@ -1,0 +1,162 @@
+"""Sinks: the vectorised CSV writer against the per-line reference, and the part files of Parquet / Arrow sinks."""
+
+from __future__ import annotations
+
+import csv
+import os
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.dataset as ds
+import pyarrow.parquet as pq
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import pba_runtime as pr
+from pba_runtime.runtime import Debs12Source, Debs14Source, Job, UserError
+from pba_runtime.runtime.errors import JobError
+from pba_runtime.runtime.part_files import PartWriter, commit_parts, part_files, prepare_part_dir
+from pba_runtime.runtime.sinks import float_repr_column, format_csv_batch, format_results, result_table
+
+SPECIAL = [0.0, -0.0, 2.0, -3.0, 1e16, -1e16, 1e15, 9007199254740993.0, 2.0**63, 1e-5, 1e-4, 9.999999999999999e-05,
+           float("nan"), float("inf"), -float("inf"), 5e-324, -5e-324, 2.2250738585072014e-308, 0.1 + 0.2,
+           1.7976931348623157e308, 12345.5, 5977587022847.288, 1234567890.125, 0.000123, 1e22, 123456789012345.67]
+
+
+def slow_csv(parts, range_):
+    return "".join(format_results("csv", k, e, r, range_) for k, e, r in parts if len(e)).encode()
+
+
+def test_float_repr_column_is_repr_on_edge_values_and_random_bit_patterns():
+    rng = np.random.default_rng(7)
+    bits = rng.integers(0, 2**64, 200_000, dtype=np.uint64).view(np.float64)
+    scaled = rng.random(200_000) * 10.0 ** rng.integers(-8, 20, 200_000)
+    decimals = np.round(rng.random(100_000) * 1000, 3)
+    for v in (np.array(SPECIAL), bits, scaled, -scaled, decimals, np.floor(scaled)):
+        assert float_repr_column(v).to_pylist() == [repr(x) for x in v.tolist()]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.floats(allow_nan=True, allow_infinity=True), min_size=1, max_size=50))
+def test_float_repr_column_matches_repr(values):
+    v = np.array(values, dtype=np.float64)
+    assert float_repr_column(v).to_pylist() == [repr(x) for x in v.tolist()]
+
+
+@pytest.mark.parametrize("keys", [[7, 3, 12], ["mf01", "a b", "plug-2"]])
+def test_csv_batch_writes_the_bytes_of_the_per_line_formatter(keys):
+    rng = np.random.default_rng(1)
+    parts = [(k, np.arange(10, 10 + n), np.concatenate([np.array(SPECIAL), rng.random(n - len(SPECIAL)) * 100]))
+             for k, n in zip(keys, (30, 40, 50))]
+    parts.append((keys[0], np.array([], dtype=np.int64), np.array([])))  # a key without windows this batch
+    assert format_csv_batch(parts, 4) == slow_csv(parts, 4)
+    ints = [(k, np.arange(5, 9), np.arange(4, dtype=np.int64) * -3) for k in keys]
+    assert format_csv_batch(ints, 5) == slow_csv(ints, 5)
+
+
+def test_csv_batch_falls_back_where_the_fields_need_more_than_arrow_gives():
+    quoted = [("a,b", np.array([3]), np.array([1.5])), (' pad', np.array([3]), np.array([2.0])),
+              ('q"', np.array([4]), np.array([-0.0]))]
+    assert format_csv_batch(quoted, 3) == slow_csv(quoted, 3) == b'"a,b",0,3,1.5\n pad,0,3,2.0\n"q""",1,4,-0.0\n'
+    vectors = [(1, np.array([4, 5]), np.array([[1.0, 2.0], [3.0, 4.5]]))]
+    assert format_csv_batch(vectors, 4) == slow_csv(vectors, 4) == b"1,0,4,1.0;2.0\n1,1,5,3.0;4.5\n"
+    lists = [(1, np.array([2]), [[1.0, 2.0]])]
+    assert format_csv_batch(lists, 2) == slow_csv(lists, 2)
+    assert format_csv_batch([], 2) == b""
+
+
+def test_result_table_columns():
+    t = result_table([(3, np.array([4, 5]), np.array([1, 2], dtype=np.int64)), (1, np.array([9]), np.array([7]))], 4)
+    assert t.schema.names == ["key", "start", "end", "value"]
+    assert t.column("key").to_pylist() == [3, 3, 1] and t.column("start").to_pylist() == [0, 1, 5]
+    assert t.column("value").type == pa.int64()
+    v = result_table([("k", np.array([2]), np.array([[1.0, 2.0, 3.0]]))], 2).column("value")
+    assert v.to_pylist() == [[1.0, 2.0, 3.0]]
+    lists = result_table([("k", np.array([2, 3]), [[1.0], []])], 2).column("value")
+    assert lists.type == pa.list_(pa.float64()) and lists.to_pylist() == [[1.0], []]
+
+
+def table(n, key=1):
+    return pa.table({"key": [key] * n, "start": list(range(n)), "end": list(range(1, n + 1)),
+                     "value": [float(i) for i in range(n)]})
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "arrow"])
+def test_part_writer_rolls_whole_files_in_row_groups(tmp_path, fmt):
+    w = PartWriter(str(tmp_path), fmt, slot=3, epoch=5, rows_per_group=10)
+    for _ in range(5):
+        w.write(table(4))
+    assert w.roll(next_epoch=6) == [f"part-000005-0003.{fmt}"]
+    assert w.roll(next_epoch=7) == []  # nothing written in epoch 6: no part
+    assert os.listdir(tmp_path) == [f".part-000005-0003.{fmt}.inprogress"]
+    commit_parts(str(tmp_path), [f"part-000005-0003.{fmt}"])
+    commit_parts(str(tmp_path), [f"part-000005-0003.{fmt}"])  # idempotent
+    path = tmp_path / f"part-000005-0003.{fmt}"
+    if fmt == "parquet":
+        assert pq.ParquetFile(path).num_row_groups == 2  # 12 rows, then 8
+    got = ds.dataset(str(tmp_path), format="parquet" if fmt == "parquet" else "ipc").to_table()
+    assert got.num_rows == 20 and got.column("value").to_pylist() == [float(i % 4) for i in range(20)]
+    w.close()
+    with pytest.raises(JobError, match="it was not written"):
+        commit_parts(str(tmp_path), [f"part-000009-0000.{fmt}"])
+
+
+def test_prepare_part_dir_keeps_exactly_the_committed_output(tmp_path):
+    d = str(tmp_path / "out")
+    names = ["part-000001-0000.parquet", "part-000002-0001.parquet", ".part-000003-0000.parquet.inprogress",
+             "part-000004-0000.parquet", ".part-000003-0001.parquet.inprogress", "notes.txt"]
+    os.mkdir(d)
+    for n in names:
+        open(os.path.join(d, n), "w").close()
+    # resume from checkpoint 3 whose pending part of slot 0 was not renamed yet (killed after the checkpoint)
+    removed = prepare_part_dir(d, "parquet", 3, ["part-000003-0000.parquet"])
+    assert removed == [".part-000003-0001.parquet.inprogress", "part-000004-0000.parquet"]
+    assert sorted(os.listdir(d)) == ["notes.txt", "part-000001-0000.parquet", "part-000002-0001.parquet",
+                                     "part-000003-0000.parquet"]
+    assert part_files(d) == ["part-000001-0000.parquet", "part-000002-0001.parquet", "part-000003-0000.parquet"]
+    with pytest.raises(UserError, match="cannot resume: cannot commit the part file"):
+        prepare_part_dir(d, "parquet", 3, ["part-000003-0007.parquet"])
+    prepare_part_dir(d, "parquet")  # a fresh start: every part of the earlier run goes, nothing else
+    assert os.listdir(d) == ["notes.txt"]
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "arrow"])
+def test_part_file_sinks_hold_the_csv_sinks_windows(tmp_path, fmt):
+    rows = {}
+    for sink in ("csv", fmt):
+        out = tmp_path / f"out-{sink}"
+        summary = Job(Debs14Source(plugs=6, tuples=30_000), pr.CountWindow(range=64, slide=3), "mean", "pba",
+                      parallelism=2, batch_size=4096, sink=f"{sink}:{out}").run()
+        if sink == "csv":
+            with open(out, newline="") as f:
+                got = [(int(k), int(s), int(e), float(v)) for k, s, e, v in list(csv.reader(f))[1:]]
+        else:
+            assert len(part_files(str(out), fmt)) == 2 and not [n for n in os.listdir(out) if n.startswith(".")]
+            t = ds.dataset(str(out), format="parquet" if fmt == "parquet" else "ipc").to_table()
+            got = list(zip(*(t.column(c).to_pylist() for c in ("key", "start", "end", "value"))))
+        rows[sink] = sorted(got, key=lambda r: (r[0], r[2]))
+        assert summary["windows"] == len(got)
+    assert rows["csv"] == rows[fmt]
+
+
+def test_part_file_sink_with_time_windows_writes_late_tuples_beside_it(tmp_path):
+    out = tmp_path / "res"
+    summary = Job(Debs12Source(sensors=2, tuples=20_000, disorder=300, disorder_fraction=0.1),
+                  pr.TimeWindow(range=2000, slide=500), "max", "sba", parallelism=1, allowed_lateness=50,
+                  sink=f"parquet:{out}").run()
+    assert summary["late"] > 0
+    late = tmp_path / "res.late.csv"
+    assert late.read_text().startswith("key,timestamp,value\n")
+    assert ds.dataset(str(out)).to_table().num_rows == summary["windows"]
+
+
+def test_spawned_slots_import_the_sink_before_they_are_ready(tmp_path):
+    """Under spawn (no forkserver to preload pyarrow and the merge) the slots still say when they are ready,
+    the start-up is reported apart, and the Arrow parts hold every window."""
+    out = tmp_path / "res"
+    summary = Job(Debs14Source(plugs=4, tuples=20_000), pr.CountWindow(range=100, slide=1), "max", "auto",
+                  parallelism=2, sink=f"arrow:{out}", start_method="spawn").run()
+    assert summary["startup_s"] > 0 and summary["windows"] == 20_000 - 4 * 99
+    assert ds.dataset(str(out), format="ipc").to_table().num_rows == summary["windows"]
+    assert summary["reasons"] == {"sba:small_window": 4}
