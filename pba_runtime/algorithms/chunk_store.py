@@ -99,8 +99,9 @@ class LocalChunks:
     submit : callable, optional
         ``submit(fn, *args) -> Future`` running an lcs task in a thread worker.
     kernel : Kernel, optional
-        The batch path's kernel: turns its rows into the Python partials of an
-        aggregation without a numpy kernel (:meth:`from_rows`).
+        The batch path's kernel: the shape of its rows, and how they become the
+        Python partials of an aggregation without a numpy kernel
+        (:meth:`from_rows`, :meth:`as_array`).
     """
 
     shared = False
@@ -156,6 +157,12 @@ class LocalChunks:
     def drop(self, rec: Chunk | None) -> None:
         """A chunk leaves the operator (nothing to give back here)."""
 
+    def as_array(self, rec: Chunk, lo: int, hi: int) -> np.ndarray:
+        """Rows ``[lo, hi)`` of ``rec`` as a kernel array (a view of float rows; read only)."""
+        if self.flat:
+            return np.frombuffer(rec.saa, dtype=np.float64).reshape((-1,) + self.kernel.shape)[lo:hi]
+        return self.kernel.to_array(rec.saa[lo:hi])  # Python partials (a user aggregation on the compiled engine)
+
     # -- lcs
     def submit(self, rec: Chunk) -> Future:
         """Build ``rec``'s lcs in a worker; ``RuntimeError`` if the pool is closed."""
@@ -198,10 +205,11 @@ class SharedChunks(LocalChunks):
 
     shared = True
 
-    def __init__(self, agg: Aggregation, rows: int, shm: ChunkStore):
+    def __init__(self, agg: Aggregation, rows: int, shm: ChunkStore, kernel: Kernel | None = None):
         self.agg = agg
         self.rows = rows
         self.shm = shm
+        self.kernel = kernel
         self.flat = True
         self.width = shm.width
 
@@ -289,6 +297,6 @@ def open_store(pool: Any, agg: Aggregation, rows: int, slots: int, kernel: Kerne
     if pool.kind == "process":
         shm = open_chunk_store(pool, agg, rows, slots=slots)
         if shm is not None:
-            return SharedChunks(agg, rows, shm)
+            return SharedChunks(agg, rows, shm, kernel)
         return LocalChunks(agg, rows, pool.submit_thread, kernel)
     return LocalChunks(agg, rows, pool.submit, kernel)

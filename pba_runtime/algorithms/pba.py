@@ -32,7 +32,7 @@ instead of holding its GIL. Other partials (``collect``) use the pool's thread
 workers. A worker that dies, hangs past the pool's ``task_timeout`` or raises
 costs one lcs built on the main thread (counted in ``stats()["fallbacks"]``):
 nothing is lost or duplicated. Whether a closed chunk's lcs is submitted (PBA)
-or built here (SBA) is chosen once too (``_close_chunk``).
+or built here (SBA) is chosen by the class (``_close_chunk``).
 
 One push (:meth:`PBA._push`): a chunk opens with :meth:`PBA._start_chunk`, each
 partial is written as row ``i`` of the open chunk's rows (both stores allocate
@@ -128,9 +128,7 @@ class PBA(SlicedAggregator):
         self._store = open_store(self._pool, self.agg, chunk_size, slots=max(4, -(-q // chunk_size) + 2),
                                  kernel=self._kernel)
         self._shm = self._store.shm  # its shared-memory slots (shm.ChunkStore), if any
-        self._flat = self._store.flat  # kernel partials as floats (else Python partials in lists)
         self._width = self._store.width  # floats per partial in a flat row, 0 for a scalar
-        self._close_chunk = self._submit_lcs if self._pool is not None else self._build_lcs
         self._chunks_closed = 0
         self._lcs_tasks = 0
         self._stalls = 0
@@ -211,8 +209,8 @@ class PBA(SlicedAggregator):
         rec.ca = csa
         self._close_chunk(rec)
 
-    def _submit_lcs(self, rec: Chunk) -> None:
-        """PBA's ``_close_chunk``: the lcs is built in the pool (here if the pool is closed, counted)."""
+    def _close_chunk(self, rec: Chunk) -> None:
+        """PBA: the lcs is built in the pool (here if the pool is closed, counted); SBA overrides it."""
         self._chunks_closed += 1
         try:
             rec.lcs = self._store.submit(rec)
@@ -220,11 +218,6 @@ class PBA(SlicedAggregator):
         except RuntimeError:  # pool closed: fall back to SBA for this chunk
             self._fallbacks += 1
             rec.lcs = self._store.build(rec)
-
-    def _build_lcs(self, rec: Chunk) -> None:
-        """SBA's ``_close_chunk``: the lcs is built on the main thread."""
-        self._chunks_closed += 1
-        rec.lcs = self._store.build(rec)
 
     def _lcs(self, c: int) -> Any:
         """The lcs of closed chunk ``c``: built here if nobody did, waited for (a stall) if it is being built."""
@@ -404,13 +397,9 @@ class PBA(SlicedAggregator):
         f, g, b = self._f, self._g, self._b
         parts = []
         for c in range(f // b, (g - 1) // b + 1) if g > f else ():
-            saa = self._chunks[c].saa
             lo = f - c * b if c == f // b else 0
             hi = min(b, g - c * b)
-            if self._flat:
-                parts.append(np.frombuffer(saa, dtype=np.float64).reshape((-1,) + kernel.shape)[lo:hi])
-            else:  # Python partials (a user aggregation on the compiled engine)
-                parts.append(kernel.to_array(saa[lo:hi]))
+            parts.append(self._store.as_array(self._chunks[c], lo, hi))
         if not parts:
             return np.empty((0,) + kernel.shape)
         return np.concatenate(parts) if len(parts) > 1 else parts[0].copy()
@@ -725,7 +714,7 @@ class PBA(SlicedAggregator):
 
     def _get_state(self) -> dict[str, Any]:
         self._leave_tuple_mode()
-        if self._deferred is not None and not self._flat:
+        if self._deferred is not None and not self._store.flat:
             self._build_deferred()  # Python partials in the state: any engine restores it
         st = super()._get_state()
         if self._deferred is not None:  # after a batch: the slices as one array, as they are
@@ -824,3 +813,8 @@ class SBA(PBA):
 
     name = "sba"
     parallel = False
+
+    def _close_chunk(self, rec: Chunk) -> None:
+        """The lcs is built on the main thread, at the chunk boundary."""
+        self._chunks_closed += 1
+        rec.lcs = self._store.build(rec)
