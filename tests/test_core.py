@@ -241,10 +241,10 @@ def test_closed_pool_falls_back_to_building_lcs_inline():
 
 
 def test_worker_exception_never_loses_a_result(monkeypatch):
-    import pba_runtime.algorithms.pba as pba_mod
+    import pba_runtime.algorithms.chunk_store as store_mod
 
     calls = {"n": 0}
-    real = pba_mod.build_lcs
+    real = store_mod.build_lcs
 
     def flaky(agg, saa):
         calls["n"] += 1
@@ -252,7 +252,7 @@ def test_worker_exception_never_loses_a_result(monkeypatch):
             raise RuntimeError("worker crashed")
         return real(agg, saa)
 
-    monkeypatch.setattr(pba_mod, "build_lcs", flaky)
+    monkeypatch.setattr(store_mod, "build_lcs", flaky)
     win = pr.CountWindow(range=10, slide=1)
     with pr.create("pba", win, "max") as op:
         got = [res for v in range(200) for _, res in op.insert(float((v * 7) % 23))]

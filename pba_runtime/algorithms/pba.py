@@ -1,9 +1,8 @@
 """PBA (Parallel Boundary Aggregator) and SBA, its one-thread version.
 
-(Over 500 lines: one operator whose per-tuple paths, generic, fused and lean,
-the deferred batch history and the vectorised batch path share one merger
-state; the planned split is a chunk store interface with a local and a
-shared-memory implementation, chosen once in ``__init__``, see issue 16.)
+(Over 500 lines: one operator whose per-tuple path, generic slicing-layer
+path, deferred batch history and vectorised batch path share one merger
+state. Where the chunks live is :mod:`pba_runtime.algorithms.chunk_store`.)
 
 Zhang, Akbarinia, Toumani, *Efficient Incremental Computation of Aggregations
 over Sliding Windows*, KDD'21.
@@ -20,17 +19,31 @@ window needs an lcs that is not ready; those *stalls* are counted.
 SBA builds each lcs on the main thread at the chunk boundary: same chunks, same
 arithmetic, so PBA's results equal SBA's bit for bit.
 
-With a process pool (``WorkerPool(kind="process")``) each chunk's ``saa`` and
-``lcs`` live in a shared-memory slot (:mod:`pba_runtime.shm`): the main loop
-writes every slice partial straight into it, a worker process builds the lcs
-in place from a task that only names the slot, and the main loop reads the lcs
+Where the chunks live is chosen once, in ``__init__``
+(:func:`pba_runtime.algorithms.chunk_store.open_store`): in this process, their
+lcs built by the pool's thread workers, or, with a process pool
+(``WorkerPool(kind="process")``), in shared-memory slots: the main loop writes
+every slice partial straight into its slot, a worker process builds the lcs in
+place from a task that only names the slot, and the main loop reads the lcs
 where the worker left it. That covers kernel aggregations and Python-callable
 ones with fixed-size numeric partials (a float or a tuple of floats, as their
 ``identity``), whose Python ``combine`` loop then runs beside the main loop
 instead of holding its GIL. Other partials (``collect``) use the pool's thread
 workers. A worker that dies, hangs past the pool's ``task_timeout`` or raises
 costs one lcs built on the main thread (counted in ``stats()["fallbacks"]``):
-nothing is lost or duplicated.
+nothing is lost or duplicated. Whether a closed chunk's lcs is submitted (PBA)
+or built here (SBA) is chosen by the class (``_close_chunk``).
+
+One push (:meth:`PBA._push`): a chunk opens with :meth:`PBA._start_chunk`, each
+partial is written as row ``i`` of the open chunk's rows (both stores allocate
+them when the chunk opens) and combined into ``csa``, and the chunk closes with
+:meth:`PBA._end_chunk`. The per-tuple path of count windows with slide 1 (the
+paper's main experiment, :meth:`PBA._tuple_insert`) inlines the three lines
+between those calls instead of calling ``_push``: the call and the attribute
+reads it repeats cost 1-19% of a tuple (medians of 7 interleaved pairs, see
+``docs/internals/code-map.md``, "PBA's structure"). That path keeps only ``_g``, ``_f``, ``_csa``
+and its chunk bookkeeping up to date per tuple; every other entry point calls
+``_leave_tuple_mode()`` first, which derives the slicing layer's counters.
 
 Both also have a vectorised batch path (``insert_many``): slice aggregations by
 ``reduceat``, then csa and lcs of chunk-shaped 2-D arrays by ``accumulate``
@@ -64,37 +77,13 @@ from ..batch import windows_from_values, windows_with_ends
 from ..chunking import plan_chunk_size
 from ..kernels import resolve_engine
 from ..merge import build_lcs
-from ..pool import WorkerPool, default_pool, result_or_repair
-from ..tasks import open_chunk_store
+from ..pool import WorkerPool, default_pool
 from .base import SlicedAggregator, no_timestamps, sizeof, validate_timestamps
+from .chunk_store import Chunk, open_store, row
 
 __all__ = ["PBA", "SBA", "build_lcs"]
 
 log = logging.getLogger("pba_runtime")
-
-
-# build_lcs (from merge) is looked up in this module when a chunk's lcs task is submitted (tests replace it
-# with a faulty one); the main thread's own builder, used when a worker fails, is this one:
-_build_lcs_here = build_lcs
-
-
-class _Chunk:
-    """One chunk of the merger: its slice partials, their lcs, their total and, in shared memory, its slot.
-
-    ``saa``: ``array('d')`` rows (kernel aggregations), a list of partials, or a
-    slot's ``memoryview``; ``lcs``: ``None`` (not built yet), a ``Future`` (being
-    built) or the built buffer; ``ca``: the aggregate of the whole chunk, once it
-    is closed; ``slot``: its :class:`pba_runtime.shm.Slot` (process pools).
-    Snapshots hold ``[saa, lcs, ca]`` lists, as before.
-    """
-
-    __slots__ = ("saa", "lcs", "ca", "slot")
-
-    def __init__(self, saa: Any, ca: Any = None, slot: Any = None, lcs: Any = None):
-        self.saa = saa
-        self.lcs = lcs
-        self.ca = ca
-        self.slot = slot
 
 
 class PBA(SlicedAggregator):
@@ -135,38 +124,27 @@ class PBA(SlicedAggregator):
             raise TypeError(f"pool must be a pba_runtime.WorkerPool or None, got {type(pool).__name__}")
         self.chunk_size = self._b = chunk_size
         self._pool = (pool if pool is not None else default_pool()) if self.parallel else None
-        kernel = self.agg.kernel  # the per-tuple path keeps the aggregation's own partials, whatever the engine
-        # partial storage: flat array('d') rows of `width` floats (0: a scalar per slice), or a list;
-        # with a process pool, fixed-size slots in shared memory written in place (self._shm)
-        self._flat = kernel is not None
-        self._width = (kernel.shape[0] if kernel.shape else 0) if kernel is not None else 0
-        self._shm = None
-        self._submit = None
-        if self._pool is not None:
-            if self._pool.kind == "process":
-                self._shm = open_chunk_store(self._pool, self.agg, chunk_size, slots=max(4, -(-q // chunk_size) + 2))
-                self._submit = self._pool.submit_thread
-            else:
-                self._submit = self._pool.submit
-        self._direct = self._shm is not None
-        if self._direct:
-            self._flat = True
-            self._width = self._shm.width
+        # where the chunks live and who builds their lcs, chosen once (see chunk_store)
+        self._store = open_store(self._pool, self.agg, chunk_size, slots=max(4, -(-q // chunk_size) + 2),
+                                 kernel=self._kernel)
+        self._shm = self._store.shm  # its shared-memory slots (shm.ChunkStore), if any
+        self._width = self._store.width  # floats per partial in a flat row, 0 for a scalar
         self._chunks_closed = 0
         self._lcs_tasks = 0
         self._stalls = 0
         self._stall_time = 0.0
         self._fallbacks = 0
         self._reset_merger()
-        # fused per-tuple path for count windows with slide 1 (the paper's main experiment)
+        # the per-tuple path for count windows with slide 1 (the paper's main experiment)
         self._fast = not self._is_time and self._s == 1 and not self.agg.positional
         self._lower_float = self.agg.lower is float
         # built-in max/min/sum lift a float to itself
         self._float_passthrough = self.agg.float_passthrough
-        self._lift, self._combine, self._lower = self.agg.lift, self.agg.combine, self.agg.lower
-        # the lean path's vectorised lcs (+) ca_middle (scalar kernel partials only)
+        self._combine, self._lower = self.agg.combine, self.agg.lower
+        # the per-tuple path's vectorised lcs (+) ca_middle (scalar kernel partials only)
+        kernel = self.agg.kernel
         self._mid_combine = kernel.combine if kernel is not None and not kernel.shape else None
-        self._lean = False
+        self._tuple_mode = False
         # time-window batches: the compiled engine slices in compiled passes (kernels/slicing.py), and
         # folds scalar/column partials into their slices there too; the numpy engine runs the reference
         self._compiled_slicing = self._is_time and self.engine.compiled
@@ -178,154 +156,197 @@ class PBA(SlicedAggregator):
         self._drop_all()
         self._g = g  # slices pushed since the last reset
         self._f = f  # slices popped since the last reset
-        self._chunks: dict[int, _Chunk] = {}
-        self._open: _Chunk | None = None  # record of the chunk being filled
+        self._chunks: dict[int, Chunk] = {}
+        self._open: Chunk | None = None  # the chunk being filled
         self._csa = self.agg.identity
         # after a batch: slices [f, g) as one array, cut into chunks only if a per-tuple call needs them
         self._deferred: tuple[np.ndarray, int, int] | None = None
+        self._cursor()
 
+    def _cursor(self) -> None:
+        """Where the next push writes: ``_ob``, the open chunk's first slice, and ``_osaa``, its rows.
+
+        Derived from ``_g`` and ``_open`` after a reset, a load or a restore; kept
+        by :meth:`_start_chunk` afterwards. ``_ob = g - b``: no chunk open (the
+        next push opens one).
+        """
+        g, b = self._g, self._b
+        if g % b:
+            self._ob = g - g % b
+            self._osaa = self._open.saa if self._open is not None else None
+        else:
+            self._ob, self._osaa = g - b, None
+
+    def _drop_all(self) -> None:
+        for rec in getattr(self, "_chunks", {}).values():
+            self._store.drop(rec)
+
+    def _push(self, p: Any) -> None:
+        """Append slice partial ``p``: the one push (the per-tuple path inlines its middle, see the module doc)."""
+        if self._deferred is not None:
+            self._build_deferred()
+        g = self._g
+        b = self._b
+        i = g - self._ob
+        if i == b:
+            csa = self._start_chunk(g, p)
+            i = 0
+        else:
+            self._store.put(self._open, i, p)  # first: a partial the store refuses changes nothing
+            csa = self._csa = self._combine(self._csa, p)
+        if i == b - 1:
+            self._end_chunk(csa)
+        self._g = g + 1
+
+    def _start_chunk(self, g: int, p: Any) -> Any:
+        """Open chunk ``g // b`` with ``p`` as its first slice; returns the csa (``p``)."""
+        rec = self._store.start(p)  # a partial the store refuses changes nothing
+        self._chunks[g // self._b] = self._open = rec
+        self._ob = g
+        self._osaa = rec.saa
+        self._csa = p
+        return p
+
+    def _end_chunk(self, csa: Any) -> None:
+        """The open chunk is full: its total is ``csa``; its lcs is submitted or built (``_close_chunk``)."""
+        rec = self._open
+        rec.ca = csa
+        self._close_chunk(rec)
+
+    def _close_chunk(self, rec: Chunk) -> None:
+        """PBA: the lcs is built in the pool (here if the pool is closed, counted); SBA overrides it."""
+        self._chunks_closed += 1
+        try:
+            rec.lcs = self._store.submit(rec)
+            self._lcs_tasks += 1
+        except RuntimeError:  # pool closed: fall back to SBA for this chunk
+            self._fallbacks += 1
+            rec.lcs = self._store.build(rec)
+
+    def _lcs(self, c: int) -> Any:
+        """The lcs of closed chunk ``c``: built here if nobody did, waited for (a stall) if it is being built."""
+        rec = self._chunks[c]
+        lcs = rec.lcs
+        if lcs is None:
+            lcs = rec.lcs = self._store.build(rec)
+        elif isinstance(lcs, Future):
+            done = True
+            if not lcs.done():
+                self._stalls += 1
+                t0 = time.perf_counter()
+                done = self._pool.wait_for(lcs)
+                self._stall_time += time.perf_counter() - t0
+            lcs, repaired = self._store.result(self._pool, lcs, rec, done)
+            self._fallbacks += repaired
+            rec.lcs = lcs
+        return lcs
+
+    def _pop(self) -> None:
+        if self._deferred is not None:
+            self._build_deferred()
+        f = self._f = self._f + 1
+        if f % self._b == 0:
+            self._store.drop(self._chunks.pop(f // self._b - 1, None))
+
+    def _query(self) -> Any:
+        if self._deferred is not None:
+            self._build_deferred()
+        f, g, b, w = self._f, self._g, self._b, self._width
+        if f >= g:
+            return self.agg.identity
+        cf = f // b
+        cl = (g - 1) // b
+        last = self._csa if g % b else self._chunks[cl].ca
+        combine = self.agg.combine
+        if cf == cl:
+            if f % b == 0:
+                return last
+            saa = self._chunks[cf].saa
+            acc = row(saa, f % b, w)
+            for j in range(f % b + 1, (g - 1) % b + 1):
+                acc = combine(acc, row(saa, j, w))
+            return acc
+        j = f % b
+        first = self._chunks[cf].ca if j == 0 else row(self._lcs(cf), j, w)
+        for c in range(cf + 1, cl):
+            first = combine(first, self._chunks[c].ca)
+        return combine(first, last)
+
+    # ------------------------------------------------------------------ per-tuple path
+    # Count windows, slide 1, any store: push (inlined), pop one, query, per tuple. While
+    # ``_tuple_mode`` is set only _g, _f, _csa and the chunk bookkeeping are kept up to
+    # date; every other entry point calls _leave_tuple_mode() first, which derives the
+    # slicing layer's counters (_n, _back, _front, _next_k, _emitted).
     def insert(self, value: Any, timestamp: int | None = None) -> list[tuple[int, Any]]:
-        if self._lean:
+        if self._tuple_mode:
             if timestamp is None:
-                return self._lean_insert(value)
-            self._leave_lean()  # a timestamp for a count window: the generic path refuses it
+                return self._tuple_insert(value)
+            self._leave_tuple_mode()  # a timestamp for a count window: the generic path refuses it
         if self._deferred is not None:
             self._build_deferred()
         if not self._fast or self._flushed or self._closed or timestamp is not None:
             return super().insert(value, timestamp)
-        if not self._direct and not self._width:
-            self._enter_lean()
-            return self._lean_insert(value)
-        # one slice per tuple: push, pop one, query, with the attribute traffic inlined
-        p = value if self._float_passthrough and type(value) is float else self.agg.lift(value)
-        b = self._b
-        g = self._g
-        i = g % b
-        if self._direct:  # shared-memory slot: store first, so a partial it refuses changes nothing
-            rec = self._open if i else self._new_rec()
-            w = self._width
-            try:
-                if w:
-                    rec.saa[i * w : i * w + w] = array("d", p)
-                else:
-                    rec.saa[i] = p
-            except (TypeError, ValueError, OverflowError):
-                self._put(rec, i, p)  # raises the explanation
-            if i:
-                csa = self._csa = self.agg.combine(self._csa, p)
-            else:
-                self._open = rec
-                self._chunks[g // b] = rec
-                csa = self._csa = p
-        else:
-            if i:
-                csa = self._csa = self.agg.combine(self._csa, p)
-                rec = self._open
-            else:
-                rec = self._open = _Chunk(self._new_saa())
-                self._chunks[g // b] = rec
-                csa = self._csa = p
-            if self._width:
-                rec.saa.extend(p)
-            else:
-                rec.saa.append(p)
-        if i == b - 1:
-            rec.ca = csa
-            self._close_chunk(rec)
-        g += 1
-        self._g = self._back = self._n = g
-        k = g - self._r
-        if k < 0:
-            return []
-        f = self._f
-        while f < k:  # exactly one pop per tuple in steady state
-            f += 1
-            if f % b == 0:
-                old = self._chunks.pop(f // b - 1, None)
-                if self._direct and old is not None:
-                    self._shm.release(old.slot, old.lcs)
-        self._f = self._front = f
-        self._next_k = k + 1
-        self._emitted += 1
-        cf = k // b
-        j = k - cf * b
-        if cf == (g - 1) // b:
-            res = csa if j == 0 else self._query()
-        else:
-            chunks = self._chunks
-            if j:
-                lcs = chunks[cf].lcs
-                if lcs.__class__ is Future or lcs is None:
-                    lcs = self._lcs(cf)
-                first = lcs[j] if not self._width else self._row(lcs, j)
-            else:
-                first = chunks[cf].ca
-            combine = self.agg.combine
-            for c in range(cf + 1, (g - 1) // b):
-                first = combine(first, chunks[c].ca)
-            res = combine(first, csa)
-        return [(g, res if self._lower_float else self.agg.lower(res))]
+        self._enter_tuple_mode()
+        return self._tuple_insert(value)
 
-    # ------------------------------------------------------------------ lean per-tuple path
-    # Count windows, slide 1, scalar partials, thread pool or none: the paper's main
-    # experiment. While ``_lean`` is set only _g, _f, _csa and the chunk bookkeeping
-    # below are kept up to date per tuple; every other entry point calls _leave_lean()
-    # first, which derives the slicing layer's counters.
-    def _enter_lean(self) -> None:
-        g, f, b = self._g, self._f, self._b
-        self._ob = g - g % b if g % b else g - b  # first slice of the open chunk (g - b: none open)
+    def _enter_tuple_mode(self) -> None:
+        f, b = self._f, self._b
         self._fb = f - f % b  # first slice of the front chunk
-        self._flcs = None  # the front chunk's lcs, once resolved
+        self._flcs = None  # the front chunk's lcs as rows, once resolved
         self._fmid = None  # lcs (+) ca of the one middle chunk, once a window spans three chunks
-        self._app = self._open.saa.append if g % b else None
-        self._lean_w0 = max(0, g - self._r + 1)
-        self._lean_e0 = self._emitted
-        self._lean = True
+        self._tuple_w0 = max(0, self._g - self._r + 1)
+        self._tuple_e0 = self._emitted
+        self._tuple_mode = True
 
-    def _leave_lean(self) -> None:
-        if not self._lean:
+    def _leave_tuple_mode(self) -> None:
+        if not self._tuple_mode:
             return
-        self._lean = False
+        self._tuple_mode = False
         g, f = self._g, self._f
         self._n = self._back = g
         self._front = f
         windows = max(0, g - self._r + 1)
-        self._emitted = self._lean_e0 + windows - self._lean_w0
+        self._emitted = self._tuple_e0 + windows - self._tuple_w0
         if windows:
             self._next_k = g - self._r + 1
 
-    def _lean_insert(self, value: Any) -> list[tuple[int, Any]]:
-        p = value if value.__class__ is float and self._float_passthrough else self._lift(value)
+    def _tuple_insert(self, value: Any) -> list[tuple[int, Any]]:
+        p = value if value.__class__ is float and self._float_passthrough else self.agg.lift(value)
         g = self._g
         b = self._b
+        # push: _push's middle, inlined (see the module doc)
         i = g - self._ob
-        if i == b:  # open the next chunk
-            rec = self._open = _Chunk(self._new_saa())
-            self._chunks[g // b] = rec
-            self._ob = g
-            self._app = rec.saa.append
-            csa = self._csa = p
+        if i == b:
+            csa = self._start_chunk(g, p)
             i = 0
         else:
+            saa = self._osaa
+            w = self._width
+            try:  # first: a partial the store refuses changes nothing
+                if w:
+                    saa[i * w : i * w + w] = array("d", p)
+                else:
+                    saa[i] = p
+            except (TypeError, ValueError, OverflowError):
+                self._store.refuse(p)
             csa = self._csa = self._combine(self._csa, p)
-        self._app(p)
         if i == b - 1:
-            rec = self._open
-            rec.ca = csa
-            self._close_chunk(rec)
+            self._end_chunk(csa)
         g += 1
         self._g = g
         k = g - self._r
         if k < 0:
             return []
+        # pop one slice
         fb = self._fb
         j = k - fb
         if j == b:  # the window left the front chunk
-            self._chunks.pop(fb // b, None)
+            self._store.drop(self._chunks.pop(fb // b, None))
             fb = self._fb = fb + b
             self._flcs = self._fmid = None
             j = 0
         self._f = k
+        # query
         ob = self._ob
         if fb == ob:  # the window lies in one chunk
             res = self._query() if j else csa
@@ -339,7 +360,7 @@ class PBA(SlicedAggregator):
             if j:
                 lcs = self._flcs
                 if lcs is None:
-                    lcs = self._flcs = self._lcs(fb // b)
+                    lcs = self._front_lcs(fb // b)
                 first = lcs[j]
             else:
                 first = self._chunks[fb // b].ca
@@ -352,203 +373,24 @@ class PBA(SlicedAggregator):
             res = self._combine(first, csa)
         return [(g, res if self._lower_float else self._lower(res))]
 
+    def _front_lcs(self, c: int) -> Any:
+        """The lcs of front chunk ``c``, indexable by row (tuples of floats for vector partials), kept in ``_flcs``."""
+        lcs = self._lcs(c)
+        w = self._width
+        if w:
+            lcs = [row(lcs, j, w) for j in range(self._b)]
+        self._flcs = lcs
+        return lcs
+
     def _front_mid(self, c: int) -> array:
         """``lcs[j] (+) ca_{c+1}`` for every ``j`` of front chunk ``c``: the per-tuple combines, element for
         element, in one numpy call (~0.5 ns a slice: no latency spike next to the lcs the chunk needed anyway)."""
         lcs = self._flcs
         if lcs is None:
-            lcs = self._flcs = self._lcs(c)
+            lcs = self._front_lcs(c)
         out = array("d")
         out.frombytes(self._mid_combine(np.asarray(lcs, dtype=np.float64), self._chunks[c + 1].ca).tobytes())
         return out
-
-    def _new_saa(self) -> Any:
-        return array("d") if self._flat else []
-
-    # ------------------------------------------------------------------ shared-memory slots
-    def _new_rec(self) -> _Chunk:
-        """A chunk record; with chunks in shared memory, its ``saa`` is its slot's."""
-        if self._direct:
-            slot = self._shm.acquire()
-            return _Chunk(slot.saa, None, slot)
-        return _Chunk(self._new_saa())
-
-    def _put(self, rec: _Chunk, i: int, p: Any) -> None:
-        """Write partial ``p`` as row ``i`` of a shared-memory slot."""
-        try:
-            w = self._width
-            if w:
-                rec.saa[i * w : i * w + w] = array("d", p)
-            else:
-                rec.saa[i] = p
-        except (TypeError, ValueError, OverflowError):
-            if i == 0:
-                self._shm.release(rec.slot)
-            w = self._width
-            want = f"a tuple of {w} floats" if w else "a float"
-            raise TypeError(f"aggregation {self.agg.name!r} gave the partial {p!r}; with chunks in shared memory "
-                            f"(process pool) each partial must be {want}, like its identity") from None
-
-    def _drop(self, rec: _Chunk | None) -> None:
-        """A chunk leaves the merger: its slot is reused once its lcs task is over."""
-        if rec is not None and rec.slot is not None and self._shm is not None:
-            self._shm.release(rec.slot, rec.lcs)
-
-    def _drop_all(self) -> None:
-        chunks = getattr(self, "_chunks", None)
-        if chunks and self._shm is not None:
-            for rec in chunks.values():
-                self._drop(rec)
-
-    def _rec_from_rows(self, rows: np.ndarray, ca: Any) -> _Chunk:
-        """A chunk record holding kernel rows ``rows`` (its first ``len(rows)`` slices)."""
-        if not self._direct:
-            return _Chunk(self._store(rows), ca)
-        rec = self._new_rec()
-        n = rows.size
-        if n:
-            np.frombuffer(rec.saa, dtype=np.float64, count=n)[:] = np.asarray(rows, dtype=np.float64).reshape(-1)
-        rec.ca = ca
-        return rec
-
-    def _export(self, buf: Any, n: int) -> Any:
-        """``n`` rows of a shared-memory buffer in the thread path's format (snapshots never point into shm)."""
-        if self.agg.kernel is not None:
-            return array("d", buf[: n * max(self._width, 1)].tobytes())
-        return [self._row(buf, j) for j in range(n)]
-
-    def _import(self, src: Any, dst: memoryview) -> None:
-        """Copy a snapshot buffer (``array('d')`` or a list of partials) into a shared-memory buffer."""
-        if isinstance(src, (array, memoryview)):
-            flat = array("d", memoryview(src).cast("B").tobytes()) if isinstance(src, memoryview) else src
-        elif self._width:
-            flat = array("d", [x for row in src for x in row])
-        else:
-            flat = array("d", src)
-        dst[: len(flat)] = flat
-
-    def _row(self, buf: Any, j: int) -> Any:
-        """Partial ``j`` of a chunk buffer (saa or lcs)."""
-        w = self._width
-        if w:
-            return tuple(buf[j * w : (j + 1) * w])
-        return buf[j]
-
-    def _push(self, p: Any) -> None:
-        if self._deferred is not None:
-            self._build_deferred()
-        g = self._g
-        b = self._b
-        i = g % b
-        if self._direct:
-            rec = self._open if i else self._new_rec()
-            self._put(rec, i, p)
-            if i == 0:
-                self._open = rec
-                self._chunks[g // b] = rec
-                self._csa = p
-            else:
-                self._csa = self.agg.combine(self._csa, p)
-            self._g = g + 1
-            if i == b - 1:
-                rec.ca = self._csa
-                self._close_chunk(rec)
-            return
-        if i == 0:
-            rec = self._open = _Chunk(self._new_saa())
-            self._chunks[g // b] = rec
-            self._csa = p
-        else:
-            rec = self._open
-            self._csa = self.agg.combine(self._csa, p)
-        if self._width:
-            rec.saa.extend(p)
-        else:
-            rec.saa.append(p)
-        self._g = g + 1
-        if i == b - 1:
-            rec.ca = self._csa
-            self._close_chunk(rec)
-
-    def _close_chunk(self, rec: _Chunk) -> None:
-        self._chunks_closed += 1
-        if self.parallel:
-            try:
-                if self._direct:  # the task names the slot; the worker writes the lcs into it
-                    rec.lcs = self._shm.submit(rec.slot, self._b)
-                else:
-                    rec.lcs = self._submit(build_lcs, self.agg, rec.saa)
-                self._lcs_tasks += 1
-                return
-            except RuntimeError:  # pool closed: fall back to SBA for this chunk
-                self._fallbacks += 1
-        rec.lcs = self._shm.build_here(rec.slot, self._b) if self._direct else build_lcs(self.agg, rec.saa)
-
-    def _lcs(self, c: int) -> Any:
-        rec = self._chunks[c]
-        lcs = rec.lcs
-        if lcs is None:
-            lcs = rec.lcs = self._shm.build_here(rec.slot, self._b) if self._direct else build_lcs(self.agg, rec.saa)
-        elif isinstance(lcs, Future):
-            done = True
-            if not lcs.done():
-                self._stalls += 1
-                t0 = time.perf_counter()
-                done = self._pool.wait_for(lcs)
-                self._stall_time += time.perf_counter() - t0
-            lcs = rec.lcs = self._future_result(lcs, rec, done)
-        return lcs
-
-    def _future_result(self, fut: Future, rec: _Chunk, done: bool = True) -> Any:
-        """The lcs a task built, or built here (SBA fallback, counted) if the task failed."""
-        if self._direct:
-            res, repaired = result_or_repair(self._pool, fut, lambda: self._shm.build_here(rec.slot, self._b),
-                                             done=done, on_error=self._task_raised, task="lcs task",
-                                             repair="building it on the main thread")
-            if not repaired:
-                res = rec.slot.lcs
-        else:
-            res, repaired = result_or_repair(self._pool, fut, lambda: _build_lcs_here(self.agg, rec.saa), done=done,
-                                             task="lcs task", repair="building it on the main thread")
-        self._fallbacks += repaired
-        return res
-
-    def _task_raised(self, exc: BaseException, why: str) -> None:
-        if type(exc).__name__ == "AggregationUnavailable":  # the workers cannot rebuild it: threads from now on
-            self._shm.use_threads(why)
-
-    def _pop(self) -> None:
-        if self._deferred is not None:
-            self._build_deferred()
-        f = self._f = self._f + 1
-        if f % self._b == 0:
-            old = self._chunks.pop(f // self._b - 1, None)
-            if self._direct:
-                self._drop(old)
-
-    def _query(self) -> Any:
-        if self._deferred is not None:
-            self._build_deferred()
-        f, g, b = self._f, self._g, self._b
-        if f >= g:
-            return self.agg.identity
-        cf = f // b
-        cl = (g - 1) // b
-        last = self._csa if g % b else self._chunks[cl].ca
-        combine = self.agg.combine
-        if cf == cl:
-            if f % b == 0:
-                return last
-            saa = self._chunks[cf].saa
-            acc = self._row(saa, f % b)
-            for j in range(f % b + 1, (g - 1) % b + 1):
-                acc = combine(acc, self._row(saa, j))
-            return acc
-        j = f % b
-        first = self._chunks[cf].ca if j == 0 else self._row(self._lcs(cf), j)
-        for c in range(cf + 1, cl):
-            first = combine(first, self._chunks[c].ca)
-        return combine(first, last)
 
     # ------------------------------------------------------------------ slice history <-> arrays
     def _history(self) -> np.ndarray:
@@ -559,13 +401,9 @@ class PBA(SlicedAggregator):
         f, g, b = self._f, self._g, self._b
         parts = []
         for c in range(f // b, (g - 1) // b + 1) if g > f else ():
-            saa = self._chunks[c].saa
             lo = f - c * b if c == f // b else 0
             hi = min(b, g - c * b)
-            if self._flat:
-                parts.append(np.frombuffer(saa, dtype=np.float64).reshape((-1,) + kernel.shape)[lo:hi])
-            else:  # Python partials (a user aggregation on the compiled engine)
-                parts.append(kernel.to_array(saa[lo:hi]))
+            parts.append(self._store.as_array(self._chunks[c], lo, hi))
         if not parts:
             return np.empty((0,) + kernel.shape)
         return np.concatenate(parts) if len(parts) > 1 else parts[0].copy()
@@ -606,7 +444,7 @@ class PBA(SlicedAggregator):
                 ca = kernel.to_partials(kernel.accumulate(rows, axis=0)[-1:])[0]
                 # lcs left to build on demand: a batch never reads it, and the next
                 # per-tuple window needing it builds it once (_lcs)
-                self._chunks[c] = self._rec_from_rows(rows, ca)
+                self._chunks[c] = self._store.from_rows(rows, ca)
             else:
                 self._start_open_chunk(rows, g, c)
 
@@ -616,20 +454,16 @@ class PBA(SlicedAggregator):
         if c is None:
             c = g // b
             rows = kernel.identity_array(g - c * b)
-        rec = self._rec_from_rows(rows, None)
+        rec = self._store.from_rows(rows, None)
         self._chunks[c] = rec
         self._open = rec
         self._csa = kernel.to_partials(kernel.accumulate(rows, axis=0)[-1:])[0] if len(rows) else self.agg.identity
-
-    def _store(self, rows: np.ndarray) -> Any:
-        if not self._flat:  # the per-tuple path keeps Python partials: a user aggregation's compiled rows
-            return self._kernel.to_partials(rows)
-        return array("d", np.ascontiguousarray(rows, dtype=np.float64).tobytes())
+        self._cursor()
 
     # ------------------------------------------------------------------ batch path
     @quiet_non_finite
     def insert_many(self, values, timestamps=None):
-        self._leave_lean()
+        self._leave_tuple_mode()
         kernel = self._kernel
         if kernel is None or self.engine.name == "python":
             return super().insert_many(values, timestamps)
@@ -898,8 +732,8 @@ class PBA(SlicedAggregator):
                                                       "_stalls", "_stall_time", "_fallbacks")
 
     def _get_state(self) -> dict[str, Any]:
-        self._leave_lean()
-        if self._deferred is not None and not self._flat:
+        self._leave_tuple_mode()
+        if self._deferred is not None and not self._store.flat:
             self._build_deferred()  # Python partials in the state: any engine restores it
         st = super()._get_state()
         if self._deferred is not None:  # after a batch: the slices as one array, as they are
@@ -911,11 +745,8 @@ class PBA(SlicedAggregator):
         for c in list(self._chunks):
             rec = self._chunks[c]
             lcs = self._lcs(c) if rec.lcs is not None else None
-            if self._direct:  # copies in the thread path's format: a snapshot never points into shm
-                n = self._g - c * self._b if rec is self._open else self._b
-                chunks[c] = [self._export(rec.saa, n), None if lcs is None else self._export(lcs, self._b), rec.ca]
-            else:
-                chunks[c] = [rec.saa, lcs, rec.ca]
+            n = self._g - c * self._b if rec is self._open else self._b  # rows written
+            chunks[c] = self._store.snapshot(rec, n, lcs)  # copies: a snapshot never points into the store
         st["chunks"] = chunks
         st["open"] = next((c for c, rec in self._chunks.items() if rec is self._open), None)
         st["chunk_size"] = self._b
@@ -923,7 +754,7 @@ class PBA(SlicedAggregator):
 
     @quiet_non_finite
     def flush(self):
-        self._leave_lean()
+        self._leave_tuple_mode()
         kernel = self._kernel
         if not self._is_time or kernel is None or self.engine.name == "python" or self._slice is None or self._flushed or self._closed:
             return super().flush()
@@ -936,7 +767,7 @@ class PBA(SlicedAggregator):
         return ends, results
 
     def _set_state(self, st: dict[str, Any]) -> None:
-        self._leave_lean()
+        self._leave_tuple_mode()
         if st["chunk_size"] != self._b:
             raise ValueError(f"state was taken with chunk_size {st['chunk_size']}, this operator has {self._b}")
         super()._set_state(st)
@@ -947,27 +778,17 @@ class PBA(SlicedAggregator):
             self._reset_merger(f, g)
             self._deferred = (X, f, g)
             return
-        if self._direct:
-            self._chunks = {}
-            for c, (saa, lcs, ca) in st["chunks"].items():
-                rec = self._new_rec()
-                self._import(saa, rec.saa)
-                if lcs is not None:
-                    self._import(lcs, rec.slot.lcs)
-                    rec.lcs = rec.slot.lcs
-                rec.ca = ca
-                self._chunks[c] = rec
-        else:
-            self._chunks = {c: _Chunk(saa, ca, None, lcs) for c, (saa, lcs, ca) in st["chunks"].items()}
+        self._chunks = {c: self._store.restore(saa, lcs, ca) for c, (saa, lcs, ca) in st["chunks"].items()}
         self._open = self._chunks.get(st["open"]) if st["open"] is not None else None
+        self._cursor()
 
     @property
     def emitted(self) -> int:
-        self._leave_lean()
+        self._leave_tuple_mode()
         return self._emitted
 
     def stats(self) -> dict[str, Any]:
-        self._leave_lean()
+        self._leave_tuple_mode()
         st = super().stats()
         st.update(
             chunk_size=self._b,
@@ -977,12 +798,12 @@ class PBA(SlicedAggregator):
             stall_time=self._stall_time,
             fallbacks=self._fallbacks,
             pool=None if self._pool is None else self._pool.kind,
-            shared_memory=self._direct,
+            shared_memory=self._store.shared,
         )
         return st
 
     def state_bytes(self) -> int:
-        self._leave_lean()
+        self._leave_tuple_mode()
         total = 0 if self._deferred is None else self._deferred[0].nbytes
         for rec in self._chunks.values():
             for part in (rec.saa, rec.lcs):
@@ -993,7 +814,7 @@ class PBA(SlicedAggregator):
         return total
 
     def close(self) -> None:
-        self._leave_lean()
+        self._leave_tuple_mode()
         if not self._closed:
             for rec in self._chunks.values():
                 if isinstance(rec.lcs, Future):
@@ -1002,8 +823,7 @@ class PBA(SlicedAggregator):
             self._chunks = {}
             self._open = None
             self._deferred = None
-            if self._shm is not None:
-                self._shm.close()  # unlinks its blocks
+            self._store.close()  # shared memory: unlinks its blocks
         super().close()
 
 
@@ -1012,3 +832,8 @@ class SBA(PBA):
 
     name = "sba"
     parallel = False
+
+    def _close_chunk(self, rec: Chunk) -> None:
+        """The lcs is built on the main thread, at the chunk boundary."""
+        self._chunks_closed += 1
+        rec.lcs = self._store.build(rec)
