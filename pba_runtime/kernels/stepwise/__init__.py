@@ -1,0 +1,279 @@
+"""The compiled per-tuple engine: each algorithm stepped one tuple at a time, in machine code.
+
+Not the vectorised batch path: every tuple goes through the slicing layer and the algorithm's
+``push``/``pop``/``query`` exactly as the Python operators do (:mod:`.slicing`, written once, and one
+module per algorithm: :mod:`.sba` for SBA and PBA, :mod:`.two_stacks`), over the built-in
+aggregations and the user aggregations numba compiles (:mod:`.monoids`). PBA's lcs are built by
+``lcs_worker`` on a pool thread, compiled with the GIL released, while the main loop goes on.
+
+:class:`Stepper` holds one stream's state and drives the compiled loop; the loops are compiled once
+per (algorithm, aggregation, latency or not) and cached: in memory, and for built-ins on disk (the
+generated source is written to a cache directory and imported, so numba caches its machine code
+beside it: a second process pays no compile).
+
+Examples
+--------
+>>> import numpy as np
+>>> import pba_runtime as pr
+>>> st = Stepper("sba", pr.CountWindow(range=3, slide=1), "max", chunk_size=2)
+>>> ends, res, _ = st.run(np.array([3.0, 1.0, 4.0, 1.0, 5.0]))
+>>> ends.tolist(), res.tolist()
+([3, 4, 5], [4.0, 4.0, 5.0])
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import sys
+import threading
+from concurrent.futures import Future
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ...aggregations import Aggregation, get_aggregation
+from ...windows import TimeWindow
+from . import sba, slicing, two_stacks
+from .clock import ns_per_tick
+from .monoids import Monoid, monoid_of
+
+__all__ = ["ALGORITHMS", "Stepper", "loop_module", "monoid_of"]
+
+#: name -> (the merger's template snippets, whether the lcs go to a worker)
+ALGORITHMS: dict[str, tuple[slicing.Algorithm, bool]] = {
+    "sba": (sba.ALGORITHM, False),
+    "pba": (sba.ALGORITHM, True),
+    "two_stacks": (two_stacks.ALGORITHM, False),
+}
+
+_modules: dict[tuple, Any] = {}
+_lock = threading.Lock()
+_SPIN_LIMIT_NS = 2e9  # a worker that has not built an lcs 2 s after it was due: the main loop builds it
+
+
+def _cache_dir() -> Path | None:
+    base = os.environ.get("PBA_STEPWISE_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "pba_runtime", "stepwise")
+    try:
+        Path(base).mkdir(parents=True, exist_ok=True)
+        return Path(base) if os.access(base, os.W_OK) else None
+    except OSError:
+        return None
+
+
+def loop_module(alg: slicing.Algorithm, mono: Monoid, latency: bool) -> Any:
+    """The compiled loop of ``alg`` over ``mono`` (a module or namespace with ``run`` and the helpers)."""
+    key = (alg.name, mono.key, latency)
+    with _lock:
+        hit = _modules.get(key)
+    if hit is not None:
+        return hit
+    body = slicing.source(alg, mono.width, positional=mono.positional, latency=latency,
+                          vector=mono.result == "vector")
+    names = ("run",) + tuple(n for n in ("build_lcs", "lcs_worker", "wait_slot") if f"def {n}(" in body)
+    tail = "\n".join(f"{n} = numba.njit(nogil=True, cache={mono.names is not None})({n})" for n in names)
+    mod: Any = None
+    if mono.names is not None:
+        lift, combine, lower = mono.names
+        head = ("import numba\n"
+                f"from pba_runtime.kernels.stepwise.monoids import {lift} as lift, {combine} as combine, "
+                f"{lower} as lower\nfrom pba_runtime.kernels.stepwise.clock import ticks, fence, relax\n")
+        text = head + body + "\n" + tail + "\n"
+        d = _cache_dir()
+        if d is not None:
+            digest = hashlib.sha256((text + _deps_digest()).encode()).hexdigest()[:16]
+            path = d / f"loop_{alg.name}_{mono.name}_{int(latency)}_{digest}.py"
+            if not path.exists():
+                tmp = path.with_suffix(f".{os.getpid()}.tmp")
+                tmp.write_text(text)
+                os.replace(tmp, path)
+            spec = importlib.util.spec_from_file_location(f"_pba_stepwise_{path.stem}", path)
+            mod = importlib.util.module_from_spec(spec)
+            sys.modules[spec.name] = mod
+            spec.loader.exec_module(mod)
+    if mod is None:
+        import types
+
+        import numba
+
+        from .clock import fence, relax, ticks
+
+        mod = types.SimpleNamespace()
+        ns = {"numba": numba, "lift": mono.lift, "combine": mono.combine, "lower": mono.lower, "ticks": ticks,
+              "fence": fence, "relax": relax}
+        exec(compile(body + "\n" + tail.replace("cache=True", "cache=False"),
+                     f"<pba_runtime stepwise {alg.name} {mono.name}>", "exec"), ns)
+        for n in names:
+            setattr(mod, n, ns[n])
+    with _lock:
+        _modules.setdefault(key, mod)
+        return _modules[key]
+
+
+def _deps_digest() -> str:
+    """What the generated loops depend on besides their own text (a changed monoid re-generates them)."""
+    here = Path(__file__).parent
+    return "".join(hashlib.sha256((here / f).read_bytes()).hexdigest() for f in ("monoids.py", "clock.py"))
+
+
+class Stepper:
+    """One stream through a compiled per-tuple algorithm: :meth:`run` feeds values (and timestamps).
+
+    Parameters
+    ----------
+    algorithm : {"sba", "pba", "two_stacks"}
+    window : CountWindow or TimeWindow
+    agg : str or Aggregation
+    latency : bool
+        Time each tuple that completes a window (ticks of :func:`.clock.ticks`).
+    chunk_size : int
+        SBA/PBA: slices per chunk (the caller plans it: :mod:`pba_runtime.chunking` is not below this layer).
+    pool : WorkerPool, optional
+        PBA: the pool whose thread builds the lcs; ``None``: the lcs are built on the main loop.
+    """
+
+    def __init__(self, algorithm: str, window: Any, agg: str | Aggregation, *, latency: bool = False,
+                 chunk_size: int | None = None, pool: Any = None):
+        if algorithm not in ALGORITHMS:
+            raise ValueError(f"algorithm must be one of {', '.join(map(repr, ALGORITHMS))} for the compiled "
+                             f"per-tuple engine, got {algorithm!r}")
+        self.algorithm = algorithm
+        self.window = window
+        self.agg = get_aggregation(agg)
+        self.mono = monoid_of(self.agg)
+        self.alg, parallel = ALGORITHMS[algorithm]
+        self.latency = latency
+        self._mod = loop_module(self.alg, self.mono, latency)
+        self._is_time = isinstance(window, TimeWindow)
+        r, s = window.range, window.slide
+        q, m = divmod(r, s)
+        self.q = q
+        off = window.offset if self._is_time else 0
+        w = self.mono.width
+        self._shape = (w,) if w else ()
+        ident = self.mono.identity_array()
+        self._ida = ident
+        self.si = np.zeros(len(slicing.COMMON_INTS) + len(self.alg.ints), dtype=np.int64)
+        self.sp = np.repeat(ident, len(slicing.COMMON_PARTS) + len(self.alg.parts), axis=0)
+        params = [r, s, q, m, off, int(self._is_time)]
+        self.pool = pool if parallel else None
+        self.chunk_size = None
+        if self.alg is sba.ALGORITHM:
+            b = chunk_size
+            if isinstance(b, bool) or not isinstance(b, (int, np.integer)) or not 1 <= b <= q:
+                raise ValueError(f"chunk_size must be an integer in [1, range // slide = {q}], got {chunk_size!r}")
+            b = int(b)
+            self.chunk_size = b
+            K = q // b + 3
+            self.K = K
+            self.si[self._int("known")] = -1
+            arrays = [np.empty((K * b,) + self._shape), np.empty((K * b,) + self._shape),
+                      np.empty((K,) + self._shape), np.full(K, -1, dtype=np.int64), np.full(K, -1, dtype=np.int64),
+                      np.zeros(K + q // b + 4, dtype=np.int64)]
+            spin = int(_SPIN_LIMIT_NS / ns_per_tick())
+            params += [b, K, int(self.pool is not None), spin]
+        else:
+            cap = 1 << max(2, (2 * q + 4 - 1).bit_length())
+            arrays = [np.empty((cap,) + self._shape), np.empty((cap,) + self._shape)]
+            params += [cap - 1]
+        self.arrays = arrays
+        self.params = np.asarray(params, dtype=np.int64)
+        self._futures: list[Future] = []
+        self.lcs_tasks = 0
+        self.submit_fallbacks = 0
+        self._entry = None
+
+    def _int(self, name: str) -> int:
+        return (slicing.COMMON_INTS + self.alg.ints).index(name)
+
+    def counter(self, name: str) -> int:
+        """One of the loop's scalars (``stalls``, ``flips``, ...)."""
+        return int(self.si[self._int(name)])
+
+    def run(self, values: np.ndarray, timestamps: np.ndarray | None = None, *, final: bool = False
+            ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Step ``values`` (float64, and int64 ``timestamps`` for a time window, checked by the caller);
+        with ``final``, end the stream. Returns ``(ends, lowered results, latency ticks)``."""
+        n = len(values)
+        ts = timestamps if timestamps is not None else np.zeros(0, dtype=np.int64)
+        if self._is_time:
+            cap = n + self.q + 8
+        else:
+            cap = max(0, (int(self.si[0]) + n - self.window.range) // self.window.slide + 1) + self.q + 8
+        out_ends = np.empty(cap, dtype=np.int64)
+        out_res = np.empty((cap,) + (self._shape if self.mono.result == "vector" else ()))
+        lat = np.zeros(cap if self.latency else 0, dtype=np.int64)
+        run = self._mod.run
+        i = no = 0
+        todo = [(n, False)] + ([(n, True)] if final else [])
+        for hi, fin in todo:
+            while True:
+                args = (values, ts, i, hi, self.si, self.sp, self._ida, *self.arrays, out_ends, out_res, lat, no, fin,
+                        self.params)
+                i, no, ev = run(*args)
+                if ev == 0:
+                    break
+                if ev == 1:
+                    out_ends = np.concatenate([out_ends, np.empty_like(out_ends)])
+                    out_res = np.concatenate([out_res, np.empty_like(out_res)])
+                    if self.latency:
+                        lat = np.concatenate([lat, np.zeros_like(lat)])
+                elif ev == 2:
+                    self._hand_off()
+        return out_ends[:no], out_res[:no], lat[:no]
+
+    def _hand_off(self) -> None:
+        """PBA: give the chunks the loop closed to the pool's thread (or build them here if it refuses)."""
+        si = self.si
+        k = self._int("npend")
+        saa, lcs, _ca, done, sub, pend = self.arrays
+        b, K = self.chunk_size, self.K
+        worker = self._mod.lcs_worker
+        for tag in pend[: si[k]].tolist():
+            slot = (tag % sba.TAG) % K
+            if done[slot] == tag:
+                continue
+            sub[slot] = tag
+            try:
+                fut = self.pool.submit_thread(worker, saa, lcs, done, slot, b, tag)
+                self._futures.append(fut)
+                self.lcs_tasks += 1
+            except RuntimeError:  # the pool is closed: this chunk's lcs on the main thread
+                worker(saa, lcs, done, slot, b, tag)
+                self.submit_fallbacks += 1
+        si[k] = 0
+        if len(self._futures) > 64:
+            self._futures = [f for f in self._futures if not f.done()]
+
+    def close(self) -> None:
+        """Wait for the lcs tasks still running (they write into this stepper's buffers)."""
+        for f in self._futures:
+            f.result()
+        self._futures = []
+
+    def stats(self) -> dict[str, Any]:
+        """The algorithm's counters (PBA: chunks, stalls and their time; Two-Stacks: flips)."""
+        st: dict[str, Any] = {"algorithm": self.algorithm, "tuples": int(self.si[0])}
+        if self.alg is sba.ALGORITHM:
+            st.update(chunk_size=self.chunk_size, lcs_tasks=self.lcs_tasks,
+                      lcs_built_on_main_loop=self.counter("lcs_built"),
+                      inline_builds=self.counter("inline_builds"), stalls=self.counter("stalls"),
+                      stall_ns=int(self.counter("stall_ticks") * ns_per_tick()),
+                      fallbacks=self.counter("fallbacks") + self.submit_fallbacks)
+        else:
+            st.update(flips=self.counter("flips"))
+        return st
+
+
+def warm_all() -> None:  # pragma: no cover - a convenience for the benchmarks
+    """Compile every built-in loop now (they are cached on disk)."""
+    from ...aggregations import BUILTIN_AGGREGATIONS
+
+    for name in ALGORITHMS:
+        for agg in BUILTIN_AGGREGATIONS:
+            if agg != "collect":
+                loop_module(ALGORITHMS[name][0], monoid_of(BUILTIN_AGGREGATIONS[agg]), False)
+
