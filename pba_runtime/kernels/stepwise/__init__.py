@@ -52,6 +52,7 @@ ALGORITHMS: dict[str, tuple[slicing.Algorithm, bool]] = {
 _modules: dict[tuple, Any] = {}
 _lock = threading.Lock()
 _SPIN_LIMIT_NS = 2e9  # a worker that has not built an lcs 2 s after it was due: the main loop builds it
+N_PARALLEL = slicing.N_PARAMS + 2  # pr_[N_PARALLEL]: whether a worker builds the lcs
 
 
 def _cache_dir() -> Path | None:
@@ -73,14 +74,15 @@ def loop_module(alg: slicing.Algorithm, mono: Monoid, latency: bool) -> Any:
         return hit
     body = slicing.source(alg, mono.width, positional=mono.positional, latency=latency,
                           vector=mono.result == "vector")
-    names = ("run",) + tuple(n for n in ("build_lcs", "lcs_worker", "wait_slot") if f"def {n}(" in body)
-    tail = "\n".join(f"{n} = numba.njit(nogil=True, cache={mono.names is not None})({n})" for n in names)
+    names = ("run",) + tuple(n for n in ("build_lcs", "lcs_worker", "worker_loop", "wait_slot")
+                          if f"def {n}(" in body)
+    tail = "\n".join(f"{n} = numba.njit(nogil=True, error_model=\"numpy\", cache={mono.names is not None})({n})" for n in names)
     mod: Any = None
     if mono.names is not None:
         lift, combine, lower = mono.names
         head = ("import numba\n"
                 f"from pba_runtime.kernels.stepwise.monoids import {lift} as lift, {combine} as combine, "
-                f"{lower} as lower\nfrom pba_runtime.kernels.stepwise.clock import ticks, fence, relax\n")
+                f"{lower} as lower\nfrom pba_runtime.kernels.stepwise.clock import ticks, fence, relax, nap\n")
         text = head + body + "\n" + tail + "\n"
         d = _cache_dir()
         if d is not None:
@@ -99,11 +101,11 @@ def loop_module(alg: slicing.Algorithm, mono: Monoid, latency: bool) -> Any:
 
         import numba
 
-        from .clock import fence, relax, ticks
+        from .clock import fence, nap, relax, ticks
 
         mod = types.SimpleNamespace()
         ns = {"numba": numba, "lift": mono.lift, "combine": mono.combine, "lower": mono.lower, "ticks": ticks,
-              "fence": fence, "relax": relax}
+              "fence": fence, "relax": relax, "nap": nap}
         exec(compile(body + "\n" + tail.replace("cache=True", "cache=False"),
                      f"<pba_runtime stepwise {alg.name} {mono.name}>", "exec"), ns)
         for n in names:
@@ -169,10 +171,11 @@ class Stepper:
             self.chunk_size = b
             K = q // b + 3
             self.K = K
-            self.si[self._int("known")] = -1
+            for name, v in (("known", -1), ("lc", -1), ("li", b - 1), ("lsl", K - 1)):
+                self.si[self._int(name)] = v
             arrays = [np.empty((K * b,) + self._shape), np.empty((K * b,) + self._shape),
                       np.empty((K,) + self._shape), np.full(K, -1, dtype=np.int64), np.full(K, -1, dtype=np.int64),
-                      np.zeros(K + q // b + 4, dtype=np.int64)]
+                      np.zeros(K, dtype=np.int64), np.zeros(3, dtype=np.int64)]
             spin = int(_SPIN_LIMIT_NS / ns_per_tick())
             params += [b, K, int(self.pool is not None), spin]
         else:
@@ -181,10 +184,9 @@ class Stepper:
             params += [cap - 1]
         self.arrays = arrays
         self.params = np.asarray(params, dtype=np.int64)
-        self._futures: list[Future] = []
+        self._worker: Future | None = None
         self.lcs_tasks = 0
-        self.submit_fallbacks = 0
-        self._entry = None
+        self.why = ""
 
     def _int(self, name: str) -> int:
         return (slicing.COMMON_INTS + self.alg.ints).index(name)
@@ -209,50 +211,51 @@ class Stepper:
         run = self._mod.run
         i = no = 0
         todo = [(n, False)] + ([(n, True)] if final else [])
-        for hi, fin in todo:
-            while True:
-                args = (values, ts, i, hi, self.si, self.sp, self._ida, *self.arrays, out_ends, out_res, lat, no, fin,
-                        self.params)
-                i, no, ev = run(*args)
-                if ev == 0:
-                    break
-                if ev == 1:
+        self._start_worker()
+        try:
+            for hi, fin in todo:
+                while True:
+                    args = (values, ts, i, hi, self.si, self.sp, self._ida, *self.arrays, out_ends, out_res, lat, no,
+                            fin, self.params)
+                    i, no, ev = run(*args)
+                    if ev == 0:
+                        break
+                    # ev == 1: the output is full
                     out_ends = np.concatenate([out_ends, np.empty_like(out_ends)])
                     out_res = np.concatenate([out_res, np.empty_like(out_res)])
                     if self.latency:
                         lat = np.concatenate([lat, np.zeros_like(lat)])
-                elif ev == 2:
-                    self._hand_off()
+        finally:
+            self._stop_worker()
         return out_ends[:no], out_res[:no], lat[:no]
 
-    def _hand_off(self) -> None:
-        """PBA: give the chunks the loop closed to the pool's thread (or build them here if it refuses)."""
-        si = self.si
-        k = self._int("npend")
-        saa, lcs, _ca, done, sub, pend = self.arrays
-        b, K = self.chunk_size, self.K
-        worker = self._mod.lcs_worker
-        for tag in pend[: si[k]].tolist():
-            slot = (tag % sba.TAG) % K
-            if done[slot] == tag:
-                continue
-            sub[slot] = tag
-            try:
-                fut = self.pool.submit_thread(worker, saa, lcs, done, slot, b, tag)
-                self._futures.append(fut)
-                self.lcs_tasks += 1
-            except RuntimeError:  # the pool is closed: this chunk's lcs on the main thread
-                worker(saa, lcs, done, slot, b, tag)
-                self.submit_fallbacks += 1
-        si[k] = 0
-        if len(self._futures) > 64:
-            self._futures = [f for f in self._futures if not f.done()]
+    def _start_worker(self) -> None:
+        """PBA: start the compiled worker loop on a pool thread (it builds every lcs the main loop posts)."""
+        if self.pool is None or self._worker is not None:
+            return
+        saa, lcs, _ca, done, _sub, wq, ctl = self.arrays
+        ctl[2] = 0
+        try:
+            self._worker = self.pool.submit_thread(self._mod.worker_loop, saa, lcs, done, wq, ctl, self.chunk_size,
+                                                   self.K)
+            self.params[N_PARALLEL] = 1
+        except RuntimeError:  # the pool is closed: the lcs are built on the main loop
+            self.params[N_PARALLEL] = 0
+            self.why = "the pool is closed: the lcs are built on the main loop"
+
+    def _stop_worker(self) -> None:
+        """Tell the worker to finish what was posted and return; wait for it (it writes into our buffers)."""
+        if self._worker is None:
+            return
+        ctl = self.arrays[-1]
+        ctl[2] = 1
+        fut, self._worker = self._worker, None
+        fut.result()
+        self.lcs_tasks = int(ctl[1])
 
     def close(self) -> None:
-        """Wait for the lcs tasks still running (they write into this stepper's buffers)."""
-        for f in self._futures:
-            f.result()
-        self._futures = []
+        """Stop the worker, if it runs (:meth:`run` stops it before it returns)."""
+        self._stop_worker()
 
     def stats(self) -> dict[str, Any]:
         """The algorithm's counters (PBA: chunks, stalls and their time; Two-Stacks: flips)."""
@@ -262,7 +265,9 @@ class Stepper:
                       lcs_built_on_main_loop=self.counter("lcs_built"),
                       inline_builds=self.counter("inline_builds"), stalls=self.counter("stalls"),
                       stall_ns=int(self.counter("stall_ticks") * ns_per_tick()),
-                      fallbacks=self.counter("fallbacks") + self.submit_fallbacks)
+                      fallbacks=self.counter("fallbacks"))
+            if self.why:
+                st["why"] = self.why
         else:
             st.update(flips=self.counter("flips"))
         return st

@@ -22,7 +22,7 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-__all__ = ["ticks", "fence", "relax", "ns_per_tick"]
+__all__ = ["ticks", "fence", "relax", "nap", "ns_per_tick"]
 
 
 @intrinsic
@@ -60,6 +60,20 @@ def relax(typingctx):
         fnty = ir.FunctionType(ir.IntType(32), [])
         fn = cgutils.get_or_insert_function(builder.module, fnty, "sched_yield")
         builder.call(fn, [])
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@intrinsic
+def nap(typingctx, us):
+    """``usleep(us)`` (nopython only; by symbol name, as :func:`relax`)."""
+    sig = types.none(types.intp)
+
+    def codegen(context, builder, signature, args):
+        fnty = ir.FunctionType(ir.IntType(32), [ir.IntType(32)])
+        fn = cgutils.get_or_insert_function(builder.module, fnty, "usleep")
+        builder.call(fn, [builder.trunc(args[0], ir.IntType(32))])
         return context.get_dummy_value()
 
     return sig, codegen

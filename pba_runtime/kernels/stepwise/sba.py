@@ -6,14 +6,15 @@ closed, ``csa`` the open chunk's running aggregate. A window of slices ``[pf, pg
 ``lcs[pf] (+) ca ... (+) csa``, as the Python operator computes it (same chunks, same order).
 
 SBA (``parallel == 0``) builds a chunk's lcs on the main loop when the chunk closes. PBA
-(``parallel == 1``) appends the chunk's tag to ``pend`` and stops after the tuple (event 2): its
-driver hands ``lcs_worker`` to a pool thread (compiled, GIL released) and sets ``sub[slot]``; the
-worker writes the lcs, then ``done[slot]`` behind a fence (tags grow, so a slot's task is in flight
-while ``sub[slot] > done[slot]``; the main loop waits for it before it reuses the slot). The main loop reads ``done`` when a window
-first needs that lcs: ready, it goes on; submitted but not done, it waits (a *stall*, counted with
-its ticks; after ``spin_limit`` ticks it builds the lcs itself, a *fallback*); closed but not yet
-submitted (several chunks closed by one tuple of a time window), it builds it inline. A tag is
-``epoch * 2**40 + chunk`` (the epoch counts resets), so a flag left by an older chunk never passes.
+(``parallel == 1``) posts the chunk's tag to the queue ``wq`` (``ctl[0]``: tags posted, ``ctl[1]``:
+lcs built, ``ctl[2]``: stop) and goes on; ``worker_loop``, compiled with the GIL released on a pool
+thread for the whole run, builds each posted lcs, then sets ``done[slot]`` behind a fence. Tags grow
+(``epoch * 2**40 + chunk``, the epoch counts resets), so a slot's task is in flight while
+``sub[slot] > done[slot]`` (the main loop waits before it reuses that slot) and a flag left by an older
+chunk never passes. The main loop reads ``done`` when a window first needs that lcs: ready, it goes
+on; posted but not built, it waits (a *stall*, counted with its ticks; after ``spin_limit`` ticks it
+builds the lcs itself, a *fallback*); never posted (the queue was full), it builds it (``inline_builds``).
+No Python runs between the two threads: the hand-off is a store and a fence.
 """
 
 from __future__ import annotations
@@ -24,13 +25,7 @@ __all__ = ["ALGORITHM", "TAG"]
 
 TAG = 1 << 40
 
-ALGORITHM = Algorithm(
-    name="sba",
-    ints=("pg", "pf", "ep", "npend", "known", "stalls", "stall_ticks", "inline_builds", "fallbacks", "lcs_built"),
-    parts=("csa",),
-    arrays=("saa", "lcs", "ca", "done", "sub", "pend"),
-    params=("b", "K", "parallel", "spin_limit"),
-    helpers='''
+HELPERS = '''
 def build_lcs(saa, lcs, slot, b):
     base = slot * b
     src = saa[base:base + b][::-1]
@@ -49,96 +44,150 @@ def lcs_worker(saa, lcs, done, slot, b, tag):
     fence()
 
 
+def worker_loop(saa, lcs, done, wq, ctl, b, K):
+    # PBA's worker: builds the lcs of each chunk the main loop posts (wq[ctl[1] % K] .. wq[ctl[0] - 1 % K]),
+    # until ctl[2] says stop and nothing is left; spins with sched_yield, then naps 50 us when idle long
+    tail = ctl[1]
+    idle = 0
+    while True:
+        fence()
+        head = ctl[0]
+        if head > tail:
+            tag = wq[tail % K]
+            slot = (tag & 1099511627775) % K
+            build_lcs(saa, lcs, slot, b)
+            fence()
+            done[slot] = tag
+            tail += 1
+            fence()
+            ctl[1] = tail
+            idle = 0
+        elif ctl[2] != 0:
+            break
+        else:
+            idle += 1
+            if idle < 2000:
+                relax()
+            else:
+                nap(50)
+
+
 def wait_slot(done, sub, sl, spin_limit):
     tw = ticks()
     while sub[sl] > done[sl] and ticks() - tw < spin_limit:
         relax()
         fence()
-''',
+'''
+
+ALGORITHM = Algorithm(
+    name="sba",
+    # pg, pf: slices pushed and popped since the last reset; lc, li, lsl: the chunk, index and slot of
+    # slice pg - 1; fc, fj, fsl: those of slice pf (kept incrementally: no division per tuple)
+    ints=("pg", "pf", "lc", "li", "lsl", "fc", "fj", "fsl", "ep", "wh", "known", "stalls", "stall_ticks",
+          "inline_builds", "fallbacks", "lcs_built"),
+    parts=("csa",),
+    arrays=("saa", "lcs", "ca", "done", "sub", "wq", "ctl"),
+    params=("b", "K", "parallel", "spin_limit"),
+    helpers=HELPERS,
     push="""
-        ci = pg // b
-        ii = pg - ci * b
-        sl = ci % K
-        if ii == 0:
-            if sub[sl] > done[sl]:
-                wait_slot(done, sub, sl, spin_limit)
+        li += 1
+        if li == b:
+            li = 0
+            lc += 1
+            lsl += 1
+            if lsl == K:
+                lsl = 0
+            if sub[lsl] > done[lsl]:
+                wait_slot(done, sub, lsl, spin_limit)
             csa = P
         else:
             csa = combine(csa, P)
-        @S(saa, sl * b + ii, P)
+        @S(saa, lsl * b + li, P)
         pg += 1
-        if ii == b - 1:
-            @S(ca, sl, csa)
-            if parallel != 0 and npend < pend.shape[0]:
-                pend[npend] = ep * 1099511627776 + ci
-                npend += 1
+        if li == b - 1:
+            @S(ca, lsl, csa)
+            if parallel != 0 and wh - ctl[1] < K - 1:
+                tgc = ep * 1099511627776 + lc
+                wq[wh % K] = tgc
+                sub[lsl] = tgc
+                fence()
+                wh += 1
+                ctl[0] = wh
             else:
-                build_lcs(saa, lcs, sl, b)
-                done[sl] = ep * 1099511627776 + ci
+                build_lcs(saa, lcs, lsl, b)
+                done[lsl] = ep * 1099511627776 + lc
                 lcs_built += 1
     """,
     pop="""
         pf += 1
+        fj += 1
+        if fj == b:
+            fj = 0
+            fc += 1
+            fsl += 1
+            if fsl == K:
+                fsl = 0
     """,
     query="""
         if pf >= pg:
             RES = ident
         else:
-            cf = pf // b
-            cl = (pg - 1) // b
-            if pg % b != 0:
+            if li != b - 1:
                 lst = csa
             else:
-                lst = @L(ca, cl % K)
-            jj = pf - cf * b
-            if cf == cl:
-                if jj == 0:
+                lst = @L(ca, lsl)
+            if fc == lc:
+                if fj == 0:
                     RES = lst
                 else:
-                    bs = (cf % K) * b
-                    RES = @L(saa, bs + jj)
-                    for jx in range(jj + 1, pg - cl * b):
+                    bs = fsl * b
+                    RES = @L(saa, bs + fj)
+                    for jx in range(fj + 1, li + 1):
                         RES = combine(RES, @L(saa, bs + jx))
             else:
-                if jj == 0:
-                    fst = @L(ca, cf % K)
+                if fj == 0:
+                    fst = @L(ca, fsl)
                 else:
-                    sl2 = cf % K
-                    tg2 = ep * 1099511627776 + cf
+                    tg2 = ep * 1099511627776 + fc
                     if known != tg2:
-                        if done[sl2] != tg2:
-                            if sub[sl2] == tg2:
+                        if done[fsl] != tg2:
+                            if sub[fsl] == tg2:
                                 stalls += 1
                                 tw = ticks()
-                                while done[sl2] != tg2:
+                                while done[fsl] != tg2:
                                     relax()
                                     fence()
                                     if ticks() - tw > spin_limit:
-                                        build_lcs(saa, lcs, sl2, b)
+                                        build_lcs(saa, lcs, fsl, b)
                                         fallbacks += 1
                                         break
                                 stall_ticks += ticks() - tw
                             else:
-                                build_lcs(saa, lcs, sl2, b)
-                                done[sl2] = tg2
+                                build_lcs(saa, lcs, fsl, b)
+                                done[fsl] = tg2
                                 inline_builds += 1
                                 lcs_built += 1
                         fence()
                         known = tg2
-                    fst = @L(lcs, sl2 * b + jj)
-                for cc in range(cf + 1, cl):
-                    fst = combine(fst, @L(ca, cc % K))
+                    fst = @L(lcs, fsl * b + fj)
+                msl = fsl
+                for cc in range(fc + 1, lc):
+                    msl += 1
+                    if msl == K:
+                        msl = 0
+                    fst = combine(fst, @L(ca, msl))
                 RES = combine(fst, lst)
     """,
     reset="""
         pg = 0
         pf = 0
+        lc = -1
+        li = b - 1
+        lsl = K - 1
+        fc = 0
+        fj = 0
+        fsl = 0
         ep += 1
         csa = ident
-    """,
-    after_tuple="""
-        if npend > 0:
-            event = 2
-            stop = True
     """,
 )

@@ -97,7 +97,11 @@ def run(values, ts, lo, hi, si, sp, ida, @ARRAYS, out_ends, out_res, lat, no, fi
         if is_time:
             t = ts[i]
             p = @LIFT(x, t)
-            g = (t - off) // s
+            u0 = t - off - slc * s
+            if has_slice != 0 and u0 >= 0 and u0 < s:
+                g = slc
+            else:
+                g = (t - off) // s
             if has_slice == 0:
                 @START
             elif g != slc:
@@ -128,9 +132,8 @@ def run(values, ts, lo, hi, si, sp, ida, @ARRAYS, out_ends, out_res, lat, no, fi
                     cur = ident
                     fill = 0
             n += 1
-            e = n - r
-            if e >= 0 and e % s == 0:
-                @EMIT(e // s, n, cur, m != 0)
+            if n == next_k * s + r:
+                @EMIT(next_k, n, cur, m != 0)
         i += 1
         @AFTER
         @LAT t1 = ticks()
