@@ -158,8 +158,11 @@ ALGORITHM = Algorithm(
                                     relax()
                                     fence()
                                     if ticks() - tw > spin_limit:
+                                        # the worker is not running: this lcs and every later one here
                                         build_lcs(saa, lcs, fsl, b)
                                         fallbacks += 1
+                                        parallel = 0
+                                        pr_[8] = 0  # N_PARAMS + 2: parallel
                                         break
                                 stall_ticks += ticks() - tw
                             else:
