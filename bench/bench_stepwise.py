@@ -4,7 +4,7 @@
 algorithm's push/pop/query, one tuple at a time: not the vectorised batch path), over count windows
 with slide 1 and float64 values, as the paper's harness does:
 
-* **throughput** (tuples/s) of SBA, PBA (its lcs on a pool thread) and Two-Stacks at W[2^10, 1],
+* **throughput** (tuples/s) of SBA, PBA (its lcs on a pool thread), Two-Stacks and SlickDeque (max only) at W[2^10, 1],
   W[2^13, 1], W[2^14, 1], W[2^17, 1] for max, and at 2^10 and 2^14 for sum and std; algorithms
   interleaved, shuffled per round, repeated; the median with min and max of the repeats;
 * **latency** at W[2^14, 1] max: the time of each window-completing tuple measured inside the
@@ -37,7 +37,7 @@ import numpy as np
 import pba_runtime as pr
 
 RESULTS = Path(__file__).resolve().parent / "results"
-ALGS = ["sba", "pba", "two_stacks"]
+ALGS = ["sba", "pba", "two_stacks", "slick_deque"]
 
 
 def machine() -> dict:
@@ -47,6 +47,11 @@ def machine() -> dict:
 
 def spread(xs: list[float]) -> dict:
     return {"median": statistics.median(xs), "min": min(xs), "max": max(xs), "n": len(xs)}
+
+
+def algs_for(agg: str) -> list[str]:
+    """SlickDeque needs a selective aggregation (max here)."""
+    return [a for a in ALGS if a != "slick_deque" or agg == "max"]
 
 
 def run(alg: str, r: int, agg: str, values: np.ndarray, pool: pr.WorkerPool, latency: bool = False) -> pr.Replay:
@@ -75,15 +80,15 @@ def main(argv: list[str] | None = None) -> dict:
     with pr.WorkerPool("thread", 1) as pool:
         # compile (or load from the disk cache) every loop first
         for r, agg in points:
-            for alg in ALGS:
+            for alg in algs_for(agg):
                 run(alg, r, agg, values[: 2 * r], pool)
         for alg in ("pba", "two_stacks"):
             run(alg, lat_range, "max", values[: 2 * lat_range], pool, latency=True)
-        samples: dict = {f"{agg} W[{r},1]": {alg: [] for alg in ALGS} for r, agg in points}
+        samples: dict = {f"{agg} W[{r},1]": {alg: [] for alg in algs_for(agg)} for r, agg in points}
         stats: dict = {key: {} for key in samples}
         rnd = random.Random(0)
         for _ in range(repeats):
-            order = [(r, agg, alg) for r, agg in points for alg in ALGS]
+            order = [(r, agg, alg) for r, agg in points for alg in algs_for(agg)]
             rnd.shuffle(order)
             for r, agg, alg in order:
                 res = run(alg, r, agg, values, pool)
@@ -98,7 +103,7 @@ def main(argv: list[str] | None = None) -> dict:
             out["throughput"][key] = row
             print(f"{key:>16}: " + "  ".join(f"{alg} {row[alg]['median'] / 1e6:6.1f}M/s "
                                              f"[{row[alg]['min'] / 1e6:.1f}-{row[alg]['max'] / 1e6:.1f}]"
-                                             for alg in ALGS), flush=True)
+                                             for alg in by_alg), flush=True)
         lat: dict = {alg: {"max": [], "p99": [], "std": [], "mean": [], "stalls": []} for alg in ("pba", "two_stacks")}
         for _ in range(lat_repeats):
             for alg in rnd.sample(["pba", "two_stacks"], 2):

@@ -36,7 +36,7 @@ from .windows import CountWindow, TimeWindow, validate_window
 
 __all__ = ["Replay", "replay", "REPLAY_ALGORITHMS", "COMPILED_COSTS"]
 
-REPLAY_ALGORITHMS = ("sba", "pba", "two_stacks")
+REPLAY_ALGORITHMS = ("sba", "pba", "two_stacks", "slick_deque")
 
 #: Chunk planning when both the main loop and the worker are compiled: an lcs element costs about
 #: half a main-loop tuple (a combine and a store against a tuple's slicing, combine and query), and the
@@ -74,7 +74,7 @@ def replay(algorithm: str, window: CountWindow | TimeWindow, agg: str | Aggregat
 
     Parameters
     ----------
-    algorithm : {"sba", "pba", "two_stacks"}
+    algorithm : {"sba", "pba", "two_stacks", "slick_deque"}
     window : CountWindow or TimeWindow
     agg : str or Aggregation
         A built-in but ``collect``, or a user aggregation whose Python ``lift``/``combine``/``lower``

@@ -36,7 +36,7 @@ import numpy as np
 
 from ...aggregations import Aggregation, get_aggregation
 from ...windows import TimeWindow
-from . import sba, slicing, two_stacks
+from . import sba, slicing, slick_deque, two_stacks
 from .clock import ns_per_tick
 from .monoids import Monoid, monoid_of
 
@@ -47,6 +47,7 @@ ALGORITHMS: dict[str, tuple[slicing.Algorithm, bool]] = {
     "sba": (sba.ALGORITHM, False),
     "pba": (sba.ALGORITHM, True),
     "two_stacks": (two_stacks.ALGORITHM, False),
+    "slick_deque": (slick_deque.ALGORITHM, False),
 }
 
 _modules: dict[tuple, Any] = {}
@@ -65,16 +66,17 @@ def _cache_dir() -> Path | None:
         return None
 
 
-def loop_module(alg: slicing.Algorithm, mono: Monoid, latency: bool) -> Any:
-    """The compiled loop of ``alg`` over ``mono`` (a module or namespace with ``run`` and the helpers)."""
-    key = (alg.name, mono.key, latency)
+def loop_module(alg: slicing.Algorithm, mono: Monoid, latency: bool, time: bool) -> Any:
+    """The compiled loop of ``alg`` over ``mono`` for count (``time=False``) or time windows (a module or
+    namespace with ``run`` and the helpers)."""
+    key = (alg.name, mono.key, latency, time)
     with _lock:
         hit = _modules.get(key)
     if hit is not None:
         return hit
     body = slicing.source(alg, mono.width, positional=mono.positional, latency=latency,
-                          vector=mono.result == "vector")
-    names = ("run",) + tuple(n for n in ("build_lcs", "lcs_worker", "worker_loop", "wait_slot")
+                          vector=mono.result == "vector", time=time)
+    names = ("run",) + tuple(n for n in ("build_lcs", "lcs_worker", "worker_loop", "wait_slot", "kept")
                           if f"def {n}(" in body)
     tail = "\n".join(f"{n} = numba.njit(nogil=True, error_model=\"numpy\", cache={mono.names is not None})({n})" for n in names)
     mod: Any = None
@@ -87,7 +89,7 @@ def loop_module(alg: slicing.Algorithm, mono: Monoid, latency: bool) -> Any:
         d = _cache_dir()
         if d is not None:
             digest = hashlib.sha256((text + _deps_digest()).encode()).hexdigest()[:16]
-            path = d / f"loop_{alg.name}_{mono.name}_{int(latency)}_{digest}.py"
+            path = d / f"loop_{alg.name}_{mono.name}_{'time' if time else 'count'}_{int(latency)}_{digest}.py"
             if not path.exists():
                 tmp = path.with_suffix(f".{os.getpid()}.tmp")
                 tmp.write_text(text)
@@ -126,7 +128,7 @@ class Stepper:
 
     Parameters
     ----------
-    algorithm : {"sba", "pba", "two_stacks"}
+    algorithm : {"sba", "pba", "two_stacks", "slick_deque"}
     window : CountWindow or TimeWindow
     agg : str or Aggregation
     latency : bool
@@ -148,8 +150,8 @@ class Stepper:
         self.mono = monoid_of(self.agg)
         self.alg, parallel = ALGORITHMS[algorithm]
         self.latency = latency
-        self._mod = loop_module(self.alg, self.mono, latency)
         self._is_time = isinstance(window, TimeWindow)
+        self._mod = loop_module(self.alg, self.mono, latency, self._is_time)
         r, s = window.range, window.slide
         q, m = divmod(r, s)
         self.q = q
@@ -178,6 +180,13 @@ class Stepper:
                       np.zeros(K, dtype=np.int64), np.zeros(3, dtype=np.int64)]
             spin = int(_SPIN_LIMIT_NS / ns_per_tick())
             params += [b, K, int(self.pool is not None), spin]
+        elif self.alg is slick_deque.ALGORITHM:
+            if not self.agg.selective:
+                raise ValueError(f"algorithm 'slick_deque' needs a selective aggregation (max, min, argmax: combine "
+                                 f"returns one of its operands); aggregation {self.agg.name!r} is not selective")
+            cap = 1 << max(2, (2 * q + 4 - 1).bit_length())
+            arrays = [np.empty((cap,) + self._shape), np.zeros(cap, dtype=np.int64)]
+            params += [cap - 1]
         else:
             cap = 1 << max(2, (2 * q + 4 - 1).bit_length())
             arrays = [np.empty((cap,) + self._shape), np.empty((cap,) + self._shape)]
@@ -268,8 +277,10 @@ class Stepper:
                       fallbacks=self.counter("fallbacks"))
             if self.why:
                 st["why"] = self.why
-        else:
+        elif self.alg is two_stacks.ALGORITHM:
             st.update(flips=self.counter("flips"))
+        elif self.alg is slick_deque.ALGORITHM:
+            st.update(deque=self.counter("dt") - self.counter("dh"))
         return st
 
 
@@ -280,5 +291,5 @@ def warm_all() -> None:  # pragma: no cover - a convenience for the benchmarks
     for name in ALGORITHMS:
         for agg in BUILTIN_AGGREGATIONS:
             if agg != "collect":
-                loop_module(ALGORITHMS[name][0], monoid_of(BUILTIN_AGGREGATIONS[agg]), False)
+                loop_module(ALGORITHMS[name][0], monoid_of(BUILTIN_AGGREGATIONS[agg]), False, False)
 

@@ -51,7 +51,7 @@ class Algorithm:
     params: tuple[str, ...] = ()  # read from pr_ after the common parameters
     after_tuple: str = ""  # may set `event` and `stop` (the loop breaks after the tuple)
     helpers: str = ""  # module-level functions the snippets call (compiled with the loop)
-    helper_names: tuple[str, ...] = ()
+    helper_names: tuple[str, ...] = ()  # more functions to compile (their source: ``helpers`` or widths)
     extra: dict = field(default_factory=dict)
 
 
@@ -62,7 +62,7 @@ def run(values, ts, lo, hi, si, sp, ida, @ARRAYS, out_ends, out_res, lat, no, fi
     q = pr_[2]
     m = pr_[3]
     off = pr_[4]
-    is_time = pr_[5]
+    is_time = @ISTIME  # a constant: each window kind compiles only its own path
     @PARAMS
     @LOAD
     ident = @L(ida, 0)
@@ -214,10 +214,10 @@ def _macro(src: str, name: str, fn) -> str:
     return pat.sub(lambda m: _indent(fn(m.group(2)), m.group(1)), src)
 
 
-def source(alg: Algorithm, w: int, *, positional: bool, latency: bool, vector: bool) -> str:
+def source(alg: Algorithm, w: int, *, positional: bool, latency: bool, vector: bool, time: bool) -> str:
     """The loop of ``alg`` for partials of ``w`` floats (module source; expects ``lift``,
     ``combine``, ``lower``, ``ticks``, ``fence``, ``relax`` among its globals)."""
-    src = _TEMPLATE
+    src = _TEMPLATE.replace("@ISTIME", "True" if time else "False")
     # the macros expand into each other: a few passes
     for _ in range(4):
         src = _macro(src, "ADVANCE", lambda a: _ADVANCE.format(flush="True" if a.strip() == "1" else "False"))
@@ -245,7 +245,12 @@ def source(alg: Algorithm, w: int, *, positional: bool, latency: bool, vector: b
         src = re.sub(r"^([ \t]*)@LAT ", r"\1", src, flags=re.M)
     else:
         src = re.sub(r"^[ \t]*@LAT .*\n", "", src, flags=re.M)
-    return expand(alg.helpers + "\n" + src, w)
+    helpers = alg.helpers
+    if "kept" in alg.helper_names:
+        from .slick_deque import same_source
+
+        helpers += "\n" + same_source(w)
+    return expand(helpers + "\n" + src, w)
 
 
 def _lift(form: str, x: str, pos: str, w: int) -> str:
