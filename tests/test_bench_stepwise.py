@@ -25,4 +25,4 @@ def test_bench_stepwise_smoke(tmp_path):
     lat = res["latency"]["max W[64,1]"]
     for alg in ("pba", "two_stacks"):
         assert 0 <= lat[alg]["p99"]["median"] <= lat[alg]["max"]["median"]
-    assert set(lat["pba_over_two_stacks"]) == {"max", "p99", "std", "mean"}
+    assert set(lat["pba_over_two_stacks"]) == {"max", "top10", "top100", "p99", "std", "std_below_1ms", "mean"}
