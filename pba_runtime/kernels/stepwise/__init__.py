@@ -26,6 +26,7 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import os
+import re
 import sys
 import threading
 from concurrent.futures import Future
@@ -78,26 +79,33 @@ def loop_module(alg: slicing.Algorithm, mono: Monoid, latency: bool, time: bool)
                           vector=mono.result == "vector", time=time)
     names = ("run",) + tuple(n for n in ("build_lcs", "lcs_worker", "worker_loop", "wait_slot", "kept")
                           if f"def {n}(" in body)
-    tail = "\n".join(f"{n} = numba.njit(nogil=True, error_model=\"numpy\", cache={mono.names is not None})({n})" for n in names)
+    cached = mono.names is not None or mono.source is not None
+    tail = "\n".join(f'{n} = numba.njit(nogil=True, error_model="numpy", cache={cached})({n})' for n in names)
     mod: Any = None
-    if mono.names is not None:
-        lift, combine, lower = mono.names
-        head = ("import numba\n"
-                f"from pba_runtime.kernels.stepwise.monoids import {lift} as lift, {combine} as combine, "
-                f"{lower} as lower\nfrom pba_runtime.kernels.stepwise.clock import ticks, fence, relax, nap\n")
+    d = _cache_dir() if cached else None
+    if d is not None:
+        head = "import numba\nfrom pba_runtime.kernels.stepwise.clock import ticks, fence, relax, nap\n"
+        if mono.names is not None:
+            lift, combine, lower = mono.names
+            head += (f"from pba_runtime.kernels.stepwise.monoids import {lift} as lift, {combine} as combine, "
+                     f"{lower} as lower\n")
+        else:  # a user aggregation's module-level functions, by name; its fingerprint names the file
+            head += f"# aggregation {mono.key}\n"
+            for role, (module, name) in zip(("lift", "combine", "lower"), mono.source):
+                head += f"from {module} import {name} as _{role}_py\n{role} = numba.njit(_{role}_py)\n"
         text = head + body + "\n" + tail + "\n"
-        d = _cache_dir()
-        if d is not None:
-            digest = hashlib.sha256((text + _deps_digest()).encode()).hexdigest()[:16]
-            path = d / f"loop_{alg.name}_{mono.name}_{'time' if time else 'count'}_{int(latency)}_{digest}.py"
-            if not path.exists():
-                tmp = path.with_suffix(f".{os.getpid()}.tmp")
-                tmp.write_text(text)
-                os.replace(tmp, path)
-            spec = importlib.util.spec_from_file_location(f"_pba_stepwise_{path.stem}", path)
-            mod = importlib.util.module_from_spec(spec)
-            sys.modules[spec.name] = mod
-            spec.loader.exec_module(mod)
+        digest = hashlib.sha256((text + _deps_digest()).encode()).hexdigest()[:16]
+        kind = "time" if time else "count"
+        stem = re.sub(r"\W", "_", f"loop_{alg.name}_{mono.name}_{kind}_{int(latency)}_{digest}")
+        path = d / f"{stem}.py"
+        if not path.exists():
+            tmp = path.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_text(text)
+            os.replace(tmp, path)
+        spec = importlib.util.spec_from_file_location(f"_pba_stepwise_{stem}", path)
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = mod
+        spec.loader.exec_module(mod)
     if mod is None:
         import types
 

@@ -199,6 +199,9 @@ class Monoid:
     lower: Any
     key: str
     names: tuple[str, str, str] | None = None
+    #: a user aggregation whose lift, combine and lower are module-level functions: their
+    #: ``(module, name)``, so the generated loops can import them and be cached on disk too
+    source: tuple[tuple[str, str], ...] | None = None
     non_negative: bool = False
 
     def identity_array(self) -> np.ndarray:
@@ -220,6 +223,19 @@ _BUILTIN = {
 _user: dict[str, tuple[Monoid | None, str]] = {}
 
 
+def _importable(*fns: Any) -> tuple[tuple[str, str], ...] | None:
+    """``(module, name)`` of each function if every one is a module-level function found by that name."""
+    import sys
+
+    out = []
+    for f in fns:
+        mod, name = getattr(f, "__module__", None), getattr(f, "__qualname__", "")
+        if not mod or not name.isidentifier() or getattr(sys.modules.get(mod), name, None) is not f:
+            return None
+        out.append((mod, name))
+    return tuple(out)
+
+
 def monoid_of(agg: Aggregation) -> Monoid:
     """The compiled monoid of ``agg``; ``ValueError`` (saying why) when it has none.
 
@@ -239,16 +255,17 @@ def monoid_of(agg: Aggregation) -> Monoid:
     key = agg.fingerprint
     hit = _user.get(key)
     if hit is None:
-        from ..user import _width, compile_aggregation
+        from .. import _user_kernel  # compiled and checked once per process, shared with the batch engine
+        from ..user import _width
 
-        kernel, why = compile_aggregation(agg)
+        kernel, why = _user_kernel(agg, warn=False)
         mono = None
         if kernel is not None:
             j = kernel.jitted
             w = _width(agg.identity)
             ident = float(agg.identity) if w == 0 else tuple(float(x) for x in agg.identity)
             mono = Monoid(agg.name, w, ident, agg.positional, "object", j["lift"], j["combine"], j["lower"],
-                          key=f"user:{key}")
+                          key=f"user:{key}", source=_importable(agg.lift, agg.combine, agg.lower))
         hit = _user[key] = (mono, why)
     if hit[0] is None:
         raise ValueError(f"aggregation {agg.name!r} has no compiled per-tuple form: {hit[1]}")
