@@ -55,6 +55,7 @@ def worker_loop(saa, lcs, done, wq, ctl, b, K):
         fence()
         head = ctl[0]
         if head > tail:
+            fence()  # read the queue only after the count that published it
             tag = wq[tail % K]
             slot = (tag & 1099511627775) % K
             build_lcs(saa, lcs, slot, b)
