@@ -212,19 +212,28 @@ class Stepper:
         """One of the loop's scalars (``stalls``, ``flips``, ...)."""
         return int(self.si[self._int(name)])
 
-    def run(self, values: np.ndarray, timestamps: np.ndarray | None = None, *, final: bool = False
-            ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Step ``values`` (float64, and int64 ``timestamps`` for a time window, checked by the caller);
-        with ``final``, end the stream. Returns ``(ends, lowered results, latency ticks)``."""
-        n = len(values)
-        ts = timestamps if timestamps is not None else np.zeros(0, dtype=np.int64)
+    def outputs(self, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Output buffers for :meth:`run` over ``n`` more values (their pages touched: a caller that
+        times the loop allocates them first, so the first write to each page is not in its timing)."""
         if self._is_time:
             cap = n + self.q + 8
         else:
             cap = max(0, (int(self.si[0]) + n - self.window.range) // self.window.slide + 1) + self.q + 8
-        out_ends = np.empty(cap, dtype=np.int64)
-        out_res = np.empty((cap,) + (self._shape if self.mono.result == "vector" else ()))
+        out_ends = np.zeros(cap, dtype=np.int64)
+        out_res = np.zeros((cap,) + (self._shape if self.mono.result == "vector" else ()))
         lat = np.zeros(cap if self.latency else 0, dtype=np.int64)
+        for a in (out_ends, out_res, lat):
+            a.reshape(-1)[::512] = 0  # np.zeros maps zero pages lazily: write one word per page
+        return out_ends, out_res, lat
+
+    def run(self, values: np.ndarray, timestamps: np.ndarray | None = None, *, final: bool = False,
+            out: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Step ``values`` (float64, and int64 ``timestamps`` for a time window, checked by the caller);
+        with ``final``, end the stream. Returns ``(ends, lowered results, latency ticks)``, views of
+        ``out`` (from :meth:`outputs`; grown if a time window emits more) or of fresh buffers."""
+        n = len(values)
+        ts = timestamps if timestamps is not None else np.zeros(0, dtype=np.int64)
+        out_ends, out_res, lat = out if out is not None else self.outputs(n)
         run = self._mod.run
         i = no = 0
         todo = [(n, False)] + ([(n, True)] if final else [])

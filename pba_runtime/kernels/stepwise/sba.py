@@ -117,7 +117,14 @@ ALGORITHM = Algorithm(
                 wh += 1
                 ctl[0] = wh
             else:
-                build_lcs(saa, lcs, lsl, b)
+                # SBA: the lcs here, written out rather than called (a call in the loop makes the
+                # register allocator spill the loop's scalars: ~10% of SBA's time per tuple, measured)
+                bl = lsl * b
+                tl = @L(saa, bl + b - 1)
+                @S(lcs, bl + b - 1, tl)
+                for jl in range(b - 2, -1, -1):
+                    tl = combine(@L(saa, bl + jl), tl)
+                    @S(lcs, bl + jl, tl)
                 done[lsl] = ep * 1099511627776 + lc
                 lcs_built += 1
     """,
