@@ -30,19 +30,13 @@ import numpy as np
 
 from .aggregations import Aggregation, as_float_array, get_aggregation
 from .algorithms.base import no_timestamps, validate_timestamps
-from .chunking import CostModel, generalized_chunk_size, plan_chunk_size
+from .chunking import plan_chunk_size, theorem1
 from .pool import WorkerPool, default_pool
 from .windows import CountWindow, TimeWindow, validate_window
 
-__all__ = ["Replay", "replay", "REPLAY_ALGORITHMS", "COMPILED_COSTS"]
+__all__ = ["Replay", "replay", "REPLAY_ALGORITHMS"]
 
 REPLAY_ALGORITHMS = ("sba", "pba", "two_stacks", "slick_deque")
-
-#: Chunk planning when both the main loop and the worker are compiled: an lcs element costs about
-#: half a main-loop tuple (a combine and a store against a tuple's slicing, combine and query), and the
-#: hand-off to a pool thread (back to Python, submit, the thread's wake-up) about 30 us, ~4000 tuples.
-COMPILED_COSTS = CostModel(worker=0.5, launch=4000.0)
-
 
 @dataclass(frozen=True)
 class Replay:
@@ -88,8 +82,9 @@ def replay(algorithm: str, window: CountWindow | TimeWindow, agg: str | Aggregat
         PBA: the pool whose thread builds the lcs (default: the shared thread pool; with one core
         available the lcs are built on the main loop, which ``stats["lcs_on"]`` says).
     chunk_size : int, optional
-        SBA/PBA: slices per chunk; default :func:`pba_runtime.chunking.generalized_chunk_size` with
-        :data:`COMPILED_COSTS` for count windows (Theorem 2 for time windows, as the operators).
+        SBA/PBA: slices per chunk; default Theorem 1 verbatim for count windows (the main loop and the
+        worker are both compiled, so they pay the same per combine, Theorem 1's assumption, and the
+        hand-off is a store and a fence) and Theorem 2 for time windows, as the operators plan it.
     """
     if algorithm not in REPLAY_ALGORITHMS:
         raise ValueError(f"algorithm must be one of {', '.join(map(repr, REPLAY_ALGORITHMS))} for replay, "
@@ -114,8 +109,8 @@ def replay(algorithm: str, window: CountWindow | TimeWindow, agg: str | Aggregat
     b = None
     if algorithm in ("sba", "pba"):
         if chunk_size is None:
-            b = (generalized_chunk_size(window.range, window.slide, COMPILED_COSTS)
-                 if isinstance(window, CountWindow) else plan_chunk_size(window, agg))
+            b = (theorem1(window.range, window.slide) if isinstance(window, CountWindow)
+                 else plan_chunk_size(window, agg))
         else:
             b = chunk_size
     why = ""
