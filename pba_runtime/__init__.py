@@ -16,6 +16,7 @@ from .api import sliding_aggregate
 from .chunking import generalized_chunk_size, optimal_chunk_size, plan_chunk_size, theorem1, theorem2
 from .logs import configure_logging
 from .pool import WorkerPool, default_pool
+from .replay import Replay, replay
 from .windows import CountWindow, TimeWindow
 
 __version__ = "0.1.0"
@@ -41,6 +42,8 @@ __all__ = [
     "optimal_chunk_size",
     "plan_chunk_size",
     "register",
+    "replay",
+    "Replay",
     "resolve_auto",
     "sliding_aggregate",
     "theorem1",

@@ -24,13 +24,13 @@ Examples
 from __future__ import annotations
 
 import math
-import re
 import warnings
 from typing import Any
 
 import numpy as np
 
 from ..aggregations import Aggregation, Kernel
+from .codegen import expand
 
 __all__ = ["UserKernel", "compile_aggregation"]
 
@@ -119,27 +119,9 @@ def merge(X, q, a0, a1, out, ends, first_end, step, lcs, csa, lowered, lowered_o
             e[i] = start + i * step
 """
 
-_LOAD = re.compile(r"@L\((\w+), ([^()]+?)\)")
-_STORE = re.compile(r"^(\s*)@S\((\w+), ([^,]+), (\w+)\)$", re.M)
-
-
 def _source(w: int, positional: bool) -> str:
     """The loops around the user's functions, for partials of ``w`` floats (0: a scalar partial)."""
-    src = _TEMPLATE.replace("LIFT", "lift(values[i], positions[i])" if positional else "lift(values[i])")
-
-    def load(m: re.Match) -> str:
-        arr, idx = m.group(1), m.group(2)
-        if not w:
-            return f"{arr}[{idx}]"
-        return "(" + ", ".join(f"{arr}[{idx}, {k}]" for k in range(w)) + ("," if w == 1 else "") + ")"
-
-    def store(m: re.Match) -> str:
-        indent, arr, idx, var = m.groups()
-        if not w:
-            return f"{indent}{arr}[{idx}] = {var}"
-        return "\n".join(f"{indent}{arr}[{idx}, {k}] = {var}[{k}]" for k in range(w))
-
-    return _STORE.sub(store, _LOAD.sub(load, src))
+    return expand(_TEMPLATE.replace("LIFT", "lift(values[i], positions[i])" if positional else "lift(values[i])"), w)
 
 
 def _width(identity: Any) -> int | None:
@@ -260,6 +242,7 @@ def compile_aggregation(agg: Aggregation) -> tuple[UserKernel | None, str]:
     for name in ("lift_all", "lower_all", "combine_all", "reduce_all", "scan_all", "merge"):
         funcs[name] = numba.njit(nogil=True)(namespace[name])
     kernel = UserKernel(agg, w, funcs)
+    kernel.jitted = jitted  # the user's own functions compiled (the per-tuple engine inlines them)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")

@@ -1,0 +1,145 @@
+"""The compiled per-tuple engine (issue 18): throughput and latency of each algorithm stepped in machine code.
+
+``pr.replay`` runs every tuple through one algorithm's compiled loop (the slicing layer, then the
+algorithm's push/pop/query, one tuple at a time: not the vectorised batch path), over count windows
+with slide 1 and float64 values, as the paper's harness does:
+
+* **throughput** (tuples/s) of SBA, PBA (its lcs on a pool thread), Two-Stacks and SlickDeque (max only) at W[2^10, 1],
+  W[2^13, 1], W[2^14, 1], W[2^17, 1] for max, and at 2^10 and 2^14 for sum and std; algorithms
+  interleaved, shuffled per round, repeated; the median with min and max of the repeats;
+* **latency** at W[2^14, 1] max: the time of each window-completing tuple measured inside the
+  compiled loop (the TSC, calibrated to ns), per repeat its Max, p99, Std and mean, then the median
+  over repeats; and PBA/Two-Stacks ratios of Max and Std (the paper's Table 2 asks Max <= 1/5 and
+  Std <= 1/3). Wall clock: on a shared machine a Max is often a preemption (milliseconds), whatever
+  the algorithm, so the 10th and 100th largest latencies, the Std of the samples below 1 ms and the
+  number of windows above 5 us are reported beside them (Two-Stacks flips once per range: 305 flips
+  at W[2^14, 1] over 5M values).
+
+The machine's load average is recorded before and after (the project machine has 2 cores shared
+with other work: ratios in one run matter more than absolute figures).
+
+    python bench/bench_stepwise.py            # 5M values, 5 repeats
+    python bench/bench_stepwise.py --quick    # 1M values, 3 repeats
+    python bench/bench_stepwise.py --smoke --out-dir /tmp/x   # tiny, for tests/test_bench_stepwise.py
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import random
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+import pba_runtime as pr
+
+RESULTS = Path(__file__).resolve().parent / "results"
+ALGS = ["sba", "pba", "two_stacks", "slick_deque"]
+
+
+def machine() -> dict:
+    return {"python": sys.version.split()[0], "numpy": np.__version__, "cpus": os.cpu_count(),
+            "platform": platform.platform(), "loadavg": list(os.getloadavg()), "time": time.strftime("%Y-%m-%d %H:%M:%S")}
+
+
+def spread(xs: list[float]) -> dict:
+    return {"median": statistics.median(xs), "min": min(xs), "max": max(xs), "n": len(xs)}
+
+
+def algs_for(agg: str) -> list[str]:
+    """SlickDeque needs a selective aggregation (max here)."""
+    return [a for a in ALGS if a != "slick_deque" or agg == "max"]
+
+
+def run(alg: str, r: int, agg: str, values: np.ndarray, pool: pr.WorkerPool, latency: bool = False) -> pr.Replay:
+    return pr.replay(alg, pr.CountWindow(range=r, slide=1), agg, values, latency=latency,
+                     pool=pool if alg == "pba" else None)
+
+
+def main(argv: list[str] | None = None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--smoke", action="store_true")
+    ap.add_argument("--out-dir", default=str(RESULTS))
+    args = ap.parse_args(argv)
+    if args.smoke:
+        n, repeats, lat_repeats = 20_000, 1, 1
+        points = [(16, "max"), (64, "max"), (64, "std")]
+        lat_range = 64
+    else:
+        n, repeats, lat_repeats = (1_000_000, 3, 3) if args.quick else (5_000_000, 5, 5)
+        points = [(1 << k, "max") for k in (10, 13, 14, 17)] + [(r, a) for r in (1 << 10, 1 << 14)
+                                                                  for a in ("sum", "std")]
+        lat_range = 1 << 14
+    values = np.random.default_rng(0).random(n)
+    out: dict = {"machine": machine(), "tuples": n, "repeats": repeats, "smoke": args.smoke, "throughput": {},
+                 "latency": {}}
+    with pr.WorkerPool("thread", 1) as pool:
+        # compile (or load from the disk cache) every loop first
+        for r, agg in points:
+            for alg in algs_for(agg):
+                run(alg, r, agg, values[: 2 * r], pool)
+        for alg in ("pba", "two_stacks"):
+            run(alg, lat_range, "max", values[: 2 * lat_range], pool, latency=True)
+        samples: dict = {f"{agg} W[{r},1]": {alg: [] for alg in algs_for(agg)} for r, agg in points}
+        stats: dict = {key: {} for key in samples}
+        rnd = random.Random(0)
+        for _ in range(repeats):
+            order = [(r, agg, alg) for r, agg in points for alg in algs_for(agg)]
+            rnd.shuffle(order)
+            for r, agg, alg in order:
+                res = run(alg, r, agg, values, pool)
+                key = f"{agg} W[{r},1]"
+                samples[key][alg].append(res.throughput)
+                stats[key][alg] = res.stats
+        for key, by_alg in samples.items():
+            row = {alg: spread(xs) for alg, xs in by_alg.items()}
+            row["pba_over_sba"] = row["pba"]["median"] / row["sba"]["median"]
+            row["sba_over_two_stacks"] = row["sba"]["median"] / row["two_stacks"]["median"]
+            row["stats_last_repeat"] = stats[key]
+            out["throughput"][key] = row
+            print(f"{key:>16}: " + "  ".join(f"{alg} {row[alg]['median'] / 1e6:6.1f}M/s "
+                                             f"[{row[alg]['min'] / 1e6:.1f}-{row[alg]['max'] / 1e6:.1f}]"
+                                             for alg in by_alg), flush=True)
+        keys = ("max", "top10", "top100", "p99", "std", "std_below_1ms", "over_5us", "mean", "stalls")
+        lat: dict = {alg: {k: [] for k in keys} for alg in ("pba", "two_stacks")}
+        for _ in range(lat_repeats):
+            for alg in rnd.sample(["pba", "two_stacks"], 2):
+                res = run(alg, lat_range, "max", values, pool, latency=True)
+                ns = res.latency_ns[lat_range:]  # after the first window's warm-up
+                lat[alg]["max"].append(float(ns.max()))
+                lat[alg]["p99"].append(float(np.percentile(ns, 99)))
+                lat[alg]["std"].append(float(ns.std()))
+                top = np.sort(ns)[::-1]
+                lat[alg]["top10"].append(float(top[min(9, len(top) - 1)]))
+                lat[alg]["top100"].append(float(top[min(99, len(top) - 1)]))
+                lat[alg]["std_below_1ms"].append(float(ns[ns < 1_000_000].std()))
+                lat[alg]["over_5us"].append(int((ns > 5_000).sum()))
+                lat[alg]["mean"].append(float(ns.mean()))
+                lat[alg]["stalls"].append(res.stats.get("stalls", 0))
+        row = {alg: {k: spread(v) for k, v in d.items()} for alg, d in lat.items()}
+        row["pba_over_two_stacks"] = {k: row["pba"][k]["median"] / row["two_stacks"][k]["median"]
+                                      for k in ("max", "top10", "top100", "p99", "std", "std_below_1ms", "mean")}
+        out["latency"][f"max W[{lat_range},1]"] = row
+        print(f"latency max W[{lat_range},1] (ns, median of {lat_repeats}): " + "  ".join(
+            f"{alg}: max {row[alg]['max']['median']:.0f} p99 {row[alg]['p99']['median']:.0f} "
+            f"std {row[alg]['std']['median']:.0f} 10th largest {row[alg]['top10']['median']:.0f} "
+            f"100th largest {row[alg]['top100']['median']:.0f} std<1ms {row[alg]['std_below_1ms']['median']:.0f} "
+            f">5us {row[alg]['over_5us']['median']:.0f}" for alg in ("pba", "two_stacks"))
+            + "  PBA/TS " + " ".join(f"{k} {v:.2f}" for k, v in row["pba_over_two_stacks"].items()))
+    out["machine"]["loadavg_end"] = list(os.getloadavg())
+    d = Path(args.out_dir)
+    d.mkdir(parents=True, exist_ok=True)
+    name = "stepwise_smoke.json" if args.smoke else ("stepwise_quick.json" if args.quick else "stepwise.json")
+    (d / name).write_text(json.dumps(out, indent=1))
+    return out
+
+
+if __name__ == "__main__":
+    main()

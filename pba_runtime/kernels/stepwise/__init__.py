@@ -1,0 +1,312 @@
+"""The compiled per-tuple engine: each algorithm stepped one tuple at a time, in machine code.
+
+Not the vectorised batch path: every tuple goes through the slicing layer and the algorithm's
+``push``/``pop``/``query`` exactly as the Python operators do (:mod:`.slicing`, written once, and one
+module per algorithm: :mod:`.sba` for SBA and PBA, :mod:`.two_stacks`), over the built-in
+aggregations and the user aggregations numba compiles (:mod:`.monoids`). PBA's lcs are built by
+``lcs_worker`` on a pool thread, compiled with the GIL released, while the main loop goes on.
+
+:class:`Stepper` holds one stream's state and drives the compiled loop; the loops are compiled once
+per (algorithm, aggregation, latency or not) and cached: in memory, and for built-ins on disk (the
+generated source is written to a cache directory and imported, so numba caches its machine code
+beside it: a second process pays no compile).
+
+Examples
+--------
+>>> import numpy as np
+>>> import pba_runtime as pr
+>>> st = Stepper("sba", pr.CountWindow(range=3, slide=1), "max", chunk_size=2)
+>>> ends, res, _ = st.run(np.array([3.0, 1.0, 4.0, 1.0, 5.0]))
+>>> ends.tolist(), res.tolist()
+([3, 4, 5], [4.0, 4.0, 5.0])
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import re
+import sys
+import threading
+from concurrent.futures import Future
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ...aggregations import Aggregation, get_aggregation
+from ...windows import TimeWindow
+from . import sba, slicing, slick_deque, two_stacks
+from .clock import ns_per_tick
+from .monoids import Monoid, monoid_of
+
+__all__ = ["ALGORITHMS", "Stepper", "loop_module", "monoid_of"]
+
+#: name -> (the merger's template snippets, whether the lcs go to a worker)
+ALGORITHMS: dict[str, tuple[slicing.Algorithm, bool]] = {
+    "sba": (sba.ALGORITHM, False),
+    "pba": (sba.ALGORITHM, True),
+    "two_stacks": (two_stacks.ALGORITHM, False),
+    "slick_deque": (slick_deque.ALGORITHM, False),
+}
+
+_modules: dict[tuple, Any] = {}
+_lock = threading.Lock()
+_SPIN_LIMIT_NS = 2e9  # a worker that has not built an lcs 2 s after it was due: the main loop builds it
+N_PARALLEL = slicing.N_PARAMS + 2  # pr_[N_PARALLEL]: whether a worker builds the lcs
+
+
+def _cache_dir() -> Path | None:
+    base = os.environ.get("PBA_STEPWISE_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "pba_runtime", "stepwise")
+    try:
+        Path(base).mkdir(parents=True, exist_ok=True)
+        return Path(base) if os.access(base, os.W_OK) else None
+    except OSError:
+        return None
+
+
+def loop_module(alg: slicing.Algorithm, mono: Monoid, latency: bool, time: bool) -> Any:
+    """The compiled loop of ``alg`` over ``mono`` for count (``time=False``) or time windows (a module or
+    namespace with ``run`` and the helpers)."""
+    key = (alg.name, mono.key, latency, time)
+    with _lock:
+        hit = _modules.get(key)
+    if hit is not None:
+        return hit
+    body = slicing.source(alg, mono.width, positional=mono.positional, latency=latency,
+                          vector=mono.result == "vector", time=time)
+    names = ("run",) + tuple(n for n in ("build_lcs", "lcs_worker", "worker_loop", "wait_slot", "kept")
+                          if f"def {n}(" in body)
+    cached = mono.names is not None or mono.source is not None
+    tail = "\n".join(f'{n} = numba.njit(nogil=True, error_model="numpy", cache={cached})({n})' for n in names)
+    mod: Any = None
+    d = _cache_dir() if cached else None
+    if d is not None:
+        head = "import numba\nfrom pba_runtime.kernels.stepwise.clock import ticks, fence, relax, nap\n"
+        if mono.names is not None:
+            lift, combine, lower = mono.names
+            head += (f"from pba_runtime.kernels.stepwise.monoids import {lift} as lift, {combine} as combine, "
+                     f"{lower} as lower\n")
+        else:  # a user aggregation's module-level functions, by name; its fingerprint names the file
+            head += f"# aggregation {mono.key}\n"
+            for role, (module, name) in zip(("lift", "combine", "lower"), mono.source):
+                head += f"from {module} import {name} as _{role}_py\n{role} = numba.njit(_{role}_py)\n"
+        text = head + body + "\n" + tail + "\n"
+        digest = hashlib.sha256((text + _deps_digest()).encode()).hexdigest()[:16]
+        kind = "time" if time else "count"
+        stem = re.sub(r"\W", "_", f"loop_{alg.name}_{mono.name}_{kind}_{int(latency)}_{digest}")
+        path = d / f"{stem}.py"
+        if not path.exists():
+            tmp = path.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_text(text)
+            os.replace(tmp, path)
+        spec = importlib.util.spec_from_file_location(f"_pba_stepwise_{stem}", path)
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = mod
+        spec.loader.exec_module(mod)
+    if mod is None:
+        import types
+
+        import numba
+
+        from .clock import fence, nap, relax, ticks
+
+        mod = types.SimpleNamespace()
+        ns = {"numba": numba, "lift": mono.lift, "combine": mono.combine, "lower": mono.lower, "ticks": ticks,
+              "fence": fence, "relax": relax, "nap": nap}
+        exec(compile(body + "\n" + tail.replace("cache=True", "cache=False"),
+                     f"<pba_runtime stepwise {alg.name} {mono.name}>", "exec"), ns)
+        for n in names:
+            setattr(mod, n, ns[n])
+    with _lock:
+        _modules.setdefault(key, mod)
+        return _modules[key]
+
+
+def _deps_digest() -> str:
+    """What the generated loops depend on besides their own text (a changed monoid re-generates them)."""
+    here = Path(__file__).parent
+    return "".join(hashlib.sha256((here / f).read_bytes()).hexdigest() for f in ("monoids.py", "clock.py"))
+
+
+class Stepper:
+    """One stream through a compiled per-tuple algorithm: :meth:`run` feeds values (and timestamps).
+
+    Parameters
+    ----------
+    algorithm : {"sba", "pba", "two_stacks", "slick_deque"}
+    window : CountWindow or TimeWindow
+    agg : str or Aggregation
+    latency : bool
+        Time each tuple that completes a window (ticks of :func:`.clock.ticks`).
+    chunk_size : int
+        SBA/PBA: slices per chunk (the caller plans it: :mod:`pba_runtime.chunking` is not below this layer).
+    pool : WorkerPool, optional
+        PBA: the pool whose thread builds the lcs; ``None``: the lcs are built on the main loop.
+    """
+
+    def __init__(self, algorithm: str, window: Any, agg: str | Aggregation, *, latency: bool = False,
+                 chunk_size: int | None = None, pool: Any = None):
+        if algorithm not in ALGORITHMS:
+            raise ValueError(f"algorithm must be one of {', '.join(map(repr, ALGORITHMS))} for the compiled "
+                             f"per-tuple engine, got {algorithm!r}")
+        self.algorithm = algorithm
+        self.window = window
+        self.agg = get_aggregation(agg)
+        self.mono = monoid_of(self.agg)
+        self.alg, parallel = ALGORITHMS[algorithm]
+        self.latency = latency
+        self._is_time = isinstance(window, TimeWindow)
+        self._mod = loop_module(self.alg, self.mono, latency, self._is_time)
+        r, s = window.range, window.slide
+        q, m = divmod(r, s)
+        self.q = q
+        off = window.offset if self._is_time else 0
+        w = self.mono.width
+        self._shape = (w,) if w else ()
+        ident = self.mono.identity_array()
+        self._ida = ident
+        self.si = np.zeros(len(slicing.COMMON_INTS) + len(self.alg.ints), dtype=np.int64)
+        self.sp = np.repeat(ident, len(slicing.COMMON_PARTS) + len(self.alg.parts), axis=0)
+        params = [r, s, q, m, off, int(self._is_time)]
+        self.pool = pool if parallel else None
+        self.chunk_size = None
+        if self.alg is sba.ALGORITHM:
+            b = chunk_size
+            if isinstance(b, bool) or not isinstance(b, (int, np.integer)) or not 1 <= b <= q:
+                raise ValueError(f"chunk_size must be an integer in [1, range // slide = {q}], got {chunk_size!r}")
+            b = int(b)
+            self.chunk_size = b
+            K = q // b + 3
+            self.K = K
+            for name, v in (("known", -1), ("lc", -1), ("li", b - 1), ("lsl", K - 1)):
+                self.si[self._int(name)] = v
+            arrays = [np.empty((K * b,) + self._shape), np.empty((K * b,) + self._shape),
+                      np.empty((K,) + self._shape), np.full(K, -1, dtype=np.int64), np.full(K, -1, dtype=np.int64),
+                      np.zeros(K, dtype=np.int64), np.zeros(3, dtype=np.int64)]
+            spin = int(_SPIN_LIMIT_NS / ns_per_tick())
+            params += [b, K, int(self.pool is not None), spin]
+        elif self.alg is slick_deque.ALGORITHM:
+            if not self.agg.selective:
+                raise ValueError(f"algorithm 'slick_deque' needs a selective aggregation (max, min, argmax: combine "
+                                 f"returns one of its operands); aggregation {self.agg.name!r} is not selective")
+            cap = 1 << max(2, (2 * q + 4 - 1).bit_length())
+            arrays = [np.empty((cap,) + self._shape), np.zeros(cap, dtype=np.int64)]
+            params += [cap - 1]
+        else:
+            cap = 1 << max(2, (2 * q + 4 - 1).bit_length())
+            arrays = [np.empty((cap,) + self._shape), np.empty((cap,) + self._shape)]
+            params += [cap - 1]
+        self.arrays = arrays
+        self.params = np.asarray(params, dtype=np.int64)
+        self._worker: Future | None = None
+        self.lcs_tasks = 0
+        self.why = ""
+
+    def _int(self, name: str) -> int:
+        return (slicing.COMMON_INTS + self.alg.ints).index(name)
+
+    def counter(self, name: str) -> int:
+        """One of the loop's scalars (``stalls``, ``flips``, ...)."""
+        return int(self.si[self._int(name)])
+
+    def outputs(self, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Output buffers for :meth:`run` over ``n`` more values (their pages touched: a caller that
+        times the loop allocates them first, so the first write to each page is not in its timing)."""
+        if self._is_time:
+            cap = n + self.q + 8
+        else:
+            cap = max(0, (int(self.si[0]) + n - self.window.range) // self.window.slide + 1) + self.q + 8
+        out_ends = np.zeros(cap, dtype=np.int64)
+        out_res = np.zeros((cap,) + (self._shape if self.mono.result == "vector" else ()))
+        lat = np.zeros(cap if self.latency else 0, dtype=np.int64)
+        for a in (out_ends, out_res, lat):
+            a.reshape(-1)[::512] = 0  # np.zeros maps zero pages lazily: write one word per page
+        return out_ends, out_res, lat
+
+    def run(self, values: np.ndarray, timestamps: np.ndarray | None = None, *, final: bool = False,
+            out: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Step ``values`` (float64, and int64 ``timestamps`` for a time window, checked by the caller);
+        with ``final``, end the stream. Returns ``(ends, lowered results, latency ticks)``, views of
+        ``out`` (from :meth:`outputs`; grown if a time window emits more) or of fresh buffers."""
+        n = len(values)
+        ts = timestamps if timestamps is not None else np.zeros(0, dtype=np.int64)
+        out_ends, out_res, lat = out if out is not None else self.outputs(n)
+        run = self._mod.run
+        i = no = 0
+        todo = [(n, False)] + ([(n, True)] if final else [])
+        self._start_worker()
+        try:
+            for hi, fin in todo:
+                while True:
+                    args = (values, ts, i, hi, self.si, self.sp, self._ida, *self.arrays, out_ends, out_res, lat, no,
+                            fin, self.params)
+                    i, no, ev = run(*args)
+                    if ev == 0:
+                        break
+                    # ev == 1: the output is full
+                    out_ends = np.concatenate([out_ends, np.empty_like(out_ends)])
+                    out_res = np.concatenate([out_res, np.empty_like(out_res)])
+                    if self.latency:
+                        lat = np.concatenate([lat, np.zeros_like(lat)])
+        finally:
+            self._stop_worker()
+        return out_ends[:no], out_res[:no], lat[:no]
+
+    def _start_worker(self) -> None:
+        """PBA: start the compiled worker loop on a pool thread (it builds every lcs the main loop posts)."""
+        if self.pool is None or self._worker is not None:
+            return
+        saa, lcs, _ca, done, _sub, wq, ctl = self.arrays
+        ctl[2] = 0
+        try:
+            self._worker = self.pool.submit_thread(self._mod.worker_loop, saa, lcs, done, wq, ctl, self.chunk_size,
+                                                   self.K)
+            self.params[N_PARALLEL] = 1
+        except RuntimeError:  # the pool is closed: the lcs are built on the main loop
+            self.params[N_PARALLEL] = 0
+            self.why = "the pool is closed: the lcs are built on the main loop"
+
+    def _stop_worker(self) -> None:
+        """Tell the worker to finish what was posted and return; wait for it (it writes into our buffers)."""
+        if self._worker is None:
+            return
+        ctl = self.arrays[-1]
+        ctl[2] = 1
+        fut, self._worker = self._worker, None
+        fut.result()
+        self.lcs_tasks = int(ctl[1])
+
+    def close(self) -> None:
+        """Stop the worker, if it runs (:meth:`run` stops it before it returns)."""
+        self._stop_worker()
+
+    def stats(self) -> dict[str, Any]:
+        """The algorithm's counters (PBA: chunks, stalls and their time; Two-Stacks: flips)."""
+        st: dict[str, Any] = {"algorithm": self.algorithm, "tuples": int(self.si[0])}
+        if self.alg is sba.ALGORITHM:
+            st.update(chunk_size=self.chunk_size, lcs_tasks=self.lcs_tasks,
+                      lcs_built_on_main_loop=self.counter("lcs_built"),
+                      inline_builds=self.counter("inline_builds"), stalls=self.counter("stalls"),
+                      stall_ns=int(self.counter("stall_ticks") * ns_per_tick()),
+                      fallbacks=self.counter("fallbacks"))
+            if self.why:
+                st["why"] = self.why
+        elif self.alg is two_stacks.ALGORITHM:
+            st.update(flips=self.counter("flips"))
+        elif self.alg is slick_deque.ALGORITHM:
+            st.update(deque=self.counter("dt") - self.counter("dh"))
+        return st
+
+
+def warm_all() -> None:  # pragma: no cover - a convenience for the benchmarks
+    """Compile every built-in loop now (they are cached on disk)."""
+    from ...aggregations import BUILTIN_AGGREGATIONS
+
+    for name in ALGORITHMS:
+        for agg in BUILTIN_AGGREGATIONS:
+            if agg != "collect":
+                loop_module(ALGORITHMS[name][0], monoid_of(BUILTIN_AGGREGATIONS[agg]), False, False)
+

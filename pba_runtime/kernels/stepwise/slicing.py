@@ -1,0 +1,282 @@
+"""The compiled slicing layer, written once: one tuple at a time, count and time windows, any slide.
+
+This is :class:`pba_runtime.algorithms.base.SlicedAggregator` (``_step``, ``_step_time``,
+``_advance``, ``_start``, ``_emit``) as a numba loop template. An algorithm (:class:`Algorithm`)
+supplies the merger behind it as code snippets: ``push`` (a slice closed, its partial is ``P``),
+``pop`` (evict the oldest slice), ``query`` (assign the aggregate of the slices held to ``RES``) and
+``reset`` (empty), with the scalars, partials and arrays it keeps. :func:`source` writes the loop
+for one algorithm, one partial width and with or without latency timing (``@LAT`` lines), through
+:func:`pba_runtime.kernels.codegen.expand`'s ``@L``/``@S``.
+
+The loop ``run(values, ts, lo, hi, si, sp, ida, <arrays>, out_ends, out_res, lat, no, final, pr_)``
+steps tuples ``[lo, hi)`` and returns ``(i, no, event)``: the next tuple, the windows written to
+``out_ends``/``out_res`` so far and why it stopped: 0 done, 1 the output is full, 2 the algorithm
+asks its driver for something (PBA: chunks closed, to hand to the worker). Between calls the state
+lives in ``si`` (int64 scalars), ``sp`` (partials, a row each) and the algorithm's arrays, so a
+driver can stop and go on at any tuple. ``pr_`` holds ``r, s, q, m, offset, is_time`` and the
+algorithm's parameters; ``final`` ends the stream (time windows: :meth:`flush`).
+"""
+
+from __future__ import annotations
+
+import re
+import textwrap
+from dataclasses import dataclass, field
+
+from ..codegen import expand
+
+__all__ = ["Algorithm", "source", "COMMON_INTS", "COMMON_PARTS", "N_PARAMS"]
+
+#: the slicing layer's own scalars: si[0..7]
+COMMON_INTS = ("n", "fill", "front", "back", "next_k", "slc", "has_slice", "t_last", "lat_lo", "lat_hi",
+               "lat_t")
+#: its partials: sp[0], sp[1]
+COMMON_PARTS = ("cur", "head")
+#: pr_[0..5]: r, s, q, m, offset, is_time; the algorithm's parameters follow
+N_PARAMS = 6
+
+
+@dataclass(frozen=True)
+class Algorithm:
+    """The merger of one algorithm as snippets of the loop template (see the module doc)."""
+
+    name: str
+    push: str
+    pop: str
+    query: str
+    reset: str
+    ints: tuple[str, ...] = ()  # scalars kept in si after the common ones
+    parts: tuple[str, ...] = ()  # partials kept in sp after the common ones
+    arrays: tuple[str, ...] = ()  # arrays passed after ida, in this order
+    params: tuple[str, ...] = ()  # read from pr_ after the common parameters
+    after_tuple: str = ""  # may set `event` and `stop` (the loop breaks after the tuple)
+    helpers: str = ""  # module-level functions the snippets call (compiled with the loop)
+    helper_names: tuple[str, ...] = ()  # more functions to compile (their source: ``helpers`` or widths)
+    extra: dict = field(default_factory=dict)
+
+
+_TEMPLATE = '''
+def run(values, ts, lo, hi, si, sp, ida, @ARRAYS, out_ends, out_res, lat, no, final, pr_):
+    r = pr_[0]
+    s = pr_[1]
+    q = pr_[2]
+    m = pr_[3]
+    off = pr_[4]
+    is_time = @ISTIME  # a constant: each window kind compiles only its own path
+    @PARAMS
+    @LOAD
+    ident = @L(ida, 0)
+    cap = out_ends.shape[0]
+    event = 0
+    stop = False
+    @LAT if lat_lo < lat_hi:
+    @LAT     dt = ticks() - lat_t
+    @LAT     for w in range(lat_lo, lat_hi):
+    @LAT         lat[w] += dt
+    @LAT     lat_lo = lat_hi
+    i = lo
+    if final and is_time and has_slice:
+        if no + q + 3 > cap:
+            event = 1
+        else:
+            @LAT t0 = ticks()
+            @LAT w0 = no
+            g = -(1 << 62)  # no slice: the stream ended
+            t = 0
+            @ADVANCE(1)
+            @LAT t1 = ticks()
+            @LAT for w in range(w0, no):
+            @LAT     lat[w] = t1 - t0
+    while i < hi and event == 0:
+        if no + q + 3 > cap:
+            event = 1
+            break
+        @LAT t0 = ticks()
+        @LAT w0 = no
+        x = values[i]
+        if is_time:
+            t = ts[i]
+            p = @LIFT(x, t)
+            u0 = t - off - slc * s
+            if has_slice != 0 and u0 >= 0 and u0 < s:
+                g = slc
+            else:
+                g = (t - off) // s
+            if has_slice == 0:
+                @START
+            elif g != slc:
+                @ADVANCE(0)
+            unit = t - off - g * s
+            if m != 0 and next_k == g - q and unit >= m:
+                @EMIT(next_k, kk * s + off + r, head, 1)
+            if m != 0 and unit < m:
+                head = combine(head, p)
+            else:
+                cur = combine(cur, p)
+            t_last = t
+            n += 1
+        else:
+            p = @LIFT(x, n)
+            if s == 1:
+                @PUSH(p)
+                back += 1
+            else:
+                if fill == 0:
+                    cur = p
+                else:
+                    cur = combine(cur, p)
+                fill += 1
+                if fill == s:
+                    @PUSH(cur)
+                    back += 1
+                    cur = ident
+                    fill = 0
+            n += 1
+            if n == next_k * s + r:
+                @EMIT(next_k, n, cur, m != 0)
+        i += 1
+        @AFTER
+        @LAT t1 = ticks()
+        @LAT for w in range(w0, no):
+        @LAT     lat[w] = t1 - t0
+        @LAT if stop:
+        @LAT     lat_lo = w0
+        @LAT     lat_hi = no
+        @LAT     lat_t = ticks()
+        if stop:
+            break
+    @STORE
+    return i, no, event
+'''
+
+_EMIT = '''
+kk = {k}
+while front < kk:
+    @POP
+    front += 1
+@QUERY(res)
+if {has_head}:
+    res = combine(res, {head})
+next_k = kk + 1
+out_ends[no] = {end}
+@OUT(res)
+no += 1
+'''
+
+_START = '''
+@RESET
+slc = g
+front = g
+back = g
+cur = ident
+head = ident
+next_k = (t - off - r) // s + 1
+has_slice = 1
+'''
+
+_ADVANCE = '''
+last = slc
+S = slc
+while True:
+    if m != 0 and next_k == S - q:
+        @EMIT(next_k, kk * s + off + r, head, 1)
+    if m != 0:
+        pp = combine(head, cur)
+    else:
+        pp = cur
+    @PUSH(pp)
+    back += 1
+    head = ident
+    cur = ident
+    S += 1
+    if m == 0 and next_k == S - q:
+        @EMIT(next_k, kk * s + off + r, head, 0)
+    if next_k > last:
+        if {flush}:
+            @RESET
+            has_slice = 0
+        else:
+            @START
+        break
+    if S == g:
+        slc = g
+        break
+'''
+
+
+def _indent(code: str, prefix: str) -> str:
+    return "\n".join(prefix + ln if ln.strip() else ln for ln in textwrap.dedent(code).strip("\n").splitlines())
+
+
+def _macro(src: str, name: str, fn) -> str:
+    """Replace each line ``<indent>@NAME(args)`` (or ``@NAME``) by ``fn(args)`` indented alike."""
+    pat = re.compile(r"^([ \t]*)@" + name + r"(?:\((.*)\))?[ \t]*$", re.M)
+    return pat.sub(lambda m: _indent(fn(m.group(2)), m.group(1)), src)
+
+
+def source(alg: Algorithm, w: int, *, positional: bool, latency: bool, vector: bool, time: bool) -> str:
+    """The loop of ``alg`` for partials of ``w`` floats (module source; expects ``lift``,
+    ``combine``, ``lower``, ``ticks``, ``fence``, ``relax`` among its globals)."""
+    src = _TEMPLATE.replace("@ISTIME", "True" if time else "False")
+    # the macros expand into each other: a few passes
+    for _ in range(4):
+        src = _macro(src, "ADVANCE", lambda a: _ADVANCE.format(flush="True" if a.strip() == "1" else "False"))
+        src = _macro(src, "START", lambda a: _START)
+        src = _macro(src, "EMIT", lambda a: _emit(a))
+        src = _macro(src, "PUSH", lambda a: _sub(alg.push, "P", a))
+        src = _macro(src, "POP", lambda a: alg.pop)
+        src = _macro(src, "QUERY", lambda a: _sub(alg.query, "RES", a))
+        src = _macro(src, "RESET", lambda a: alg.reset)
+    src = _macro(src, "AFTER", lambda a: alg.after_tuple or "pass")
+    src = _macro(src, "OUT", lambda a: (f"v = lower({a})\n@S(out_res, no, v)" if vector
+                                        else f"out_res[no] = lower({a})"))
+    load = [f"{name} = si[{j}]" for j, name in enumerate(COMMON_INTS + alg.ints)]
+    load += [f"{name} = @L(sp, {j})" for j, name in enumerate(COMMON_PARTS + alg.parts)]
+    store = [f"si[{j}] = {name}" for j, name in enumerate(COMMON_INTS + alg.ints)]
+    store += [f"@S(sp, {j}, {name})" for j, name in enumerate(COMMON_PARTS + alg.parts)]
+    params = [f"{name} = pr_[{N_PARAMS + j}]" for j, name in enumerate(alg.params)] or ["pass"]
+    src = _macro(src, "LOAD", lambda a: "\n".join(load))
+    src = _macro(src, "STORE", lambda a: "\n".join(store))
+    src = _macro(src, "PARAMS", lambda a: "\n".join(params))
+    src = src.replace("@ARRAYS", ", ".join(alg.arrays) if alg.arrays else "_unused")
+    lift = "lift({x}, {pos})" if positional else "lift({x})"
+    src = re.sub(r"@LIFT\((\w+), (\w+)\)", lambda m: _lift(lift, m.group(1), m.group(2), w), src)
+    if latency:
+        src = re.sub(r"^([ \t]*)@LAT ", r"\1", src, flags=re.M)
+    else:
+        src = re.sub(r"^[ \t]*@LAT .*\n", "", src, flags=re.M)
+    helpers = alg.helpers
+    if "kept" in alg.helper_names:
+        from .slick_deque import same_source
+
+        helpers += "\n" + same_source(w)
+    return expand(helpers + "\n" + src, w)
+
+
+def _lift(form: str, x: str, pos: str, w: int) -> str:
+    call = form.format(x=x, pos=pos)
+    return f"float({call})" if w == 0 else call
+
+
+def _sub(code: str, var: str, value: str) -> str:
+    return re.sub(r"\b" + var + r"\b", value.strip(), code)
+
+
+def _emit(args: str) -> str:
+    k, end, head, has_head = [a.strip() for a in _split(args)]
+    return _EMIT.format(k=k, end=end, head=head, has_head=has_head)
+
+
+def _split(args: str) -> list[str]:
+    """Split macro arguments on top-level commas."""
+    out, depth, cur = [], 0, ""
+    for ch in args:
+        if ch == "," and depth == 0:
+            out.append(cur)
+            cur = ""
+            continue
+        depth += ch in "(["
+        depth -= ch in ")]"
+        cur += ch
+    out.append(cur)
+    return out

@@ -1,0 +1,28 @@
+"""A smoke run of bench/bench_stepwise.py (tiny sizes) so the harness cannot rot; nothing here asserts on time."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parent.parent / "bench"
+sys.path.insert(0, str(BENCH))
+
+
+def test_bench_stepwise_smoke(tmp_path):
+    import bench_stepwise
+
+    bench_stepwise.main(["--smoke", "--out-dir", str(tmp_path)])
+    res = json.loads((tmp_path / "stepwise_smoke.json").read_text())
+    assert res["smoke"] is True and len(res["machine"]["loadavg"]) == 3
+    assert set(res["throughput"]) == {"max W[16,1]", "max W[64,1]", "std W[64,1]"}
+    for row in res["throughput"].values():
+        for alg in ("sba", "pba", "two_stacks"):
+            c = row[alg]
+            assert c["median"] > 0 and c["min"] <= c["median"] <= c["max"]
+        assert row["stats_last_repeat"]["pba"]["lcs_on"] == "worker thread"
+    lat = res["latency"]["max W[64,1]"]
+    for alg in ("pba", "two_stacks"):
+        assert 0 <= lat[alg]["p99"]["median"] <= lat[alg]["max"]["median"]
+    assert set(lat["pba_over_two_stacks"]) == {"max", "top10", "top100", "p99", "std", "std_below_1ms", "mean"}

@@ -1,0 +1,232 @@
+"""The compiled per-tuple engine (pba_runtime.kernels.stepwise) and pr.replay against the Python algorithms.
+
+Every compiled algorithm x aggregation x window kind gives the Python operator's ``insert`` outputs
+(and ``flush``'s): the windows exactly, the results exactly for max/min/count/argmax and within
+rounding otherwise; compiled PBA equals compiled SBA bit for bit. The loops are compiled once per
+(algorithm, aggregation) and cached on disk, so a second run pays no compile.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from oracle import assert_results_equal
+from streams import run_per_tuple
+
+import pba_runtime as pr
+from pba_runtime.kernels.stepwise import Stepper
+
+
+def _nan_max(a, b):
+    return a if (a >= b or a != a) else b
+
+
+def _pair(v):
+    return (v, v)
+
+
+def _pair_combine(a, b):
+    lo = a[0] if (a[0] <= b[0] or a[0] != a[0]) else b[0]
+    hi = a[1] if (a[1] >= b[1] or a[1] != a[1]) else b[1]
+    return (lo, hi)
+
+
+def _spread(p):
+    return p[1] - p[0]
+
+
+SPREAD = pr.Aggregation(lift=_pair, combine=_pair_combine, lower=_spread, identity=(math.inf, -math.inf),
+                        name="spread_stepwise", commutative=True, result="float")
+
+BUILTINS = ["max", "min", "sum", "count", "mean", "std", "geomean", "argmax", "moment_sketch"]
+WINDOWS = [
+    pr.CountWindow(range=7, slide=1),
+    pr.CountWindow(range=10, slide=3),  # r % s != 0
+    pr.TimeWindow(range=9, slide=3),
+    pr.TimeWindow(range=10, slide=4, offset=2),  # r % s != 0, an offset
+]
+
+
+def _stream(seed: int, n: int, window, agg, special: bool = True):
+    rng = np.random.default_rng(seed)
+    vals = rng.random(n) * 10
+    if special and agg not in ("geomean", "moment_sketch"):
+        vals[rng.integers(0, n, 4)] = np.nan
+        vals[rng.integers(0, n, 3)] = np.inf
+        vals[rng.integers(0, n, 2)] = -0.0
+        vals[rng.integers(0, n, 2)] = 1e12
+    ts = None
+    if isinstance(window, pr.TimeWindow):  # repeated timestamps, short gaps and gaps longer than the range
+        steps = rng.integers(0, 4, n) + (rng.random(n) < 0.03) * 40
+        ts = np.cumsum(steps) - 50
+    return vals, ts
+
+
+def _python(alg, window, agg, vals, ts, chunk_size):
+    kw = {"chunk_size": chunk_size} if alg in ("sba", "pba") else {}
+    with pr.create("sba" if alg == "pba" else alg, window, agg, **kw) as op:
+        return run_per_tuple(op, vals.tolist(), ts)
+
+
+def _check(alg, window, agg, vals, ts, *, latency=False):
+    b = pr.plan_chunk_size(window, pr.get_aggregation(agg)) if alg in ("sba", "pba") else None
+    out = pr.replay(alg, window, agg, vals, ts, chunk_size=b, latency=latency)
+    ends, want = _python(alg, window, agg, vals, ts, b)
+    assert out.ends.tolist() == ends
+    assert_results_equal(agg, [list(r) if np.ndim(r) else r for r in out.results],
+                         [list(r) if np.ndim(r) else r for r in want])
+    return out
+
+
+@pytest.mark.parametrize("window", WINDOWS, ids=repr)
+@pytest.mark.parametrize("agg", BUILTINS + [SPREAD], ids=lambda a: a if isinstance(a, str) else a.name)
+def test_sba_matches_python(agg, window):
+    vals, ts = _stream(1, 300, window, agg)
+    _check("sba", window, agg, vals, ts)
+
+
+@pytest.mark.parametrize("window", WINDOWS, ids=repr)
+@pytest.mark.parametrize("agg", ["max", "sum", "std", "argmax", SPREAD],
+                         ids=lambda a: a if isinstance(a, str) else a.name)
+def test_two_stacks_matches_python(agg, window):
+    vals, ts = _stream(2, 300, window, agg)
+    _check("two_stacks", window, agg, vals, ts)
+
+
+@pytest.mark.parametrize("window", WINDOWS, ids=repr)
+@pytest.mark.parametrize("agg", ["max", "min", "argmax"])
+def test_slick_deque_matches_python(agg, window):
+    vals, ts = _stream(8, 300, window, agg)
+    _check("slick_deque", window, agg, vals, ts)
+
+
+def test_slick_deque_needs_a_selective_aggregation():
+    with pytest.raises(ValueError, match="selective"):
+        pr.replay("slick_deque", pr.CountWindow(range=2, slide=1), "sum", [1.0])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("window", WINDOWS, ids=repr)
+@pytest.mark.parametrize("agg", ["min", "count", "mean", "geomean", "moment_sketch"])
+def test_two_stacks_matches_python_other_aggregations(agg, window):
+    vals, ts = _stream(3, 300, window, agg)
+    _check("two_stacks", window, agg, vals, ts)
+
+
+@pytest.mark.parametrize("window", WINDOWS, ids=repr)
+@pytest.mark.parametrize("agg", ["max", "sum", "std", "argmax", "moment_sketch", SPREAD],
+                         ids=lambda a: a if isinstance(a, str) else a.name)
+def test_pba_equals_sba_bit_for_bit(agg, window):
+    """PBA's lcs come from the worker thread; every result has SBA's bits (same chunks, same order)."""
+    vals, ts = _stream(4, 2000, window, agg)
+    b = max(1, window.range // window.slide // 2 + 1)
+    with pr.WorkerPool("thread", 1) as pool:
+        pba = pr.replay("pba", window, agg, vals, ts, chunk_size=b, pool=pool)
+    sba = pr.replay("sba", window, agg, vals, ts, chunk_size=b)
+    assert pba.ends.tolist() == sba.ends.tolist()
+    assert np.asarray(pba.results).tobytes() == np.asarray(sba.results).tobytes()
+    assert pba.stats["lcs_on"] == "worker thread"
+    if isinstance(window, pr.CountWindow):
+        assert pba.stats["lcs_tasks"] + pba.stats["lcs_built_on_main_loop"] >= 1
+
+
+def test_pba_large_window_worker_builds_the_lcs():
+    """W[2^10, 1] over 50k values: the worker builds lcs; stalls are counted (their number depends on the load)."""
+    vals = np.random.default_rng(5).random(50_000)
+    w = pr.CountWindow(range=1024, slide=1)
+    with pr.WorkerPool("thread", 1) as pool:
+        pba = pr.replay("pba", w, "max", vals, pool=pool)
+    sba = pr.replay("sba", w, "max", vals)
+    assert pba.results.tobytes() == sba.results.tobytes()
+    st_ = pba.stats
+    assert st_["chunk_size"] == sba.stats["chunk_size"]
+    assert st_["lcs_tasks"] + st_["lcs_built_on_main_loop"] + st_["fallbacks"] >= (50_000 // st_["chunk_size"]) - 1
+    assert st_["stalls"] >= 0 and st_["stall_ns"] >= 0
+
+
+def test_pba_with_a_closed_pool_builds_on_the_main_loop():
+    pool = pr.WorkerPool("thread", 1)
+    pool.close()
+    vals = np.arange(100.0)
+    out = pr.replay("pba", pr.CountWindow(range=8, slide=1), "max", vals, pool=pool)
+    assert out.results.tolist() == [float(e - 1) for e in out.ends]
+    assert "closed" in out.stats["why"]
+
+
+@given(st.lists(st.one_of(st.floats(allow_nan=True, allow_infinity=True, width=64),
+                          st.sampled_from([0.0, -0.0, 1e12, 1e-3])), max_size=80),
+       st.integers(1, 9), st.integers(1, 4), st.sampled_from(["sba", "two_stacks", "slick_deque"]))
+def test_hypothesis_streams_count(values, r, s, alg):
+    s = min(s, r)
+    vals = np.array(values, dtype=float)
+    _check(alg, pr.CountWindow(range=r, slide=s), "max", vals, None)
+    if alg != "slick_deque":
+        _check(alg, pr.CountWindow(range=r, slide=s), "sum", np.nan_to_num(vals, posinf=0.0, neginf=0.0) % 1e6, None)
+
+
+@given(st.lists(st.tuples(st.floats(-1e6, 1e6), st.integers(0, 12)), max_size=60),
+       st.integers(1, 9), st.integers(1, 4), st.integers(-5, 5), st.sampled_from(["sba", "two_stacks"]))
+def test_hypothesis_streams_time(rows, r, s, offset, alg):
+    s = min(s, r)
+    vals = np.array([v for v, _ in rows], dtype=float)
+    ts = np.cumsum([d for _, d in rows]).astype(np.int64) if rows else np.zeros(0, dtype=np.int64)
+    _check(alg, pr.TimeWindow(range=r, slide=s, offset=offset), "max", vals, ts)
+    _check(alg, pr.TimeWindow(range=r, slide=s, offset=offset), "std", vals, ts)
+
+
+@pytest.mark.parametrize("alg", ["sba", "pba", "two_stacks", "slick_deque"])
+def test_latency_one_per_window(alg):
+    vals = np.random.default_rng(6).random(5000)
+    out = _check(alg, pr.CountWindow(range=64, slide=1), "max", vals, None, latency=True)
+    assert out.latency_ns.shape == out.ends.shape
+    assert out.latency_ns.dtype == np.int64 and (out.latency_ns >= 0).all()
+    assert out.seconds > 0 and out.throughput > 0
+
+
+def test_latency_time_window_and_flush():
+    vals = np.arange(20.0)
+    ts = np.arange(20) * 3
+    out = pr.replay("sba", pr.TimeWindow(range=10, slide=5), "max", vals, ts, latency=True)
+    assert len(out.latency_ns) == len(out.ends) and (out.latency_ns >= 0).all()
+    assert out.ends[-1] == 65  # the windows flushed at the end of the stream
+
+
+def test_no_latency_without_asking():
+    assert pr.replay("sba", pr.CountWindow(range=2, slide=1), "max", [1.0, 2.0, 3.0]).latency_ns is None
+
+
+def test_stepper_in_pieces_equals_one_run():
+    """The state lives between calls: a stream fed in pieces gives one run's windows."""
+    vals = np.random.default_rng(7).random(3000)
+    w = pr.CountWindow(range=100, slide=3)
+    one = Stepper("sba", w, "std", chunk_size=20).run(vals)
+    st_ = Stepper("sba", w, "std", chunk_size=20)
+    parts = [st_.run(vals[lo:lo + 700]) for lo in range(0, 3000, 700)]
+    assert np.concatenate([p[0] for p in parts]).tolist() == one[0].tolist()
+    assert np.concatenate([p[1] for p in parts]).tobytes() == one[1].tobytes()
+
+
+@pytest.mark.parametrize("call, exc, words", [
+    (lambda: pr.replay("fiba", pr.CountWindow(range=2, slide=1), "max", [1.0]), ValueError, "algorithm"),
+    (lambda: pr.replay("sba", pr.CountWindow(range=2, slide=1), "collect", [1.0]), ValueError, "collect"),
+    (lambda: pr.replay("sba", pr.CountWindow(range=2, slide=1), "max", ["a"]), TypeError, "values"),
+    (lambda: pr.replay("sba", pr.CountWindow(range=2, slide=1), "max", [1.0], [0]), ValueError, "timestamps"),
+    (lambda: pr.replay("sba", pr.TimeWindow(range=2, slide=1), "max", [1.0, 2.0], [3, 1]), ValueError,
+     "non-decreasing"),
+    (lambda: pr.replay("sba", pr.TimeWindow(range=2, slide=1), "max", [1.0]), ValueError, "timestamps"),
+    (lambda: pr.replay("sba", pr.CountWindow(range=4, slide=1), "max", [1.0], chunk_size=9), ValueError,
+     "chunk_size"),
+    (lambda: pr.replay("sba", pr.CountWindow(range=2, slide=1), "geomean", [1.0, -1.0]), ValueError, ">= 0"),
+    (lambda: pr.replay("pba", pr.CountWindow(range=2, slide=1), "max", [1.0], pool=3), TypeError, "pool"),
+    (lambda: pr.replay("sba", pr.CountWindow(range=2, slide=1), "max", [1.0], latency=1), TypeError, "latency"),
+    (lambda: pr.replay("sba", pr.CountWindow(range=2, slide=1),
+                       pr.Aggregation(lift=abs, combine=max, lower=float, identity=0.0, name="absmax_builtin"),
+                       [1.0]), ValueError, "numba cannot compile"),
+])
+def test_bad_input(call, exc, words):
+    with pytest.raises(exc, match=words):
+        call()
