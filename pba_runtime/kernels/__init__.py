@@ -312,8 +312,8 @@ def values_range(engine: Engine, V: np.ndarray, q: int, a0: int, a1: int, out: n
     from . import compiled as C
 
     if engine.from_values == "argmax_from_values":
-        C.argmax_from_values(V, q, a0, a1, out, ends, first_end, step, np.empty(q, dtype=np.int64),
-                             np.empty(q, dtype=np.int64), pos0)
+        C.argmax_from_values(V, q, a0, a1, out, ends, first_end, step, np.empty(2 * q, dtype=np.int64),
+                             np.empty(2 * q, dtype=np.int64), np.empty(2 * q), np.empty(2 * q), pos0)
         return
-    shape = (q, 2) if engine.from_values == "std_from_values" else (q,)
+    shape = (2, q) if engine.from_values == "std_from_values" else (q,)
     getattr(C, engine.from_values)(V, q, a0, a1, out, ends, first_end, step, np.empty(shape), np.empty(shape))

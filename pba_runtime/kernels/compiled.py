@@ -366,44 +366,64 @@ def lower_ratio(parts, out):
 # is d, 0.0 + d * d is d * d): the same bits, without the (n, 3) partials in memory twice.
 @njit(**_JIT)
 def std_from_values(V, q, a0, a1, out, ends, first_end, step, lcs, csa):
-    """``std`` (ddof=1) of windows ``[a0, a1)`` of ``q`` values each; ``lcs``, ``csa``: ``(q, 2)`` scratch."""
+    """``std`` (ddof=1) of windows ``[a0, a1)`` of ``q`` values each; ``lcs``, ``csa``: ``(2, q)`` scratch
+    (the shifted sum and the shifted sum of squares).
+
+    Per row: the lcs (from the row's end) and the next row's csa (from its start), both shifted
+    by the row's last value, in one loop (four independent chains), then every window in a loop
+    without branches (it vectorises: the divisions and square roots four or eight at a time).
+    """
     c = a0 // q
+    n = float(q)
+    ok = n > 1.0
     while c * q < a1:
         base = c * q
         cnt = min(q, a1 - base)
-        nxt = base + q
         ref = V[base + q - 1]
+        vr = V[base : base + q][::-1]
+        vn = V[base + q : base + q + cnt - 1]
+        ls = lcs[0][::-1]
+        lq = lcs[1][::-1]
+        cs = csa[0]
+        cq = csa[1]
         s = 0.0
         qq = 0.0
-        for j in range(q - 1, -1, -1):
-            d = V[base + j] - ref
+        s2 = 0.0
+        q2 = 0.0
+        for i in range(cnt - 1):
+            d = vr[i] - ref
             s += d
             qq += 0.0 + d * d
-            lcs[j, 0] = s
-            lcs[j, 1] = qq
-        s = 0.0
-        qq = 0.0
-        for j in range(cnt - 1):
-            d = V[nxt + j] - ref
+            ls[i] = s
+            lq[i] = qq
+            e = vn[i] - ref
+            s2 += e
+            q2 += 0.0 + e * e
+            cs[i] = s2
+            cq[i] = q2
+        for i in range(cnt - 1, q):
+            d = vr[i] - ref
             s += d
             qq += 0.0 + d * d
-            csa[j, 0] = s
-            csa[j, 1] = qq
-        n = float(q)
-        for j in range(cnt):
-            s = lcs[j, 0]
-            qq = lcs[j, 1]
-            if j:
-                s += csa[j - 1, 0]
-                qq += csa[j - 1, 1]
-            mu = s / n
-            m2 = qq - s * mu
+            ls[i] = s
+            lq[i] = qq
+        o = out[base : base + cnt]
+        L0 = lcs[0]
+        L1 = lcs[1]
+        mu = L0[0] / n
+        m2 = L1[0] - L0[0] * mu
+        m2 = m2 if m2 > 0.0 else (m2 if m2 != m2 else 0.0)
+        mean = ref + mu
+        o[0] = np.sqrt(m2 / (n - 1.0)) if (ok and mean - mean == 0.0) else np.nan
+        for j in range(1, cnt):
+            sj = L0[j] + cs[j - 1]
+            qj = L1[j] + cq[j - 1]
+            mu = sj / n
+            m2 = qj - sj * mu
             m2 = m2 if m2 > 0.0 else (m2 if m2 != m2 else 0.0)
             mean = ref + mu
-            if n > 1.0 and mean - mean == 0.0:
-                out[base + j] = np.sqrt(m2 / (n - 1.0))
-            else:
-                out[base + j] = np.nan
+            r = np.sqrt(m2 / (n - 1.0))
+            o[j] = r if (ok and mean - mean == 0.0) else np.nan
         c += 1
     _fill_ends(ends, a0, a1, first_end, step)
 
@@ -416,40 +436,153 @@ def mean_from_values(V, q, a0, a1, out, ends, first_end, step, lcs, csa):
 
 
 @njit(**_JIT)
-def argmax_from_values(V, q, a0, a1, out, ends, first_end, step, lcs, csa, pos0):
+def argmax_from_values(V, q, a0, a1, out, ends, first_end, step, lcs, csa, lcv, csv, pos0):
     """``argmax`` of windows ``[a0, a1)`` of ``q`` values each: the position ``pos0 + i`` of the
     largest value (NaN counts as largest, the oldest on ties), as ``merge_argmax`` picks it (every
     slice holds one value, so no position is NaN and the choice is ``c_max``'s, older first).
-    ``lcs``, ``csa``: int64 scratch of ``q``."""
+    ``lcs``, ``csa``: int64 scratch of ``2*q``; ``lcv``, ``csv``: float scratch of ``2*q`` (the values
+    at those positions, carried beside them so no chain waits on a load).
+
+    Two full rows at a time: the lcs of rows ``c`` and ``c+1`` and the csa of rows ``c+1`` and
+    ``c+2`` as four independent (value, position) chains; then every window in a loop of selects.
+    """
     c = a0 // q
+    while (c + 2) * q <= a1:
+        base = c * q
+        _argmax_lcs_csa2(V, q, base, lcs, csa, lcv, csv)
+        _argmax_out(q, base, q, pos0, out, lcs, csa, lcv, csv)
+        _argmax_out(q, base + q, q, pos0, out, lcs[q:], csa[q:], lcv[q:], csv[q:])
+        c += 2
     while c * q < a1:
         base = c * q
         cnt = min(q, a1 - base)
-        nxt = base + q
-        best = base + q - 1
-        lcs[q - 1] = best
-        for j in range(q - 2, -1, -1):
-            x = V[base + j]
-            b = V[best]
-            if x >= b or x != x:
-                best = base + j
-            lcs[j] = best
-        if cnt > 1:
-            run = nxt
-            csa[0] = run
-            for j in range(1, cnt - 1):
-                a = V[run]
-                if not (a >= V[nxt + j] or a != a):
-                    run = nxt + j
-                csa[j] = run
-        out[base] = pos0 + lcs[0]
-        for j in range(1, cnt):
-            o = lcs[j]
-            n = csa[j - 1]
-            a = V[o]
-            out[base + j] = pos0 + (o if (a >= V[n] or a != a) else n)
+        _argmax_lcs_csa(V, q, base, cnt, lcs, csa, lcv, csv)
+        _argmax_out(q, base, cnt, pos0, out, lcs, csa, lcv, csv)
         c += 1
     _fill_ends(ends, a0, a1, first_end, step)
+
+
+@njit(inline="always", cache=True)
+def _argmax_lcs_csa(V, q, base, cnt, lcs, csa, lcv, csv):
+    """One row: its lcs (positions and values, from its end) and the next row's csa over ``cnt - 1``
+    values (from its start), two chains in one loop. The newer of equal values loses: an lcs
+    step takes the older value when ``x >= best`` (or ``x`` is NaN), a csa step keeps the run
+    unless ``not (run >= x or run is NaN)``."""
+    vr = V[base : base + q][::-1]
+    vn = V[base + q : base + q + cnt - 1]
+    li = lcs[:q][::-1]
+    lv = lcv[:q][::-1]
+    best = base + q - 1
+    bv = vr[0]
+    li[0] = best
+    lv[0] = bv
+    if cnt > 1:
+        run = base + q
+        rv = vn[0]
+        csa[0] = run
+        csv[0] = rv
+        for i in range(1, cnt - 1):
+            x = vr[i]
+            if x >= bv or x != x:
+                bv = x
+                best = base + q - 1 - i
+            li[i] = best
+            lv[i] = bv
+            y = vn[i]
+            if not (rv >= y or rv != rv):
+                rv = y
+                run = base + q + i
+            csa[i] = run
+            csv[i] = rv
+    for i in range(max(cnt - 1, 1), q):
+        x = vr[i]
+        if x >= bv or x != x:
+            bv = x
+            best = base + q - 1 - i
+        li[i] = best
+        lv[i] = bv
+
+
+@njit(inline="always", cache=True)
+def _argmax_lcs_csa2(V, q, base, lcs, csa, lcv, csv):
+    """Two full rows: :func:`_argmax_lcs_csa`'s chains for rows ``c`` and ``c+1`` (into the first and
+    second ``q`` of each scratch) in one loop, the same steps in the same order per chain."""
+    va = V[base : base + q][::-1]
+    vb = V[base + q : base + 2 * q][::-1]
+    ya = V[base + q : base + 2 * q - 1]
+    yb = V[base + 2 * q : base + 3 * q - 1]
+    lia = lcs[:q][::-1]
+    lva = lcv[:q][::-1]
+    lib = lcs[q:][::-1]
+    lvb = lcv[q:][::-1]
+    cia = csa[:q]
+    cva = csv[:q]
+    cib = csa[q:]
+    cvb = csv[q:]
+    ba = base + q - 1
+    av = va[0]
+    bb = base + 2 * q - 1
+    bv = vb[0]
+    lia[0] = ba
+    lva[0] = av
+    lib[0] = bb
+    lvb[0] = bv
+    ra = base + q
+    rav = ya[0]
+    rb = base + 2 * q
+    rbv = yb[0]
+    cia[0] = ra
+    cva[0] = rav
+    cib[0] = rb
+    cvb[0] = rbv
+    for i in range(1, q - 1):
+        x = va[i]
+        if x >= av or x != x:
+            av = x
+            ba = base + q - 1 - i
+        lia[i] = ba
+        lva[i] = av
+        x = vb[i]
+        if x >= bv or x != x:
+            bv = x
+            bb = base + 2 * q - 1 - i
+        lib[i] = bb
+        lvb[i] = bv
+        y = ya[i]
+        if not (rav >= y or rav != rav):
+            rav = y
+            ra = base + q + i
+        cia[i] = ra
+        cva[i] = rav
+        y = yb[i]
+        if not (rbv >= y or rbv != rbv):
+            rbv = y
+            rb = base + 2 * q + i
+        cib[i] = rb
+        cvb[i] = rbv
+    x = va[q - 1]
+    if x >= av or x != x:
+        av = x
+        ba = base
+    lia[q - 1] = ba
+    lva[q - 1] = av
+    x = vb[q - 1]
+    if x >= bv or x != x:
+        bv = x
+        bb = base + q
+    lib[q - 1] = bb
+    lvb[q - 1] = bv
+
+
+@njit(inline="always", cache=True)
+def _argmax_out(q, base, cnt, pos0, out, lcs, csa, lcv, csv):
+    """Windows ``[base, base + cnt)`` of one row from its lcs and the next row's csa: the lcs's position
+    unless the csa's value is larger (``not (a >= b or a is NaN)``)."""
+    o = out[base : base + cnt]
+    o[0] = pos0 + lcs[0]
+    for j in range(1, cnt):
+        a = lcv[j]
+        o[j] = pos0 + (lcs[j] if (a >= csv[j - 1] or a != a) else csa[j - 1])
 
 
 @njit(**_JIT)
