@@ -332,7 +332,9 @@ def test_columns_merge_equals_scalar_merge_per_column():
     from pba_runtime.kernels import compiled as C
 
     rng = np.random.default_rng(9)
-    for ops in ([C.MIN, C.MAX] + [C.ADD] * 5, [C.MAX, C.FMIN, C.MUL, C.FMAX, C.ADD, C.ADD]):
+    for ops in ([C.MIN, C.MAX] + [C.ADD] * 5, [C.MAX, C.FMIN, C.MUL, C.FMAX, C.ADD, C.ADD],  # a column at a time
+                [C.MIN, C.MAX] + [C.ADD] * 21, [C.MAX, C.FMIN, C.MUL, C.FMAX] + [C.ADD, C.MIN] * 3):  # by rows
+        assert (len(ops) >= C.COLUMNS_ROW_MIN) == (len(ops) > 7)
         K = len(ops)
         for q in (2, 3, 16):
             for n in (q, q + 1, 4 * q + 3):

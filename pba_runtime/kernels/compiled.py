@@ -28,6 +28,8 @@ from numba import njit
 
 # Combine codes of the column kernel: one per numpy ufunc a UfuncKernel may use.
 ADD, MAX, MIN, MUL, FMAX, FMIN = 0, 1, 2, 3, 4, 5
+# merge_columns walks rows once (all columns of a slice together) from this many columns
+COLUMNS_ROW_MIN = 8
 
 _JIT = {"nogil": True, "cache": True, "error_model": "numpy"}
 
@@ -147,13 +149,20 @@ def merge_columns(X, q, a0, a1, out, ends, first_end, step, ops, lcs, csa):
     """Vector partials ``X`` (2-D, one row a slice) whose column ``k`` combines by ``ops[k]`` (a code
     above); ``lcs``, ``csa``: ``(q, X.shape[1])`` scratch.
 
-    Row by row, and in each row every run of columns with one combine (:func:`_columns_row`):
-    the columns never mix, each gets :func:`_scalar_rows`'s operations in the same order (the
-    same bits), but a step of the lcs advances all columns of a slice at once (independent
-    chains, contiguous in memory) instead of one strided pass over ``X`` per column (a
-    ``moment_sketch`` partial is 23 floats: 23 passes over every cache line of ``X``).
+    The columns never mix: each gets :func:`_scalar_rows`'s operations in the same order (the
+    same bits). Narrow partials (``mean``, ``geomean``: 2 columns) are merged a column at a
+    time, a strided pass each. From ``COLUMNS_ROW_MIN`` columns, a pass per column would read
+    every cache line of ``X`` once per column (``moment_sketch``: 23), so the rows are walked
+    once instead, and in each row every run of columns with one combine
+    (:func:`_columns_row`). Measured (CPU time, one thread): 4 columns 54 vs 30 M windows/s,
+    8 columns 15 vs 21, 23 columns 3 vs 9 (per column vs by rows).
     """
     K = X.shape[1]
+    if K < COLUMNS_ROW_MIN:
+        for k in range(K):
+            _scalar_op(X[:, k], q, a0, a1, out[:, k], ops[k], lcs.ravel()[:q], csa.ravel()[:q])
+        _fill_ends(ends, a0, a1, first_end, step)
+        return
     c = a0 // q
     while c * q < a1:
         base = c * q
@@ -185,39 +194,25 @@ def merge_columns(X, q, a0, a1, out, ends, first_end, step, ops, lcs, csa):
 def _columns_row(X, q, base, n, out, comb, lcs, csa, k0, k1):
     """Windows ``[base, base + n)`` of one row, columns ``[k0, k1)``: the row's lcs (from its end), the
     next row's csa (from its start), then every window. The inner loops run along one slice's
-    contiguous columns (row views, forward indices: they vectorise)."""
-    src = X[base + q - 1]
-    dst = lcs[q - 1]
+    contiguous columns (2-D indexing: a row view per step would cost numba a reference count)."""
     for k in range(k0, k1):
-        dst[k] = src[k]
+        lcs[q - 1, k] = X[base + q - 1, k]
     for i in range(1, q):
         j = q - 1 - i
-        src = X[base + j]
-        prev = dst
-        dst = lcs[j]
         for k in range(k0, k1):
-            dst[k] = comb(src[k], prev[k])
+            lcs[j, k] = comb(X[base + j, k], lcs[j + 1, k])
     if n > 1:
-        src = X[base + q]
-        dst = csa[0]
+        nxt = base + q
         for k in range(k0, k1):
-            dst[k] = src[k]
+            csa[0, k] = X[nxt, k]
         for i in range(1, n - 1):
-            src = X[base + q + i]
-            prev = dst
-            dst = csa[i]
             for k in range(k0, k1):
-                dst[k] = comb(prev[k], src[k])
-    o = out[base]
-    lrow = lcs[0]
+                csa[i, k] = comb(csa[i - 1, k], X[nxt + i, k])
     for k in range(k0, k1):
-        o[k] = lrow[k]
+        out[base, k] = lcs[0, k]
     for j in range(1, n):
-        o = out[base + j]
-        lrow = lcs[j]
-        crow = csa[j - 1]
         for k in range(k0, k1):
-            o[k] = comb(lrow[k], crow[k])
+            out[base + j, k] = comb(lcs[j, k], csa[j - 1, k])
 
 
 @njit(inline="always", cache=True)
