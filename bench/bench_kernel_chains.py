@@ -2,7 +2,8 @@
 
 Calls the merges of :mod:`pba_runtime.kernels.compiled` directly (no operator, no pool) on the same
 values, interleaved with bottleneck's ``move_*`` and ``np.copyto``; M windows/s, median [min-max]
-over repeats. ``--old FILE``: a copy of an older ``compiled.py`` (e.g. from ``git show``) timed beside.
+over repeats of CPU time (``time.thread_time``: a run preempted by another process on a loaded
+machine is not charged for the wait). ``--old FILE``: a copy of an older ``compiled.py`` (e.g. from ``git show``) timed beside.
 
     git show HEAD~3:pba_runtime/kernels/compiled.py > /tmp/old/old_compiled.py
     python bench/bench_kernel_chains.py --old /tmp/old/old_compiled.py
@@ -35,13 +36,14 @@ def _calls(C, agg, x, q):
     nwin = n - q + 1
     ends = np.empty(0, dtype=np.int64)
     m = 2 * q if hasattr(C, "_argmax_lcs_csa2") else q  # argmax's scratch: two rows since the pairs
+    ls = 4 * q if hasattr(C, "_scalar_pair") else q  # the scalar lcs scratch: four chains since the pairs
     if agg in ("sum", "max"):
         out = np.empty(nwin)
         op = new.ADD if agg == "sum" else new.MAX
-        return lambda: C.merge_scalar(x, q, 0, nwin, out, ends, 0, 1, op, np.empty(q), np.empty(q))
+        return lambda: C.merge_scalar(x, q, 0, nwin, out, ends, 0, 1, op, np.empty(ls), np.empty(q))
     if agg == "mean":
         out = np.empty(nwin)
-        return lambda: C.mean_from_values(x, q, 0, nwin, out, ends, 0, 1, np.empty(q), np.empty(q))
+        return lambda: C.mean_from_values(x, q, 0, nwin, out, ends, 0, 1, np.empty(ls), np.empty(q))
     if agg == "std":
         out = np.empty(nwin)
         shape = (2, q) if m == 2 * q else (q, 2)
@@ -84,9 +86,9 @@ def main(argv=None):
             t = {k: [] for k in fs}
             for _ in range(a.repeat):
                 for k, f in fs.items():
-                    t0 = time.perf_counter()
+                    t0 = time.thread_time()
                     f()
-                    t[k].append(time.perf_counter() - t0)
+                    t[k].append(time.thread_time() - t0)
             cells = []
             for k, v in t.items():
                 r = sorted(a.n / s / 1e6 for s in v)
