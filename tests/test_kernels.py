@@ -393,3 +393,38 @@ def test_compiled_split_when_the_pool_thread_is_busy():
     for e, r in ((e2, r2), (e3, r3)):
         np.testing.assert_array_equal(e, e1)
         np.testing.assert_array_equal(r.view(np.int64), r1.view(np.int64))
+
+
+def test_compiled_split_repairs_a_failed_block():
+    """A pool thread's block that raises is merged again on the main thread: the one-thread bits."""
+    import threading
+    import warnings
+
+    from pba_runtime.batch import _merge_compiled
+    from pba_runtime.kernels import merge_range
+
+    eng = resolve_engine(pr.get_aggregation("max"), "compiled")
+    q = 1000
+    n = 3 * COMPILED_SPLIT_MIN + 17
+    v = np.random.default_rng(6).normal(size=n)
+    nwin = n - q + 1
+    main = threading.get_ident()
+    failed = []
+    tried = threading.Event()
+
+    def flaky(*args):
+        if threading.get_ident() != main and not failed:
+            failed.append(args[3])
+            tried.set()
+            raise RuntimeError("injected")
+        if threading.get_ident() == main:
+            tried.wait(10)  # the main thread's first block waits until the pool thread claimed one
+        merge_range(*args)
+
+    e1, r1 = _merge_compiled(eng, v, q, nwin, None, (0, 1))
+    with pr.WorkerPool("thread", workers=1) as pool, warnings.catch_warnings(record=True):
+        warnings.simplefilter("always")
+        e2, r2 = _merge_compiled(eng, v, q, nwin, pool, (0, 1), flaky)
+    assert failed  # the pool thread did claim a block, and it failed
+    np.testing.assert_array_equal(e2, e1)
+    np.testing.assert_array_equal(r2.view(np.int64), r1.view(np.int64))
