@@ -20,7 +20,6 @@ Examples
 from __future__ import annotations
 
 import itertools
-import os
 
 import numpy as np
 
@@ -33,7 +32,7 @@ from .shm import aligned
 from .tasks import aggregation_ref, run_merge_task
 
 __all__ = ["window_merge", "windows_with_ends", "windows_from_values", "splits_rows", "PARALLEL_BATCH_MIN",
-           "COMPILED_SPLIT_MIN", "COMPILED_BLOCKS", "compiled_blocks", "cores_free"]
+           "COMPILED_SPLIT_MIN", "COMPILED_BLOCKS", "compiled_blocks"]
 
 # Below this many slice partials, a batch builds its lcs on the main thread:
 # a pool hand-off costs more than it saves.
@@ -171,8 +170,7 @@ def _merge_compiled(engine: Engine, X: np.ndarray, q: int, nwin: int, pool: Work
                     ends_spec: tuple[int, int] | None, run=merge_range, out_shape: tuple | None = None,
                     out_dtype: type = np.float64) -> tuple[np.ndarray | None, np.ndarray]:
     """The compiled merge, its windows cut into blocks of whole rows (:func:`compiled_blocks`) that the
-    main thread and the pool's threads claim one at a time until none is left; one thread when the
-    machine's other cores are busy (:func:`cores_free`).
+    main thread and the pool's threads claim one at a time until none is left.
 
     Nobody waits for a busy core: a pool thread that starts late (its core taken by another
     process) claims fewer blocks, or none, and the main thread merges the rest. Every block
@@ -182,7 +180,7 @@ def _merge_compiled(engine: Engine, X: np.ndarray, q: int, nwin: int, pool: Work
     first_end, step = ends_spec if ends_spec is not None else (0, 0)
     out, ends = _results(nwin, X.shape[1:] if out_shape is None else out_shape, out_dtype, ends_spec is not None)
     blocks = compiled_blocks(q, nwin)
-    if pool is None or pool.closed or len(blocks) < 2 or not cores_free():
+    if pool is None or pool.closed or len(blocks) < 2:
         run(engine, X, q, 0, nwin, out, ends, first_end, step)
         return (ends if ends_spec is not None else None), out
     # fault the fresh output pages in here first: two threads faulting pages of one process at
@@ -213,22 +211,6 @@ def _merge_compiled(engine: Engine, X: np.ndarray, q: int, nwin: int, pool: Work
                                                          for b in taken],
                          timed=False, task="compiled merge task", repair="merging its windows on the main thread")
     return (ends if ends_spec is not None else None), out
-
-
-def cores_free() -> bool:
-    """Whether another core is likely free for a pool thread: the 1-minute load average (our own
-    running threads included) below ``os.cpu_count()``; ``True`` where the OS reports no load.
-
-    A heuristic. A thread whose core is taken gets its time slice late (~4 ms here) and the batch
-    waits for the block it holds: measured with a load of ~3 on 2 cores, 2M windows, range 2^13, the
-    2-thread merge 6% slower than one thread (std 305 vs 325 M/s, argmax 240 vs 257, sum 413 vs
-    439, max 311 vs 328); at a load of ~1.9, std 525 vs 331, argmax 253 vs 267, sum 451 vs 479.
-    """
-    try:
-        load = os.getloadavg()[0]
-    except OSError:
-        return True
-    return load < (os.cpu_count() or 1)
 
 
 def _results(nwin: int, shape: tuple, dtype: type, with_ends: bool) -> tuple[np.ndarray, np.ndarray]:

@@ -62,15 +62,9 @@ def test_compiled_merge_equals_numpy_merge(agg, q):
         _same(agg, a.kernel.lower(r2), a.kernel.lower(r1))
 
 
-@pytest.fixture
-def split_always(monkeypatch):
-    """The compiled merge splits across a pool whatever the machine's load."""
-    monkeypatch.setattr("pba_runtime.batch.cores_free", lambda: True)
-
-
 @pytest.mark.parametrize("agg", ["max", "sum", "std", "argmax", "mean"])
-def test_compiled_merge_split_across_threads(agg, split_always):
-    """A pool's thread claims blocks of rows: same results as one thread (every block starts at a row)."""
+def test_compiled_merge_split_across_threads(agg):
+    """A pool's thread takes half the windows: same results as one thread (the split is at a row)."""
     a = pr.get_aggregation(agg)
     eng = resolve_engine(a, "compiled")
     rng = np.random.default_rng(5)
@@ -372,7 +366,7 @@ def test_moment_sketch_compiled_lift():
         eng.kernel.lift(np.array([1.0, -2.0]), None)
 
 
-def test_compiled_split_when_the_pool_thread_is_busy(split_always):
+def test_compiled_split_when_the_pool_thread_is_busy():
     """The pool's only thread is held by another task: the main thread claims every block itself, gives
     the one-thread bits, and does not wait for the busy thread."""
     import threading
@@ -401,7 +395,7 @@ def test_compiled_split_when_the_pool_thread_is_busy(split_always):
         np.testing.assert_array_equal(r.view(np.int64), r1.view(np.int64))
 
 
-def test_compiled_split_repairs_a_failed_block(split_always):
+def test_compiled_split_repairs_a_failed_block():
     """A pool thread's block that raises is merged again on the main thread: the one-thread bits."""
     import threading
     import warnings
@@ -434,24 +428,3 @@ def test_compiled_split_repairs_a_failed_block(split_always):
     assert failed  # the pool thread did claim a block, and it failed
     np.testing.assert_array_equal(e2, e1)
     np.testing.assert_array_equal(r2.view(np.int64), r1.view(np.int64))
-
-
-def test_compiled_merge_one_thread_when_cores_are_busy(monkeypatch):
-    """With the other cores busy the merge stays on the calling thread: no task reaches the pool."""
-    monkeypatch.setattr("pba_runtime.batch.cores_free", lambda: False)
-    a = pr.get_aggregation("sum")
-    eng = resolve_engine(a, "compiled")
-    q = 1000
-    v = np.random.default_rng(8).normal(size=3 * COMPILED_SPLIT_MIN)
-    nwin = len(v) - q + 1
-
-    class NoPool:
-        kind, closed, workers = "thread", False, 1
-
-        def submit(self, *args):
-            raise AssertionError("the pool was used")
-
-    e1, r1 = windows_with_ends(a.kernel, v, q, nwin, 0, 1, NoPool(), engine=eng)
-    e2, r2 = windows_with_ends(a.kernel, v, q, nwin, 0, 1, None, engine=eng)
-    np.testing.assert_array_equal(r1.view(np.int64), r2.view(np.int64))
-    np.testing.assert_array_equal(e1, e2)
