@@ -19,6 +19,8 @@ Examples
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 
 from . import logs, merge
@@ -30,14 +32,17 @@ from .shm import aligned
 from .tasks import aggregation_ref, run_merge_task
 
 __all__ = ["window_merge", "windows_with_ends", "windows_from_values", "splits_rows", "PARALLEL_BATCH_MIN",
-           "COMPILED_SPLIT_MIN"]
+           "COMPILED_SPLIT_MIN", "COMPILED_BLOCKS", "compiled_blocks"]
 
 # Below this many slice partials, a batch builds its lcs on the main thread:
 # a pool hand-off costs more than it saves.
 PARALLEL_BATCH_MIN = 1 << 16
-# The compiled merge hands a pool's thread half the windows from this many on (a hand-off
-# costs ~20-50 us; the merge runs 100-300M windows/s).
+# The compiled merge cuts a batch of this many windows and up into blocks of whole rows that the
+# main thread and a pool's threads claim (a hand-off costs ~20-50 us; the merge runs 100-700M
+# windows/s), about COMPILED_BLOCKS of them: small enough that a thread whose core is busy
+# holds the others up by little, large enough that each call's ~10 us is noise.
 COMPILED_SPLIT_MIN = 1 << 15
+COMPILED_BLOCKS = 12
 
 
 def window_merge(kernel: Kernel, X: np.ndarray, q: int, nwin: int, pool: WorkerPool | None = None, *,
@@ -164,32 +169,86 @@ def windows_from_values(engine: Engine, V: np.ndarray, q: int, nwin: int, first_
 def _merge_compiled(engine: Engine, X: np.ndarray, q: int, nwin: int, pool: WorkerPool | None,
                     ends_spec: tuple[int, int] | None, run=merge_range, out_shape: tuple | None = None,
                     out_dtype: type = np.float64) -> tuple[np.ndarray | None, np.ndarray]:
-    """The compiled merge: windows ``[0, h*q)`` on a pool thread, the rest here (``h`` rows: half)."""
+    """The compiled merge, its windows cut into blocks of whole rows (:func:`compiled_blocks`) that the
+    main thread and the pool's threads claim one at a time until none is left.
+
+    Nobody waits for a busy core: a pool thread that starts late (its core taken by another
+    process) claims fewer blocks, or none, and the main thread merges the rest. Every block
+    starts at a row, so its windows get the same arithmetic whoever claims it (one thread's bits).
+    """
     X = np.ascontiguousarray(X, dtype=np.float64)
-    out = np.empty((nwin,) + (X.shape[1:] if out_shape is None else out_shape), dtype=out_dtype)
     first_end, step = ends_spec if ends_spec is not None else (0, 0)
-    ends = np.empty(nwin if ends_spec is not None else 0, dtype=np.int64)
-    rows = -(-nwin // q)
-    h = rows // 2
-    fut = None
-    if pool is not None and not pool.closed and h and nwin >= COMPILED_SPLIT_MIN:
-        # fault the fresh output pages in here first: two threads faulting pages of one process at
-        # once serialise on its memory map (measured: a 2M-window merge 3-6x slower than one thread)
-        _prefault(out)
-        _prefault(ends)
-        submit = pool.submit if pool.kind == "thread" else pool.submit_thread
-        try:
-            fut = submit(run, engine, X, q, 0, h * q, out, ends, first_end, step)
-        except RuntimeError:
-            fut = None
-    if fut is None:
+    out, ends = _results(nwin, X.shape[1:] if out_shape is None else out_shape, out_dtype, ends_spec is not None)
+    blocks = compiled_blocks(q, nwin)
+    if pool is None or pool.closed or len(blocks) < 2:
         run(engine, X, q, 0, nwin, out, ends, first_end, step)
-    else:
-        run(engine, X, q, h * q, nwin, out, ends, first_end, step)
+        return (ends if ends_spec is not None else None), out
+    # fault the fresh output pages in here first: two threads faulting pages of one process at
+    # once serialise on its memory map (measured: a 2M-window merge 3-6x slower than one thread)
+    _prefault(out)
+    _prefault(ends)
+    claim = itertools.count()  # next() is atomic: each block goes to one thread
+
+    def claimer(taken: list[int]) -> None:
+        while (b := next(claim)) < len(blocks):
+            taken.append(b)  # before the merge: a repair redoes every block it claimed
+            run(engine, X, q, *blocks[b], out, ends, first_end, step)
+
+    submit = pool.submit if pool.kind == "thread" else pool.submit_thread
+    tasks = []
+    for _ in range(min(max(1, getattr(pool, "workers", 1)), len(blocks) - 1)):
+        taken: list[int] = []
+        try:
+            tasks.append((submit(claimer, taken), taken))
+        except RuntimeError:
+            break
+    claimer([])
+    for fut, taken in tasks:
+        if fut.cancel():  # never started: nothing claimed
+            continue
         # untimed: the task writes into `out`, so it is never bypassed while it may still run
-        result_or_repair(pool, fut, lambda: run(engine, X, q, 0, h * q, out, ends, first_end, step),
+        result_or_repair(pool, fut, lambda taken=taken: [run(engine, X, q, *blocks[b], out, ends, first_end, step)
+                                                         for b in taken],
                          timed=False, task="compiled merge task", repair="merging its windows on the main thread")
     return (ends if ends_spec is not None else None), out
+
+
+def _results(nwin: int, shape: tuple, dtype: type, with_ends: bool) -> tuple[np.ndarray, np.ndarray]:
+    """The results array ``(nwin,) + shape`` of ``dtype`` and the int64 ends (empty unless ``with_ends``),
+    as two views of one allocation.
+
+    glibc serves a freed block again without new pages only while a single allocation is
+    alive at that size: two arrays of 16 MB each (2M windows) came fresh from the kernel at
+    every batch, zeroed page by page (measured: 4.75 ms to allocate and fill both, against
+    0.93 ms as one block of 32 MB; ~1.7 ns per window, as much as the sum merge itself).
+    """
+    n_ends = nwin if with_ends else 0
+    if np.dtype(dtype).itemsize != 8:  # not a float64/int64 result: two arrays
+        return np.empty((nwin,) + tuple(shape), dtype=dtype), np.empty(n_ends, dtype=np.int64)
+    n_out = nwin * int(np.prod(shape, dtype=np.int64))
+    buf = np.empty(n_out + n_ends, dtype=np.float64)
+    out = buf[:n_out].view(dtype).reshape((nwin,) + tuple(shape))
+    return out, buf[n_out:].view(np.int64)
+
+
+def compiled_blocks(q: int, nwin: int) -> list[tuple[int, int]]:
+    """The blocks ``[a0, a1)`` of windows a compiled merge of ``nwin`` windows in rows of ``q`` hands out:
+    whole rows, ``COMPILED_SPLIT_MIN // 2`` windows and up, about ``COMPILED_BLOCKS`` of them (one
+    block below ``COMPILED_SPLIT_MIN`` windows: a hand-off costs more than it saves).
+
+    Examples
+    --------
+    >>> compiled_blocks(1000, 5000)
+    [(0, 5000)]
+    >>> b = compiled_blocks(1 << 10, 1 << 21)
+    >>> len(b), b[0], b[-1][1]
+    (12, (0, 175104), 2097152)
+    """
+    if nwin < COMPILED_SPLIT_MIN or q < 1:
+        return [(0, nwin)]
+    rows = -(-nwin // q)
+    per = max(1, -(-max(nwin // COMPILED_BLOCKS, COMPILED_SPLIT_MIN // 2) // q))  # rows per block
+    return [(r * q, min(nwin, (r + per) * q)) for r in range(0, rows, per)]
 
 
 def _prefault(a: np.ndarray) -> None:

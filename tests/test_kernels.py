@@ -282,3 +282,149 @@ def test_from_values_equals_partials_then_lower(agg, q):
         np.testing.assert_array_equal(e1, e2)
         np.testing.assert_array_equal(eng.kernel.lower(r1), r2)
         assert np.array_equal(np.signbit(eng.kernel.lower(r1)), np.signbit(r2))
+
+
+def _tie_heavy(rng, n):
+    """Few distinct values (many ties), with NaN, inf, -inf, -0.0 and 0.0 among them."""
+    kinds = np.array([1.0, 2.0, -1.0, 0.0, -0.0, np.nan, np.inf, -np.inf, 2.0, 1.0])
+    return kinds[rng.integers(0, len(kinds), size=n)]
+
+
+@pytest.mark.parametrize("agg", ["std", "mean", "argmax"])
+@pytest.mark.parametrize("q", [2, 3, 5, 16])
+def test_from_values_any_row_grouping_same_bits(agg, q):
+    """The slide-1 merges process rows in pairs from ``a0``: calls starting at every row (so the
+    pairs fall differently), ending inside a row (a last partial row), give one call's bits."""
+    from pba_runtime.kernels import values_range
+
+    eng = resolve_engine(pr.get_aggregation(agg), "compiled")
+    rng = np.random.default_rng(q + 100)
+    dtype = np.int64 if agg == "argmax" else np.float64
+    for v in (_tie_heavy(rng, 9 * q + 4), _values(rng, 9 * q + 4, agg)):
+        nwin = len(v) - q + 1
+        whole = np.empty(nwin, dtype=dtype)
+        values_range(eng, v, q, 0, nwin, whole, np.empty(0, dtype=np.int64), 0, 1, 5)
+        none = np.empty(0, dtype=np.int64)
+        for cut in range(q, nwin, q):  # two calls, the second from row cut // q: pairs fall differently
+            parts = np.full(nwin, -7, dtype=dtype)
+            values_range(eng, v, q, 0, cut, parts, none, 0, 1, 5)
+            values_range(eng, v, q, cut, nwin, parts, none, 0, 1, 5)
+            np.testing.assert_array_equal(parts.view(np.int64), whole.view(np.int64))
+        for a1 in range(1, nwin, max(1, q // 2)):  # one call ending inside a row: its last row partial
+            part = np.full(nwin, -7, dtype=dtype)
+            values_range(eng, v, q, 0, a1, part, none, 0, 1, 5)
+            np.testing.assert_array_equal(part[:a1].view(np.int64), whole[:a1].view(np.int64))
+
+
+@pytest.mark.parametrize("q", [2, 7, 64])
+def test_argmax_ties_nan_inf_zero_signs(q):
+    """argmax from values over tie-heavy data equals the Python form (oldest of equal values, NaN largest)."""
+    a = pr.get_aggregation("argmax")
+    rng = np.random.default_rng(q)
+    v = _tie_heavy(rng, 5 * q + 3)
+    _, got = pr.sliding_aggregate(v, window=pr.CountWindow(range=q, slide=1), agg=a, engine="compiled")
+    _, want = pr.sliding_aggregate(v, window=pr.CountWindow(range=q, slide=1), agg=a, engine="python")
+    np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+
+
+def test_columns_merge_equals_scalar_merge_per_column():
+    """merge_columns (rows once, runs of columns with one combine) == merge_scalar on each column alone."""
+    from pba_runtime.kernels import compiled as C
+
+    rng = np.random.default_rng(9)
+    for ops in ([C.MIN, C.MAX] + [C.ADD] * 5, [C.MAX, C.FMIN, C.MUL, C.FMAX, C.ADD, C.ADD],  # a column at a time
+                [C.MIN, C.MAX] + [C.ADD] * 21, [C.MAX, C.FMIN, C.MUL, C.FMAX] + [C.ADD, C.MIN] * 3):  # by rows
+        assert (len(ops) >= C.COLUMNS_ROW_MIN) == (len(ops) > 7)
+        K = len(ops)
+        for q in (2, 3, 16):
+            for n in (q, q + 1, 4 * q + 3):
+                X = rng.normal(size=(n, K))
+                X.flat[rng.choice(X.size, size=X.size // 8, replace=False)] = rng.choice(
+                    [np.nan, np.inf, -np.inf, -0.0, 0.0, 1e12], size=X.size // 8)
+                nwin = n - q + 1
+                got = np.empty((nwin, K))
+                C.merge_columns(X, q, 0, nwin, got, np.empty(0, dtype=np.int64), 0, 1, np.asarray(ops),
+                                np.empty((q, K)), np.empty((q, K)))
+                for k, op in enumerate(ops):
+                    want = np.empty(nwin)
+                    C.merge_scalar(np.ascontiguousarray(X[:, k]), q, 0, nwin, want, np.empty(0, dtype=np.int64),
+                                   0, 1, op, np.empty(q), np.empty(q))
+                    same = (got[:, k].view(np.int64) == want.view(np.int64)) | (np.isnan(got[:, k])
+                                                                                 & np.isnan(want))
+                    assert same.all(), (ops, q, n, k)  # bits, up to the sign of a NaN (inf - inf)
+
+
+def test_moment_sketch_compiled_lift():
+    """The compiled moment_sketch lift == the numpy one within rounding; a negative value is refused by name."""
+    eng = resolve_engine(pr.get_aggregation("moment_sketch"), "compiled")
+    base = pr.get_aggregation("moment_sketch").kernel
+    v = np.abs(np.random.default_rng(2).normal(size=500)) * 3
+    v[:5] = [0.0, np.nan, np.inf, 1e12, 1e-3]
+    got, want = eng.kernel.lift(v, None), base.lift(v, None)
+    np.testing.assert_allclose(got, want, rtol=1e-13, equal_nan=True)
+    with pytest.raises(ValueError, match="moment_sketch"):
+        eng.kernel.lift(np.array([1.0, -2.0]), None)
+
+
+def test_compiled_split_when_the_pool_thread_is_busy():
+    """The pool's only thread is held by another task: the main thread claims every block itself, gives
+    the one-thread bits, and does not wait for the busy thread."""
+    import threading
+
+    from pba_runtime.batch import compiled_blocks
+
+    a = pr.get_aggregation("sum")
+    eng = resolve_engine(a, "compiled")
+    q = 1000
+    n = 3 * COMPILED_SPLIT_MIN + 17
+    v = np.random.default_rng(4).normal(size=n)
+    nwin = n - q + 1
+    assert len(compiled_blocks(q, nwin)) > 2
+    e1, r1 = windows_with_ends(a.kernel, v, q, nwin, 0, 1, None, engine=eng)
+    release = threading.Event()
+    with pr.WorkerPool("thread", workers=1) as pool:
+        held = pool.submit(release.wait, 30)
+        try:
+            e2, r2 = windows_with_ends(a.kernel, v, q, nwin, 0, 1, pool, engine=eng)
+        finally:
+            release.set()
+        held.result()
+        e3, r3 = windows_with_ends(a.kernel, v, q, nwin, 0, 1, pool, engine=eng)  # and with it free
+    for e, r in ((e2, r2), (e3, r3)):
+        np.testing.assert_array_equal(e, e1)
+        np.testing.assert_array_equal(r.view(np.int64), r1.view(np.int64))
+
+
+def test_compiled_split_repairs_a_failed_block():
+    """A pool thread's block that raises is merged again on the main thread: the one-thread bits."""
+    import threading
+    import warnings
+
+    from pba_runtime.batch import _merge_compiled
+    from pba_runtime.kernels import merge_range
+
+    eng = resolve_engine(pr.get_aggregation("max"), "compiled")
+    q = 1000
+    n = 3 * COMPILED_SPLIT_MIN + 17
+    v = np.random.default_rng(6).normal(size=n)
+    nwin = n - q + 1
+    main = threading.get_ident()
+    failed = []
+    tried = threading.Event()
+
+    def flaky(*args):
+        if threading.get_ident() != main and not failed:
+            failed.append(args[3])
+            tried.set()
+            raise RuntimeError("injected")
+        if threading.get_ident() == main:
+            tried.wait(10)  # the main thread's first block waits until the pool thread claimed one
+        merge_range(*args)
+
+    e1, r1 = _merge_compiled(eng, v, q, nwin, None, (0, 1))
+    with pr.WorkerPool("thread", workers=1) as pool, warnings.catch_warnings(record=True):
+        warnings.simplefilter("always")
+        e2, r2 = _merge_compiled(eng, v, q, nwin, pool, (0, 1), flaky)
+    assert failed  # the pool thread did claim a block, and it failed
+    np.testing.assert_array_equal(e2, e1)
+    np.testing.assert_array_equal(r2.view(np.int64), r1.view(np.int64))

@@ -63,8 +63,10 @@ class CompiledKernel(Kernel):
             return self.base.lift(values, positions)
         from . import compiled as C
 
-        out = np.empty((len(values),) + self.shape)
         vals = np.ascontiguousarray(values, dtype=np.float64)
+        if self._lift_name == "lift_moments" and (vals < 0).any():
+            return self.base.lift(values, positions)  # which refuses the batch, naming the value
+        out = np.empty((len(values),) + self.shape)
         if positions is not None:
             getattr(C, self._lift_name)(vals, np.ascontiguousarray(positions), out)
         else:
@@ -210,9 +212,17 @@ def _compiled_kernel(agg: Aggregation, layout: str) -> Kernel:
         lift = "lift_argmax"
     elif agg is BUILTIN_AGGREGATIONS["mean"]:
         lift, lower = "lift_pair", "lower_ratio"
+    elif _is_moment_sketch(agg):
+        lift = "lift_moments"
     if lift is None and lower is None:
         return agg.kernel
     return CompiledKernel(agg.kernel, lift, lower)
+
+
+def _is_moment_sketch(agg: Aggregation) -> bool:
+    """Whether ``agg``'s kernel is :func:`pba_runtime.aggregations.moment_sketch`'s (any ``k``)."""
+    lift = getattr(agg.kernel, "_lift", None)
+    return type(agg.kernel) is UfuncKernel and getattr(lift, "__qualname__", "") == "moment_sketch.<locals>.klift"
 
 
 class CompileWarning(UserWarning):
@@ -293,7 +303,8 @@ def merge_range(engine: Engine, X: np.ndarray, q: int, a0: int, a1: int, out: np
     if engine.layout == "scalar":
         C.merge_scalar(X, q, a0, a1, out, ends, first_end, step, engine.ops[0], np.empty(q), np.empty(q))
     elif engine.layout == "columns":
-        C.merge_columns(X, q, a0, a1, out, ends, first_end, step, engine._ops_array, np.empty(q), np.empty(q))
+        C.merge_columns(X, q, a0, a1, out, ends, first_end, step, engine._ops_array,
+                        np.empty((q, X.shape[1])), np.empty((q, X.shape[1])))
     elif engine.layout == "std":
         C.merge_std(X, q, a0, a1, out, ends, first_end, step, np.empty((q, 3)), np.empty((q, 3)))
     elif engine.layout == "argmax":
@@ -312,8 +323,8 @@ def values_range(engine: Engine, V: np.ndarray, q: int, a0: int, a1: int, out: n
     from . import compiled as C
 
     if engine.from_values == "argmax_from_values":
-        C.argmax_from_values(V, q, a0, a1, out, ends, first_end, step, np.empty(q, dtype=np.int64),
-                             np.empty(q, dtype=np.int64), pos0)
+        C.argmax_from_values(V, q, a0, a1, out, ends, first_end, step, np.empty(2 * q, dtype=np.int64),
+                             np.empty(2 * q, dtype=np.int64), np.empty(2 * q), np.empty(2 * q), pos0)
         return
-    shape = (q, 2) if engine.from_values == "std_from_values" else (q,)
+    shape = (2, q) if engine.from_values == "std_from_values" else (q,)
     getattr(C, engine.from_values)(V, q, a0, a1, out, ends, first_end, step, np.empty(shape), np.empty(shape))
