@@ -66,7 +66,7 @@ from .arrow_runner import (
 )
 from .intervals import as_window
 from .session import ensure_worker_python
-from .stream_key import KeyWindows, StepConfig
+from .stream_key import PREAGGREGATED, KeyWindows, StepConfig
 from .streaming import LATE_POLICIES, StreamConfig, new_namespace, stream_windows
 
 __all__ = ["cores_per_task_of", "executor_cores_of", "sliding_window_aggregate"]
@@ -395,6 +395,9 @@ def sliding_window_aggregate(
     streaming = bool(df.isStreaming)
     if streaming:
         _check_streaming(fields, order_name, otype, win, transport, preaggregate, num_partitions)
+        if preaggregate and not (is_time and aggregation.preaggregate in PREAGGREGATED):
+            raise ValueError(f"preaggregate=True on a streaming DataFrame needs a time window and one of "
+                             f"{sorted(PREAGGREGATED)}; got {win!r} with {aggregation.name!r}")
     elif late_rows != "count":
         raise ValueError("late_rows='emit' is for a streaming DataFrame (a batch DataFrame has no late rows)")
     ensure_worker_python(df.sparkSession)  # before the UDF is wrapped: it takes the workers' Python then
@@ -402,7 +405,7 @@ def sliding_window_aggregate(
         cores = cores_per_task if cores_per_task is not None else cores_per_task_of(df.sparkSession)
         step = StepConfig(win, agg, algorithm, engine=engine, min_slices=min_slices,
                           cores=1 if rt.local_cores() == 1 else cores, chunk_rows=state_chunk_rows,
-                          namespace=new_namespace())
+                          namespace=new_namespace(), preaggregate=preaggregate is not False)
         KeyWindows(step)  # the driver refuses what the workers would (a positional count-window aggregation)
         scfg = StreamConfig(keys, step, late_rows=late_rows, algorithm_column=algorithm_column, metrics=metrics,
                             log_level=log_level)
@@ -582,9 +585,9 @@ def _check_streaming(fields: dict, order_name: str, otype: Any, win: Any, transp
     """What a streaming DataFrame needs: an integral or time order, a watermark on it for a time window."""
     from pyspark.sql import types as T
 
-    if transport != "auto" or preaggregate or num_partitions is not None:
-        raise ValueError("transport, preaggregate and num_partitions are for a batch DataFrame; a streaming one "
-                         "runs transformWithStateInPandas over spark.sql.shuffle.partitions state partitions")
+    if transport != "auto" or num_partitions is not None:
+        raise ValueError("transport and num_partitions are for a batch DataFrame; a streaming one runs "
+                         "transformWithStateInPandas over spark.sql.shuffle.partitions state partitions")
     if not isinstance(otype, (T.IntegralType, T.TimestampType, T.TimestampNTZType, T.DateType)):
         raise TypeError(f"order_by column {order_name!r} must be integral, a timestamp or a date for a streaming "
                         f"DataFrame, got {otype.simpleString()}")

@@ -133,6 +133,10 @@ class StepConfig:
         Rows per sealed chunk of the tail.
     cache_keys : int
         Operators a Python worker keeps between micro-batches (per query).
+    preaggregate : bool
+        Time windows of ``max``, ``min``, ``sum``, ``count``, ``argmax`` (what the
+        aggregation declares): rows are folded per sub-slice before the operator
+        and the tail (:data:`PREAGGREGATED`).
     namespace : str
         Names one query's operators in the worker's cache.
     """
@@ -146,6 +150,7 @@ class StepConfig:
     chunk_rows: int = 4096
     cache_keys: int = 10_000
     namespace: str = ""
+    preaggregate: bool = True
 
 
 @dataclass
@@ -171,6 +176,12 @@ class _Live:
 
 
 _caches: dict[str, OperatorCache] = {}
+
+#: Time windows: what a key's rows are folded into per *sub-slice* (a slide, cut at ``range % slide``: every
+#: window boundary is a sub-slice boundary, so the windows are the same), by what the aggregation declares
+#: (``Aggregation.preaggregate``), and the aggregation the operator then runs over the partials. A sub-slice
+#: fed in two micro-batches gives two partials (combined by the operator). ``mean`` would need two operators.
+PREAGGREGATED = {"max": "max", "min": "min", "sum": "sum", "argmax": "argmax", "count": "sum"}
 
 
 def _close_live(live: _Live) -> None:
@@ -200,11 +211,14 @@ class KeyWindows:
         from . import runtime as rt
 
         self.cfg = cfg
+        self.agg = pr.get_aggregation(cfg.agg)
+        self.is_time = isinstance(cfg.window, pr.TimeWindow)
+        kind = self.agg.preaggregate
+        self.pre = kind if self.is_time and cfg.preaggregate and kind in PREAGGREGATED else None
+        op_agg = cfg.agg if self.pre is None else PREAGGREGATED[kind]
         self.host = host if host is not None else rt.key_host(
-            cfg.algorithm, cfg.window, cfg.agg, cores=cfg.cores, min_slices=cfg.min_slices, engine=cfg.engine)
+            cfg.algorithm, cfg.window, op_agg, cores=cfg.cores, min_slices=cfg.min_slices, engine=cfg.engine)
         self.window = self.host.window
-        self.agg = self.host.agg
-        self.is_time = isinstance(self.window, pr.TimeWindow)
         # a count window's operator is rebuilt from its tail at a later position: a positional result
         # (the built-in argmax) is shifted back; another positional aggregation would see wrong positions
         self.shift_results = (not self.is_time) and self.agg.positional
@@ -248,6 +262,8 @@ class KeyWindows:
                 out.results = np.concatenate(out.parts)
             else:
                 out.results = [x for p in out.parts for x in p]
+        else:
+            out.results = np.empty(0)
         return out
 
     # ------------------------------------------------------------------ count windows
@@ -310,12 +326,14 @@ class KeyWindows:
                 hdr.pend_t, hdr.pend_v = hdr.pend_t[~ready], hdr.pend_v[~ready]
                 o = np.argsort(rt_, kind="stable")
                 rt_, rv = rt_[o], rv[o]
+                out.rows = len(rv)
+                if self.pre is not None:
+                    rt_, rv = self._preaggregate(rt_, rv)
                 ends, res = live.hosted.op.insert_many(rv, rt_)
                 self._keep_after(ends, res, before, None, ends_parts, res_parts)
                 hdr.n += len(rv)
                 hdr.last = int(rt_[-1])
                 self._append(st, hdr, rt_, rv)
-                out.rows = len(rv)
             if hdr.last != NO_TIME:
                 k = self._k_after(hdr.last)
                 if before != NO_TIME:
@@ -327,7 +345,7 @@ class KeyWindows:
             hdr.emitted = wm
             if ends_parts:
                 out.ends = np.concatenate(ends_parts)
-                out.parts = res_parts
+                out.parts = res_parts if self.pre != "count" else [p.astype(np.int64) for p in res_parts]
             t0 = self._end(self._k_after(wm)) - self.window.range  # the oldest window still to come starts here
             while hdr.first_chunk < hdr.next_chunk and hdr.chunk_last[0] < t0:
                 st.remove_chunk(hdr.first_chunk)
@@ -335,6 +353,33 @@ class KeyWindows:
                 hdr.chunk_last = hdr.chunk_last[1:]
         self._set_timer(st, hdr)
         return out
+
+    def _preaggregate(self, t: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Rows sorted by time folded per sub-slice: ``(representative times, partials)``.
+
+        The representative time is the sub-slice's start, or for argmax the time of its largest value
+        (NaN the largest, the oldest on ties, as the aggregation's own rule).
+        """
+        w = self.window
+        unit = (t - w.offset) % w.slide
+        sub = t - unit
+        m = w.range % w.slide
+        if m:
+            sub = sub + np.where(unit >= m, m, 0)
+        starts = np.flatnonzero(np.r_[True, sub[1:] != sub[:-1]])
+        kind = self.pre
+        if kind == "max":
+            return sub[starts], np.maximum.reduceat(v, starts)
+        if kind == "min":
+            return sub[starts], np.minimum.reduceat(v, starts)
+        if kind == "sum":
+            return sub[starts], np.add.reduceat(v, starts)
+        if kind == "count":
+            return sub[starts], np.diff(np.r_[starts, len(v)]).astype(np.float64)
+        top = np.repeat(np.maximum.reduceat(v, starts), np.diff(np.r_[starts, len(v)]))  # argmax
+        hits = np.flatnonzero((v == top) | (np.isnan(v) & np.isnan(top)))
+        first = hits[np.searchsorted(hits, starts)]
+        return t[first], v[first]
 
     @staticmethod
     def _keep_after(ends: np.ndarray, res: Any, after: int, upto: int | None, ends_parts: list,

@@ -39,7 +39,7 @@ from pyspark.sql.streaming.stateful_processor import StatefulProcessor
 import pba_runtime as pr
 
 from . import runtime as rt
-from .arrow_runner import ORDER_COL, VALUE_COL, result_arrow_type, results_array
+from .arrow_runner import result_arrow_type, results_array
 from .stream_key import KeyOutput, KeyWindows, StateAccess, StepConfig
 from .stream_state import CHUNK_KEY_SCHEMA, CHUNK_VALUE_SCHEMA, HEADER_SCHEMA
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from oracle import EXACT, assert_results_equal  # tests/oracle.py (on the path: conftest)
 
 import pba_runtime as pr
-from oracle import EXACT, assert_results_equal  # tests/oracle.py (on the path: conftest)
 from spark_integration.stream_key import DictState, KeyWindows, StepConfig
 from spark_integration.stream_state import Header, OperatorCache
 
@@ -97,9 +97,10 @@ def test_count_windows_late_rows_are_counted_and_returned():
     assert Header.from_row(st.header).late == 1
 
 
+@pytest.mark.parametrize("pre", [True, False])
 @pytest.mark.parametrize("agg", AGGS)
 @pytest.mark.parametrize("r,s,offset", [(10, 3, 0), (6, 6, 2), (25, 5, -3), (9, 1, 0)])
-def test_time_windows_equal_the_batch_run(agg, r, s, offset):
+def test_time_windows_equal_the_batch_run(agg, r, s, offset, pre):
     rng = np.random.default_rng(r * 7 + s)
     n = 300
     ts = np.sort(rng.integers(1, 1500, n))  # repeated timestamps, gaps
@@ -109,7 +110,8 @@ def test_time_windows_equal_the_batch_run(agg, r, s, offset):
     want_e, want_r = whole(win, agg, vals, ts)
     delay = 40
     for chunk_rows, forget in [(4, False), (4, True), (1000, True)]:
-        step = KeyWindows(StepConfig(win, agg, algorithm="sba", chunk_rows=chunk_rows, namespace=f"t{chunk_rows}{forget}"))
+        step = KeyWindows(StepConfig(win, agg, algorithm="sba", chunk_rows=chunk_rows, preaggregate=pre,
+                                     namespace=f"t{chunk_rows}{forget}"))
         st = DictState()
         ends, res = [], []
         b = cuts(rng, n, 25)
@@ -136,6 +138,23 @@ def test_time_windows_equal_the_batch_run(agg, r, s, offset):
         hdr = Header.from_row(st.header)
         assert hdr.timer == -(1 << 63) and not st.timers  # nothing left to emit: no timer
         assert len(hdr.pend_t) == 0 and hdr.next_chunk - hdr.first_chunk <= r // 1 + 2
+
+
+def test_preaggregated_tail_holds_a_row_per_sub_slice():
+    """W[100, 10] max, 50 rows per slide, one micro-batch per slide: the tail keeps ~11 partials, not 500 rows."""
+    win = pr.TimeWindow(range=100, slide=10)
+    step = KeyWindows(StepConfig(win, "max", chunk_rows=4, namespace="pre"))
+    raw = KeyWindows(StepConfig(win, "max", chunk_rows=4, namespace="raw", preaggregate=False))
+    a, b = DictState(), DictState()
+    for i in range(40):
+        t = np.arange(i * 10, i * 10 + 10, 0.2).astype(np.int64)
+        v = np.sin(t + 0.5 * i)
+        ea = step.process(a, "k", t, v, i * 10 - 1)
+        eb = raw.process(b, "k", t, v, i * 10 - 1)
+        assert ea.ends.tolist() == eb.ends.tolist() and ea.results.tolist() == eb.results.tolist()
+    rows_of = [Header.from_row(x.header) for x in (a, b)]
+    kept = [(h.next_chunk - h.first_chunk) * 4 + len(h.open_t) for h in rows_of]
+    assert kept[0] <= 16 and kept[1] >= 500
 
 
 def test_time_windows_late_rows_and_the_timer():
