@@ -75,10 +75,16 @@ def stream(spark, folder: str):
             .withColumn("t", F.timestamp_millis("ts")).withWatermark("t", "2 seconds"))
 
 
+METRICS: list = []
+
+
 def ours(df, r: str):
     import spark_integration as si
 
-    return si.sliding_window_aggregate(df, key="k", order_by="t", value="v", window=(r, "1 second"), agg="max")
+    metrics = si.algorithm_metrics(df.sparkSession)
+    METRICS.append(metrics)
+    return si.sliding_window_aggregate(df, key="k", order_by="t", value="v", window=(r, "1 second"), agg="max",
+                                       metrics=metrics)
 
 
 def native(df, r: str):
@@ -123,8 +129,8 @@ def main(argv=None) -> int:
     ap.add_argument("--limit", type=float, default=120.0, help="seconds native_1h may run")
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
-    rows = args.rows or (20_000 if args.quick else 40_000)
-    files = args.files or (3 if args.quick else 5)
+    rows = args.rows or (200_000 if args.quick else 1_000_000)
+    files = args.files or 3
     reps = args.reps or (2 if args.quick else 3)
     spark = session()
     tmp = tempfile.mkdtemp(prefix="pba-bench-stream-")
@@ -138,11 +144,15 @@ def main(argv=None) -> int:
         def once(name, build, limit=None):
             nonlocal n
             n += 1
+            METRICS.clear()
             res = run_query(build(stream(spark, src)), os.path.join(tmp, f"ck{n}"), limit)
+            if METRICS:
+                res["metrics"] = dict(METRICS[0].value)
             out["runs"].setdefault(name, []).append(res)
             ms = res["batches_ms"]
             print(f"{name:12s} finished={res['finished']} rows={res['rows']} batches_ms={ms} "
-                  f"state_rows={res['state_rows']} mem={res['state_memory_bytes']} sst={res['state_sst_bytes']}",
+                  f"state_rows={res['state_rows']} mem={res['state_memory_bytes']} sst={res['state_sst_bytes']} "
+                  f"{res.get('metrics', '')}",
                   flush=True)
             return res
 
@@ -153,6 +163,13 @@ def main(argv=None) -> int:
         for _ in range(reps):
             once("ours_1h", lambda d: ours(d, "1 hour"))
         once("native_1h", lambda d: native(d, "1 hour"), limit=args.limit)
+        # the state each keeps, measured alike: the default (HDFS-backed) provider's in-memory map, whose
+        # memoryUsedBytes is the state rows' size (RocksDB's counts its caches and memtables)
+        spark.conf.set("spark.sql.streaming.stateStore.providerClass",
+                       "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider")
+        once("state_ours_60s", lambda d: ours(d, "60 seconds"))
+        once("state_native_60s", lambda d: native(d, "60 seconds"))
+        once("state_ours_1h", lambda d: ours(d, "1 hour"))
     finally:
         spark.stop()
         shutil.rmtree(tmp, ignore_errors=True)
