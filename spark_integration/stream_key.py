@@ -287,14 +287,11 @@ class KeyWindows:
                 if self.shift_results:
                     res = res + live.base
                 out.ends, out.parts = ends, [res]
+            self._append(st, hdr, np.arange(hdr.n, hdr.n + len(values), dtype=np.int64), values)  # by position
             hdr.n += len(values)
             hdr.last = int(order[-1])
-            self._append(st, hdr, order, values)
             out.rows = len(values)
-        p0 = self._count_tail_start(hdr.n)
-        while (hdr.first_chunk + 1) * self.C <= p0 and hdr.first_chunk < hdr.next_chunk:
-            st.remove_chunk(hdr.first_chunk)
-            hdr.first_chunk += 1
+        self._expire(st, hdr, self._count_tail_start(hdr.n))
         return out
 
     # ------------------------------------------------------------------ time windows
@@ -346,11 +343,7 @@ class KeyWindows:
             if ends_parts:
                 out.ends = np.concatenate(ends_parts)
                 out.parts = res_parts if self.pre != "count" else [p.astype(np.int64) for p in res_parts]
-            t0 = self._end(self._k_after(wm)) - self.window.range  # the oldest window still to come starts here
-            while hdr.first_chunk < hdr.next_chunk and hdr.chunk_last[0] < t0:
-                st.remove_chunk(hdr.first_chunk)
-                hdr.first_chunk += 1
-                hdr.chunk_last = hdr.chunk_last[1:]
+            self._expire(st, hdr, self._end(self._k_after(wm)) - self.window.range)  # the oldest window to come
         self._set_timer(st, hdr)
         return out
 
@@ -456,6 +449,17 @@ class KeyWindows:
             hdr.chunk_last = np.concatenate([hdr.chunk_last, np.array(sealed, np.int64)])
         hdr.open_t, hdr.open_v = ot[i:].copy(), ov[i:].copy()
 
+    def _expire(self, st: StateAccess, hdr: Header, start: int) -> None:
+        """Drop the tail's rows before ``start`` (a position or a time): whole sealed chunks, then, once none
+        is left, the open chunk's front."""
+        while hdr.first_chunk < hdr.next_chunk and hdr.chunk_last[0] < start:
+            st.remove_chunk(hdr.first_chunk)
+            hdr.first_chunk += 1
+            hdr.chunk_last = hdr.chunk_last[1:]
+        if hdr.first_chunk == hdr.next_chunk and len(hdr.open_t) and hdr.open_t[0] < start:
+            keep = hdr.open_t >= start
+            hdr.open_t, hdr.open_v = hdr.open_t[keep], hdr.open_v[keep]
+
     def _tail(self, st: StateAccess, hdr: Header) -> tuple[np.ndarray, np.ndarray]:
         """The key's tail as stored: the live sealed chunks in order, then the open chunk."""
         parts = []
@@ -479,8 +483,7 @@ class KeyWindows:
                     hosted.op.insert_many(v, t)  # every window it completes ends at or before hdr.emitted
             else:
                 base = self._count_tail_start(hdr.n)
-                first = hdr.first_chunk * self.C
-                v = v[base - first:]
+                v = v[t >= base]  # a count window's tail holds positions
                 if len(v):
                     ends, _ = hosted.op.insert_many(v)
                     if len(ends):  # pragma: no cover - the tail is shorter than a window

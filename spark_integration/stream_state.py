@@ -22,8 +22,10 @@ of the key finds the same token in the state store, the operator it left is
 exactly the stored state and is used as it is. Otherwise (another worker, a
 restart, a retried task) the operator is rebuilt from the tail: the chunks are
 read and replayed through a fresh operator, and the windows it had already
-emitted are dropped. Rows are bytes: ``int64`` order values then ``float64``
-values (:func:`pack_rows`).
+emitted are dropped. Rows are bytes: ``int64`` order values (timestamps; for
+count windows the rows' positions) then ``float64`` values (:func:`pack_rows`).
+Rows no window to come can need are dropped: whole sealed chunks, and the open
+chunk's front once no sealed chunk is left.
 
 Examples
 --------
@@ -85,7 +87,8 @@ class Header:
     ``emitted``: time windows: every window ending at or before it was emitted
     (the watermark of the last emission); ``late``: late rows of the key so far;
     ``first_chunk``/``next_chunk``: the live sealed chunks' ids ``[first, next)``;
-    ``chunk_last``: time windows: the last timestamp of each live sealed chunk;
+    ``chunk_last``: the last order value of each live sealed chunk (a timestamp; for count windows,
+    whose tail holds positions, a position);
     ``open_t``/``open_v``: the open chunk; ``pend_t``/``pend_v``: rows waiting for
     the watermark; ``timer``: the event-time timer registered (:data:`NO_TIME`:
     none); ``token``: names this version of the state.

@@ -244,3 +244,23 @@ def test_driver_killed_mid_stream_then_restarted_gives_the_same_sink(sspark, tmp
     want = rows(si.sliding_window_aggregate(batch_of(sspark, frames, time=True), key="plug", order_by="t",
                                             value="load", window=("5 seconds", "2 seconds"), agg="max"))
     assert got == want and len(got) > 50
+
+
+def test_streaming_errors_on_the_driver(sspark, tmp_path):
+    write_files(str(tmp_path / "in"), [pd.DataFrame({"plug": ["a"], "ts": [1], "load": [1.0]})])
+    plain = stream_of(sspark, str(tmp_path / "in"))
+    kw = dict(key="plug", value="load", agg="max")
+    with pytest.raises(ValueError, match="needs a watermark on order_by column 'ts'"):
+        si.sliding_window_aggregate(plain, order_by="ts", window=pr.TimeWindow(range=10, slide=5), **kw)
+    with pytest.raises(ValueError, match="transport and num_partitions are for a batch DataFrame"):
+        si.sliding_window_aggregate(plain, order_by="ts", window=pr.CountWindow(range=2, slide=1),
+                                    transport="mapInArrow", **kw)
+    with pytest.raises(ValueError, match="late_rows must be one of 'count', 'emit'"):
+        si.sliding_window_aggregate(plain, order_by="ts", window=pr.CountWindow(range=2, slide=1), late_rows="x", **kw)
+    with pytest.raises(ValueError, match="late_rows='emit' is for a streaming DataFrame"):
+        si.sliding_window_aggregate(batch_of(sspark, [pd.DataFrame({"plug": ["a"], "ts": [1], "load": [1.0]})]),
+                                    order_by="ts", window=pr.CountWindow(range=2, slide=1), late_rows="emit", **kw)
+    with pytest.raises(ValueError, match="preaggregate=True on a streaming DataFrame"):
+        si.sliding_window_aggregate(stream_of(sspark, str(tmp_path / "in"), time=True), order_by="t",
+                                    window=pr.TimeWindow(range=10, slide=5), preaggregate=True,
+                                    **{**kw, "agg": "std"})
