@@ -77,16 +77,21 @@ def test_standalone_cluster_runs_batch_and_streaming(tmp_path):
             start([spark_class, "org.apache.spark.deploy.worker.Worker", master, "--host", "127.0.0.1",
                    "--cores", "1", "--memory", "1g", "--webui-port", str(free_port()),
                    "--work-dir", str(tmp_path / f"worker{i}")], f"worker{i}.log")
+        pkg = str(package_zip(tmp_path / "pba.zip"))
+        # transformWithStateInPandas starts a Python process of its own on the driver, from the JVM, without
+        # --py-files: the zip goes on the driver's PYTHONPATH too (docs/spark-cluster.md)
+        job_env = dict(env, PYTHONPATH=pkg)
         job = subprocess.run(
-            [submit, "--master", master, "--py-files", str(package_zip(tmp_path / "pba.zip")),
+            [submit, "--master", master, "--py-files", pkg,
              "--conf", "spark.pyspark.python=" + sys.executable, "--conf", "spark.executor.memory=768m",
              "--conf", "spark.sql.shuffle.partitions=4", "--conf", "spark.ui.enabled=false",
              "--conf", "spark.sql.streaming.stateStore.providerClass="
                        "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
              str(Path(__file__).parent / "cluster_job.py"), str(tmp_path / "work")],
-            env=env, cwd=tmp_path, capture_output=True, timeout=700, check=False)
+            env=job_env, cwd=tmp_path, capture_output=True, timeout=700, check=False)
         out = job.stdout.decode()
-        assert job.returncode == 0, (out[-2000:], job.stderr.decode()[-4000:])
+        err = [ln for ln in job.stderr.decode().splitlines() if "Error" in ln or "error" in ln or "Exception" in ln]
+        assert job.returncode == 0, (out[-2000:], err[:30])
         assert "OK " in out and "on 2 executors" in out, out[-2000:]
     finally:
         for p in reversed(procs):
