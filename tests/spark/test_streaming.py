@@ -1,7 +1,8 @@
 """Streaming DataFrames through ``sliding_window_aggregate`` on real streaming queries.
 
-File sources (one file per micro-batch), memory and file sinks, RocksDB state
-store; every query runs ``trigger(availableNow=True)`` over a few small files.
+File sources (one file per micro-batch) and the rate source, memory and file
+sinks, RocksDB state store; the file-source queries run
+``trigger(availableNow=True)`` over a few small files.
 The streaming answer is compared with the batch adapter's on the same rows.
 """
 
@@ -264,3 +265,33 @@ def test_streaming_errors_on_the_driver(sspark, tmp_path):
         si.sliding_window_aggregate(stream_of(sspark, str(tmp_path / "in"), time=True), order_by="t",
                                     window=pr.TimeWindow(range=10, slide=5), preaggregate=True,
                                     **{**kw, "agg": "std"})
+
+
+def test_rate_source_count_windows_are_a_prefix_of_the_batch_answer(sspark, tmp_path):
+    """The rate source (value 0, 1, 2, ... at a steady rate): key = value % 3, order = value. Whatever the
+    micro-batches, each key's windows are the first windows of the batch answer over its values."""
+    import time
+
+    from pyspark.sql import functions as F
+
+    df = (sspark.readStream.format("rate").option("rowsPerSecond", 40).load()
+          .select((F.col("value") % 3).alias("plug"), F.col("value").alias("n"),
+                  (F.col("value") % 11).cast("double").alias("load")))
+    out = si.sliding_window_aggregate(df, key="plug", order_by="n", value="load",
+                                      window=pr.CountWindow(range=5, slide=2), agg="sum")
+    q = (out.writeStream.format("memory").queryName("rate_stream").outputMode("append")
+         .option("checkpointLocation", str(tmp_path / "ck")).trigger(processingTime="1 second").start())
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and len([p for p in q.recentProgress if p["numInputRows"]]) < 3:
+            time.sleep(0.5)
+    finally:
+        q.stop()
+    got = rows(sspark.table("rate_stream"))
+    assert len({r[0] for r in got}) == 3
+    for plug in range(3):
+        mine = sorted((e, r) for p, e, r in got if p == plug)
+        values = [float(v % 11) for v in range(plug, 100_000, 3)][: mine[-1][0]]
+        op = pr.create("sba", pr.CountWindow(range=5, slide=2), "sum")
+        ends, res = op.insert_many(values)
+        assert mine == list(zip(ends.tolist(), res.tolist()))
