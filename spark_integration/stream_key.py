@@ -188,10 +188,17 @@ def _close_live(live: _Live) -> None:
     live.hosted.op.close()
 
 
+#: Queries whose operators a Python worker keeps at once (a new one evicts the oldest: a stopped query's
+#: operators would otherwise stay in a long-lived worker).
+CACHED_QUERIES = 4
+
+
 def worker_cache(namespace: str, capacity: int) -> OperatorCache:
     """This Python worker's operator cache of one query (``namespace``)."""
     cache = _caches.get(namespace)
     if cache is None:
+        while len(_caches) >= CACHED_QUERIES:
+            _caches.pop(next(iter(_caches))).clear()
         cache = _caches[namespace] = OperatorCache(capacity, on_evict=_close_live)
     return cache
 

@@ -205,3 +205,15 @@ def test_positional_user_aggregation_is_refused_for_count_windows():
                          positional=True)
     with pytest.raises(ValueError, match="positional"):
         KeyWindows(StepConfig(pr.CountWindow(range=4, slide=1), agg))
+
+
+def test_a_worker_keeps_the_operators_of_a_few_queries_only():
+    from spark_integration import stream_key
+
+    first = stream_key.worker_cache("q-first", 10)
+    closed = []
+    first.on_evict = closed.append
+    first.put("k", b"t", "op")
+    for i in range(stream_key.CACHED_QUERIES):
+        stream_key.worker_cache(f"q-{i}", 10)
+    assert "q-first" not in stream_key._caches and closed == ["op"]
