@@ -41,6 +41,7 @@ Usage::
     python bench/bench_spark.py --quick      # 2M rows, main comparisons only
     python bench/bench_spark.py              # 10M rows, everything (~30 min)
     python bench/bench_spark.py --transports # mapInArrow vs applyInArrow vs applyInPandas
+    python bench/bench_spark.py --streaming  # streaming DataFrames vs streaming window() (bench_spark_streaming.py)
 """
 
 from __future__ import annotations
@@ -470,6 +471,11 @@ def summarise(out: dict) -> dict:
 
 
 def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if "--streaming" in argv:  # streaming DataFrames: their own workload and cases (bench_spark_streaming.py)
+        import bench_spark_streaming
+
+        return bench_spark_streaming.main([a for a in argv if a != "--streaming"])
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="fewer rows and repetitions")
     ap.add_argument("--rows", type=int, default=None)

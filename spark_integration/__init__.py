@@ -12,6 +12,10 @@ Two entry points:
   partitioned by key) keeps one operator per key of the partition (keyed
   state; keys may interleave) and warns when a key was in two partitions.
 
+A streaming DataFrame (``df.isStreaming``) goes to
+:mod:`spark_integration.streaming`: ``transformWithStateInPandas`` with one
+operator per key whose state lives in Spark's state store (docs/spark-streaming.md).
+
 Spark's Python workers must import this package: a script run from a venv that
 is not activated gets workers on ``python3`` from ``PATH``; see
 :func:`ensure_worker_python` (local mode switches them to the driver's Python,

@@ -59,6 +59,7 @@ __all__ = [
     "RunnerConfig",
     "order_to_int64",
     "result_arrow_type",
+    "results_array",
     "run_key_frame",
     "run_keyed_batches",
 ]
@@ -256,6 +257,27 @@ def _cat(parts: list[np.ndarray], dtype: Any) -> np.ndarray:
         return parts[0]
     return np.concatenate(parts) if parts else np.empty(0, dtype)
 
+
+
+def results_array(rtype: pa.DataType, parts: list[Any]) -> pa.Array:
+    """Operator results (pieces from ``insert_many``/``flush``) as one Arrow array of ``rtype``.
+
+    Examples
+    --------
+    >>> results_array(pa.float64(), [np.array([1.0, float("nan")]), np.array([2.0])]).to_pylist()
+    [1.0, nan, 2.0]
+    """
+    if pa.types.is_list(rtype):
+        rows: list[Any] = []
+        for p in parts:
+            if isinstance(p, np.ndarray) and p.ndim == 2:
+                offsets = pa.array(np.arange(p.shape[0] + 1, dtype=np.int32) * p.shape[1])
+                rows.append(pa.ListArray.from_arrays(offsets, pa.array(p.reshape(-1), type=pa.float64())))
+            else:
+                rows.append(pa.array([list(map(float, x)) for x in p], type=rtype))
+        return pa.concat_arrays(rows) if len(rows) > 1 else rows[0] if rows else pa.array([], type=rtype)
+    dtype = np.int64 if rtype == pa.int64() else np.float64
+    return pa.array(_cat([np.asarray(p, dtype=dtype) for p in parts], dtype), type=rtype)
 
 # --------------------------------------------------------------------------- the runner
 class _KeyState:
@@ -532,18 +554,7 @@ class _Runner:
         return pa.RecordBatch.from_arrays(arrays, names=names)
 
     def _results(self, parts: list[Any]) -> pa.Array:
-        rtype = self.rtype
-        if pa.types.is_list(rtype):
-            rows: list[Any] = []
-            for p in parts:
-                if isinstance(p, np.ndarray) and p.ndim == 2:
-                    offsets = pa.array(np.arange(p.shape[0] + 1, dtype=np.int32) * p.shape[1])
-                    rows.append(pa.ListArray.from_arrays(offsets, pa.array(p.reshape(-1), type=pa.float64())))
-                else:
-                    rows.append(pa.array([list(map(float, x)) for x in p], type=rtype))
-            return pa.concat_arrays(rows) if len(rows) > 1 else rows[0] if rows else pa.array([], type=rtype)
-        dtype = np.int64 if rtype == pa.int64() else np.float64
-        return pa.array(_cat([np.asarray(p, dtype=dtype) for p in parts], dtype), type=rtype)
+        return results_array(self.rtype, parts)
 
     def summary(self) -> str:
         c = self.counts

@@ -66,6 +66,8 @@ from .arrow_runner import (
 )
 from .intervals import as_window
 from .session import ensure_worker_python
+from .stream_key import PREAGGREGATED, KeyWindows, StepConfig
+from .streaming import LATE_POLICIES, StreamConfig, new_namespace, stream_windows
 
 __all__ = ["cores_per_task_of", "executor_cores_of", "sliding_window_aggregate"]
 
@@ -258,6 +260,8 @@ def sliding_window_aggregate(
     transport: str = "auto",
     preaggregate: bool | None = None,
     engine: str = "auto",
+    late_rows: str = "count",
+    state_chunk_rows: int = 4096,
 ) -> Any:
     """Sliding-window aggregation per key: one row per window, exactly as ``shared/spec/semantics.md``.
 
@@ -333,6 +337,16 @@ def sliding_window_aggregate(
         aggregation before the shuffle, and run PBA/SBA over the sub-slice
         partials. ``None`` (default): on where it applies. ``False``: every row
         goes to Python.
+    late_rows : {"count", "emit"}
+        A streaming DataFrame only (see :mod:`spark_integration.streaming`): rows
+        behind the watermark (time windows) or ordered before what their key
+        already consumed (count windows) are counted (``late`` in ``metrics``);
+        ``"emit"`` also outputs them, as rows with ``late = true``, ``late_order``,
+        ``late_value`` (``window_end`` and ``result`` null), beside the windows
+        (``late = false``).
+    state_chunk_rows : int
+        A streaming DataFrame only: rows per chunk of a key's stored tail
+        (:mod:`spark_integration.stream_state`).
 
     Returns
     -------
@@ -374,7 +388,30 @@ def sliding_window_aggregate(
     otype = fields[order_name].dataType
     aggregation = _check_options(win, otype, order_name, agg, algorithm, nulls, transport, batch_rows,
                                  num_partitions, engine)
+    if late_rows not in LATE_POLICIES:
+        raise ValueError(f"late_rows must be one of {', '.join(map(repr, LATE_POLICIES))}, got {late_rows!r}")
+    if isinstance(state_chunk_rows, bool) or not isinstance(state_chunk_rows, int) or state_chunk_rows < 1:
+        raise ValueError(f"state_chunk_rows must be a positive integer, got {state_chunk_rows!r}")
+    streaming = bool(df.isStreaming)
+    if streaming:
+        _check_streaming(fields, order_name, otype, win, transport, preaggregate, num_partitions)
+        if preaggregate and not (is_time and aggregation.preaggregate in PREAGGREGATED):
+            raise ValueError(f"preaggregate=True on a streaming DataFrame needs a time window and one of "
+                             f"{sorted(PREAGGREGATED)}; got {win!r} with {aggregation.name!r}")
+    elif late_rows != "count":
+        raise ValueError("late_rows='emit' is for a streaming DataFrame (a batch DataFrame has no late rows)")
     ensure_worker_python(df.sparkSession)  # before the UDF is wrapped: it takes the workers' Python then
+    if streaming:
+        cores = cores_per_task if cores_per_task is not None else cores_per_task_of(df.sparkSession)
+        step = StepConfig(win, agg, algorithm, engine=engine, min_slices=min_slices,
+                          cores=1 if rt.local_cores() == 1 else cores, chunk_rows=state_chunk_rows,
+                          namespace=new_namespace(), preaggregate=preaggregate is not False)
+        KeyWindows(step)  # the driver refuses what the workers would (a positional count-window aggregation)
+        scfg = StreamConfig(keys, step, late_rows=late_rows, algorithm_column=algorithm_column, metrics=metrics,
+                            log_level=log_level)
+        d = _stream_input(df, keys, order_name, otype, value_name, win, nulls)
+        schema = _output_schema(fields, keys, aggregation, algorithm_column, late=late_rows == "emit")
+        return stream_windows(d, scfg, schema)
 
     use_preagg = _use_preaggregation(preaggregate, win, otype, aggregation)
     if transport == "auto":
@@ -520,14 +557,60 @@ def _log_plan(cfg: RunnerConfig, aggregation: pr.Aggregation, transport: str) ->
     )
 
 
-def _output_schema(fields: dict, keys: tuple[str, ...], aggregation: pr.Aggregation, algorithm_column: bool) -> Any:
-    """``key columns..., window_end, result`` (and ``algorithm``)."""
+def _output_schema(fields: dict, keys: tuple[str, ...], aggregation: pr.Aggregation, algorithm_column: bool,
+                   late: bool = False) -> Any:
+    """``key columns..., window_end, result`` (and ``algorithm``; and ``late, late_order, late_value``)."""
     from pyspark.sql import types as T
 
     out_fields = [fields[k] for k in keys] + [
-        T.StructField("window_end", T.LongType(), False),
+        T.StructField("window_end", T.LongType(), late),
         T.StructField("result", _spark_result_type(aggregation), True),
     ]
     if algorithm_column:
         out_fields.append(T.StructField("algorithm", T.StringType(), False))
+    if late:
+        out_fields += [T.StructField("late", T.BooleanType(), False),
+                       T.StructField("late_order", T.LongType(), True),
+                       T.StructField("late_value", T.DoubleType(), True)]
     return T.StructType(out_fields)
+
+
+# --------------------------------------------------------------------------- a streaming DataFrame
+#: Where Spark marks the column of ``withWatermark`` (its metadata).
+WATERMARK_KEY = "spark.watermarkDelayMs"
+
+
+def _check_streaming(fields: dict, order_name: str, otype: Any, win: Any, transport: str,
+                     preaggregate: bool | None, num_partitions: int | None) -> None:
+    """What a streaming DataFrame needs: an integral or time order, a watermark on it for a time window."""
+    from pyspark.sql import types as T
+
+    if transport != "auto" or num_partitions is not None:
+        raise ValueError("transport and num_partitions are for a batch DataFrame; a streaming one runs "
+                         "transformWithStateInPandas over spark.sql.shuffle.partitions state partitions")
+    if not isinstance(otype, (T.IntegralType, T.TimestampType, T.TimestampNTZType, T.DateType)):
+        raise TypeError(f"order_by column {order_name!r} must be integral, a timestamp or a date for a streaming "
+                        f"DataFrame, got {otype.simpleString()}")
+    if isinstance(win, pr.TimeWindow) and WATERMARK_KEY not in (fields[order_name].metadata or {}):
+        raise ValueError(
+            f"a time window over a streaming DataFrame needs a watermark on order_by column {order_name!r}: "
+            f"df.withWatermark({order_name!r}, '10 seconds') (windows are emitted when it passes their end)"
+        )
+
+
+def _stream_input(df: Any, keys: tuple[str, ...], order_name: str, otype: Any, value_name: str, win: Any,
+                  nulls: str) -> Any:
+    """The processor's input: keys, ORDER_COL (int64; ms for timestamps and dates), VALUE_COL (double), no null."""
+    from pyspark.sql import functions as F
+
+    src = df
+    if nulls == "skip":
+        src = src.where(F.col(value_name).isNotNull() & F.col(order_name).isNotNull())
+    order = _order_ms(F.col(order_name), otype)
+    val = F.col(value_name).cast("double")
+    if nulls == "fail":  # pandas makes NaN of a null: none may reach the processor
+        val = _no_nulls(val, "value", value_name, keys)
+        order = _no_nulls(order, "order_by", order_name, keys)
+    # the order leaves under another name, without the watermark's mark: Spark would drop the rows behind
+    # the watermark before the processor could count them
+    return src.select(*[F.col(k) for k in keys], order.alias(ORDER_COL), val.alias(VALUE_COL))

@@ -1,0 +1,234 @@
+"""Streaming benchmark: ``sliding_window_aggregate`` on a streaming DataFrame vs Spark's streaming ``window()``.
+
+Workload: ``K`` keys, each at 100 rows/s of event time (timestamps 10 ms apart),
+float64 values; ``F`` parquet files of ``M`` rows each (one file per
+micro-batch: ``maxFilesPerTrigger=1``); watermark 2 s; local[2], RocksDB state
+store, 4 state partitions; both queries write to Spark's ``noop`` sink with
+``trigger(availableNow=True)``.
+
+* ``ours_60s``/``ours_1h``: ``si.sliding_window_aggregate(df, ..., window=(r, "1 second"), agg="max")``
+  (``transformWithStateInPandas``, one operator per key in the state store);
+* ``native_60s``/``native_1h``: ``df.groupBy(k, window(t, r, "1 second")).agg(max(v))``, append
+  mode, which copies every row into r/s windows and keeps every open window in the state store.
+  ``native_1h`` runs one micro-batch under a time limit (``--limit``): it does not keep up.
+
+Per run: rows/s over the data micro-batches (rows / sum of their ``triggerExecution``; query
+start-up excluded), the micro-batch durations (median, p99 over every data batch of every
+run), and the state Spark reports after the last batch (``numRowsTotal``, ``memoryUsedBytes``,
+RocksDB's SST bytes), per key. Runs are interleaved (ours, native, ours, ...); the summary
+gives the median of paired ratios (native time / ours time, back to back) with min and max.
+
+Usage::
+
+    python bench/bench_spark.py --streaming            # this file's main
+    python bench/bench_spark_streaming.py --quick      # fewer rows, 2 runs
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+
+ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+
+
+def session():
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    spark = (SparkSession.builder.master("local[2]").appName("pba-bench-streaming")
+             .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
+             .config("spark.sql.shuffle.partitions", "4").config("spark.sql.session.timeZone", "UTC")
+             .config("spark.sql.streaming.stateStore.providerClass", ROCKSDB)
+             .config("spark.driver.memory", "2g").getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+def write_files(folder: str, keys: int, rows: int, files: int) -> None:
+    """Row ``i``: key ``i % keys``, ts ``(i // keys) * 10`` ms, value pseudo-random."""
+    import numpy as np
+    import pandas as pd
+
+    os.makedirs(folder, exist_ok=True)
+    rng = np.random.default_rng(0)
+    for f in range(files):
+        i = np.arange(f * rows, (f + 1) * rows)
+        pd.DataFrame({"k": (i % keys).astype(np.int64), "ts": (i // keys) * 10,
+                      "v": rng.random(rows)}).to_parquet(os.path.join(folder, f"part-{f:04d}.parquet"), index=False)
+
+
+def stream(spark, folder: str):
+    from pyspark.sql import functions as F
+
+    return (spark.readStream.schema("k long, ts long, v double").option("maxFilesPerTrigger", 1).parquet(folder)
+            .withColumn("t", F.timestamp_millis("ts")).withWatermark("t", "2 seconds"))
+
+
+METRICS: list = []
+
+
+def ours(df, r: str):
+    import spark_integration as si
+
+    metrics = si.algorithm_metrics(df.sparkSession)
+    METRICS.append(metrics)
+    return si.sliding_window_aggregate(df, key="k", order_by="t", value="v", window=(r, "1 second"), agg="max",
+                                       metrics=metrics)
+
+
+def native(df, r: str):
+    from pyspark.sql import functions as F
+
+    return df.groupBy("k", F.window("t", r, "1 second")).agg(F.max("v").alias("result"))
+
+
+def run_query(out, checkpoint: str, limit: float | None = None) -> dict:
+    """Run to the end of the files (or ``limit`` seconds); the data batches' durations and the last state."""
+    t0 = time.perf_counter()
+    q = (out.writeStream.format("noop").outputMode("append").option("checkpointLocation", checkpoint)
+         .trigger(availableNow=True).start())
+    finished = q.awaitTermination(limit) if limit else (q.awaitTermination() or True)
+    wall = time.perf_counter() - t0
+    progress = q.recentProgress
+    q.stop()
+    data = [p for p in progress if p["numInputRows"]]
+    state = progress[-1]["stateOperators"][0] if progress and progress[-1]["stateOperators"] else {}
+    custom = state.get("customMetrics", {})
+    return {
+        "finished": bool(finished), "wall_s": wall,
+        "batches_ms": [p["durationMs"]["triggerExecution"] for p in data],
+        "rows": sum(p["numInputRows"] for p in data),
+        "state_rows": state.get("numRowsTotal"), "state_memory_bytes": state.get("memoryUsedBytes"),
+        "state_sst_bytes": custom.get("rocksdbSstFileSize"),
+    }
+
+
+def logical_state(folder: str, keys: int, range_ms: int) -> dict:
+    """The bytes one key stores after the last micro-batch (header row and chunks), replaying its rows
+    through the same per-key step as the query, micro-batch by micro-batch (no Spark)."""
+    import glob
+
+    import numpy as np
+    import pandas as pd
+
+    import pba_runtime as pr
+    from spark_integration.stream_key import DictState, KeyWindows, StepConfig
+
+    step = KeyWindows(StepConfig(pr.TimeWindow(range=range_ms, slide=1000), "max", namespace=f"bench{range_ms}"))
+    st = DictState()
+    wm = 0
+    for f in sorted(glob.glob(os.path.join(folder, "*.parquet"))):
+        d = pd.read_parquet(f)
+        d = d[d.k == 0]
+        step.process(st, 0, d.ts.to_numpy(), d.v.to_numpy(), wm)
+        wm = max(wm, int(d.ts.max()) - 2000)
+    step.process(st, 0, np.empty(0, np.int64), np.empty(0), wm)  # the next (no-data) batch's watermark
+    header = sum(len(x) if isinstance(x, bytes) else 8 for x in st.header)
+    chunks = sum(len(b) + 8 for b in st.chunk_map.values())
+    return {"header_bytes": header, "chunk_bytes": chunks, "chunks": len(st.chunk_map)}
+
+
+def pct(xs: list[float], q: float) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(round(q * (len(xs) - 1))))]
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--keys", type=int, default=16)
+    ap.add_argument("--rows", type=int, default=None, help="rows per file (micro-batch)")
+    ap.add_argument("--files", type=int, default=None)
+    ap.add_argument("--reps", type=int, default=None)
+    ap.add_argument("--limit", type=float, default=120.0, help="seconds native_1h may run")
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args(argv)
+    rows = args.rows or (200_000 if args.quick else 1_000_000)
+    files = args.files or 3
+    reps = args.reps or (2 if args.quick else 3)
+    spark = session()
+    tmp = tempfile.mkdtemp(prefix="pba-bench-stream-")
+    out: dict = {"keys": args.keys, "rows_per_batch": rows, "files": files, "reps": reps,
+                 "event_time_per_batch_s": rows // args.keys * 10 / 1000, "runs": {}}
+    try:
+        src = os.path.join(tmp, "in")
+        write_files(src, args.keys, rows, files)
+        n = 0
+
+        def once(name, build, limit=None):
+            nonlocal n
+            n += 1
+            METRICS.clear()
+            res = run_query(build(stream(spark, src)), os.path.join(tmp, f"ck{n}"), limit)
+            if METRICS:
+                res["metrics"] = dict(METRICS[0].value)
+            out["runs"].setdefault(name, []).append(res)
+            ms = res["batches_ms"]
+            print(f"{name:12s} finished={res['finished']} rows={res['rows']} batches_ms={ms} "
+                  f"state_rows={res['state_rows']} mem={res['state_memory_bytes']} sst={res['state_sst_bytes']} "
+                  f"{res.get('metrics', '')}",
+                  flush=True)
+            return res
+
+        once("warmup", lambda d: ours(d, "60 seconds"))
+        for _ in range(reps):
+            once("ours_60s", lambda d: ours(d, "60 seconds"))
+            once("native_60s", lambda d: native(d, "60 seconds"))
+        for _ in range(reps):
+            once("ours_1h", lambda d: ours(d, "1 hour"))
+        once("native_1h", lambda d: native(d, "1 hour"), limit=args.limit)
+        # transformWithState runs on RocksDB only (the HDFS-backed provider is refused), whose byte counts
+        # include old versions and caches: our state per key is also given as the bytes stored (logical)
+        out["ours_logical_state_bytes_per_key"] = {r: logical_state(src, args.keys, r) for r in (60_000, 3_600_000)}
+    finally:
+        spark.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
+    out["summary"] = summarise(out)
+    print(json.dumps(out["summary"], indent=1))
+    path = Path(args.out) if args.out else HERE / "results" / ("spark_streaming_quick.json" if args.quick
+                                                                else "spark_streaming.json")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(out, indent=1))
+    return 0
+
+
+def summarise(out: dict) -> dict:
+    runs = out["runs"]
+    s: dict = {}
+    for name, rs in runs.items():
+        if name == "warmup":
+            continue
+        ms = [b for r in rs for b in r["batches_ms"]]
+        rates = [r["rows"] / (sum(r["batches_ms"]) / 1000) for r in rs if r["batches_ms"] and r["finished"]]
+        last = rs[-1]
+        s[name] = {
+            "rows_per_s_median": statistics.median(rates) if rates else None,
+            "rows_per_s_min_max": [min(rates), max(rates)] if rates else None,
+            "batch_ms_median": statistics.median(ms) if ms else None,
+            "batch_ms_p99": pct(ms, 0.99) if ms else None,
+            "finished": all(r["finished"] for r in rs),
+            "state_rows_per_key": (last["state_rows"] or 0) / out["keys"],
+            "state_memory_bytes_per_key": (last["state_memory_bytes"] or 0) / out["keys"],
+            "state_sst_bytes_per_key": (last["state_sst_bytes"] or 0) / out["keys"],
+        }
+    pairs = list(zip(runs.get("native_60s", []), runs.get("ours_60s", [])))
+    ratios = [sum(a["batches_ms"]) / sum(b["batches_ms"]) for a, b in pairs if a["batches_ms"] and b["batches_ms"]]
+    if ratios:
+        s["speedup_60s_native_over_ours"] = {"median": statistics.median(ratios), "min": min(ratios),
+                                             "max": max(ratios), "n": len(ratios)}
+    return s
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

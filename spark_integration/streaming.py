@@ -1,0 +1,251 @@
+"""A streaming DataFrame's sliding windows: one PBA/SBA operator per key in Spark's state store.
+
+:func:`spark_integration.sliding_window_aggregate` sends a streaming DataFrame
+(``df.isStreaming``) here, after the same checks and projection as a batch one:
+``groupBy(key).transformWithStateInPandas`` (PySpark >= 4.0, the ``protobuf``
+package needed) with :class:`PBAProcessor`, append mode. Per key, the state
+lives in Spark's state store (any provider; RocksDB is the one for large
+state), so it survives micro-batches, restarts from a checkpoint and the loss
+of an executor. What is stored, and the one or two state calls a key makes per
+micro-batch: :mod:`spark_integration.stream_state`; the per-key step, late rows
+and event-time timers: :mod:`spark_integration.stream_key`.
+
+* **Count windows** (time mode ``None``): a key's rows of a micro-batch are
+  ordered by ``order_by``; a row ordered before what the key already consumed is
+  late. A window is emitted in the micro-batch that completes it.
+* **Time windows** (time mode ``EventTime``; ``order_by`` must be the column of
+  ``df.withWatermark``): a window is emitted once the watermark reaches its end,
+  as Spark's own ``window()`` in append mode; rows at or behind the watermark are
+  late.
+
+**Rows travel packed.** PySpark's ``transformWithStateInPandas`` walks its input
+row by row in Python (``itertuples``: ~10 us a row, measured), so a stateless
+``mapInArrow`` first packs each input batch's rows per key into one row
+(:func:`pack_batches`: the key, the row count, and the rows as bytes), and the
+processor unpacks them: a few rows per key and partition cross the shuffle and
+that loop instead of every row.
+
+Late rows are never dropped silently: they are counted (``late`` in the
+metrics, and in the log), and with ``late_rows="emit"`` they come out too, as
+rows with ``late = true``, their ``late_order`` and ``late_value`` (and a null
+``window_end`` and ``result``); split them off in ``foreachBatch``.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql.streaming.stateful_processor import StatefulProcessor
+
+import pba_runtime as pr
+
+from . import runtime as rt
+from .arrow_runner import ORDER_COL, VALUE_COL, _change_points, result_arrow_type, results_array
+from .stream_key import KeyOutput, KeyWindows, StateAccess, StepConfig
+from .stream_state import CHUNK_KEY_SCHEMA, CHUNK_VALUE_SCHEMA, HEADER_SCHEMA, pack_rows, unpack_rows
+
+__all__ = ["LATE_POLICIES", "PACKED_COUNT", "PACKED_ROWS", "PBAProcessor", "StreamConfig", "pack_batches",
+           "stream_windows"]
+
+log = logging.getLogger("spark_integration")
+
+#: ``late_rows=``: ``"count"`` (metrics and log) or ``"emit"`` (also output rows with ``late = true``).
+LATE_POLICIES = ("count", "emit")
+
+
+#: The packed input's columns after the keys: rows in the pack, and the rows as :func:`pack_rows` bytes.
+PACKED_COUNT = "pba_rows_n"
+PACKED_ROWS = "pba_rows"
+
+
+def pack_batches(key_names: tuple[str, ...], batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """Each batch's rows (keys, ORDER_COL int64, VALUE_COL double) packed per key: one row per key and batch.
+
+    Rows of a key keep their order within the batch (a stable sort by key).
+
+    Examples
+    --------
+    >>> b = pa.RecordBatch.from_pydict({"k": ["b", "a", "b"], ORDER_COL: [5, 1, 3], VALUE_COL: [0.5, 1.0, 3.0]})
+    >>> out = next(pack_batches(("k",), iter([b])))
+    >>> out.column("k").to_pylist(), out.column(PACKED_COUNT).to_pylist()
+    (['a', 'b'], [1, 2])
+    >>> [t.tolist() for t in unpack_rows(out.column(PACKED_ROWS)[1].as_py())]
+    [[5, 3], [0.5, 3.0]]
+    """
+    for batch in batches:
+        n = batch.num_rows
+        if not n:
+            continue
+        tbl = pa.Table.from_batches([batch])
+        tbl = tbl.take(pc.sort_indices(tbl, sort_keys=[(k, "ascending") for k in key_names]))  # stable
+        keys = [tbl.column(k).combine_chunks() for k in key_names]
+        cps = _change_points(keys)
+        starts = np.concatenate([[0], cps]).astype(np.int64)
+        stops = np.concatenate([cps, [n]]).astype(np.int64)
+        order = tbl.column(ORDER_COL).combine_chunks().to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
+        vals = tbl.column(VALUE_COL).combine_chunks().to_numpy(zero_copy_only=False).astype(np.float64, copy=False)
+        blobs = [pack_rows(order[a:b], vals[a:b]) for a, b in zip(starts.tolist(), stops.tolist())]
+        first = pa.array(starts)
+        arrays = [k.take(first) for k in keys] + [pa.array(stops - starts, pa.int64()), pa.array(blobs, pa.binary())]
+        yield pa.RecordBatch.from_arrays(arrays, names=[*key_names, PACKED_COUNT, PACKED_ROWS])
+
+
+@dataclass
+class StreamConfig:
+    """What the processor needs on the workers (pickled with it)."""
+
+    key_names: tuple[str, ...]
+    step: StepConfig
+    late_rows: str = "count"
+    algorithm_column: bool = False
+    metrics: Any = None
+    log_level: Any = None
+    _rtype: Any = field(default=None, repr=False, compare=False)
+
+    @property
+    def rtype(self) -> pa.DataType:
+        if self._rtype is None:
+            self._rtype = result_arrow_type(pr.get_aggregation(self.step.agg))
+        return self._rtype
+
+    def __getstate__(self) -> dict[str, Any]:
+        st = dict(self.__dict__)
+        st["_rtype"] = None
+        return st
+
+
+class _SparkState(StateAccess):
+    """The current key's state through Spark's handles."""
+
+    def __init__(self, handle: Any, header: Any, chunks: Any):
+        self.handle, self.header, self.chunk_state = handle, header, chunks
+
+    def get_header(self) -> tuple | None:
+        return self.header.get()
+
+    def put_header(self, row: tuple) -> None:
+        self.header.update(row)
+
+    def chunks(self) -> Iterator[tuple[int, bytes]]:
+        return ((k[0], v[0]) for k, v in self.chunk_state.iterator())
+
+    def put_chunk(self, cid: int, blob: bytes) -> None:
+        self.chunk_state.updateValue((cid,), (blob,))
+
+    def remove_chunk(self, cid: int) -> None:
+        self.chunk_state.removeKey((cid,))
+
+    def register_timer(self, t: int) -> None:
+        self.handle.registerTimer(t)
+
+    def delete_timer(self, t: int) -> None:
+        self.handle.deleteTimer(t)
+
+
+class PBAProcessor(StatefulProcessor):
+    """The ``StatefulProcessor`` of :func:`stream_windows`: one :class:`~spark_integration.stream_key.KeyWindows` step per call."""
+
+    def __init__(self, cfg: StreamConfig):
+        self.cfg = cfg
+
+    def init(self, handle: Any) -> None:
+        rt.configure_worker_logging(self.cfg.log_level)
+        header = handle.getValueState("pba_header", HEADER_SCHEMA)
+        chunks = handle.getMapState("pba_chunks", CHUNK_KEY_SCHEMA, CHUNK_VALUE_SCHEMA)
+        self._state = _SparkState(handle, header, chunks)
+        self._step = KeyWindows(self.cfg.step)
+        self._counts: dict[str, int] = {}
+
+    def handleInputRows(self, key: Any, rows: Any, timerValues: Any) -> Iterator[Any]:
+        order, values = [], []
+        nk = len(self.cfg.key_names)
+        for frame in rows:  # keys..., PACKED_COUNT, PACKED_ROWS (by position: PySpark renames some columns)
+            for blob in frame.iloc[:, nk + 1]:
+                t, v = unpack_rows(blob)
+                order.append(t)
+                values.append(v)
+        o = np.concatenate(order) if len(order) != 1 else order[0]
+        v = np.concatenate(values) if len(values) != 1 else values[0]
+        wm = timerValues.getCurrentWatermarkInMs() if self._step.is_time else None
+        yield from self._emit(key, self._step.process(self._state, key, o, v, wm))
+
+    def handleExpiredTimer(self, key: Any, timerValues: Any, expiredTimerInfo: Any) -> Iterator[Any]:
+        wm = timerValues.getCurrentWatermarkInMs()
+        out = self._step.process(self._state, key, np.empty(0, np.int64), np.empty(0, np.float64), wm,
+                                 fired=expiredTimerInfo.getExpiryTimeInMs())
+        yield from self._emit(key, out)
+
+    def close(self) -> None:
+        counts = getattr(self, "_counts", None)
+        if counts:
+            if self.cfg.metrics is not None:
+                self.cfg.metrics.add(counts)
+            log.info("spark_integration: streaming task done: %s", dict(sorted(counts.items())))
+
+    # ------------------------------------------------------------------ output
+    def _count(self, out: KeyOutput) -> None:
+        c = self._counts
+        for name, n in ((f"rows.{out.algorithm}", out.rows), ("windows", len(out.ends)),
+                        ("late", len(out.late_order)), ("state.rebuilt" if out.rebuilt else "state.kept", 1)):
+            if n:
+                c[name] = c.get(name, 0) + n
+
+    def _emit(self, key: Any, out: KeyOutput) -> Iterator[Any]:
+        import pandas as pd
+
+        self._count(out)
+        cfg = self.cfg
+        m = len(out.ends)
+        late = cfg.late_rows == "emit" and len(out.late_order)
+        n_late = len(out.late_order) if late else 0
+        if not m and not n_late:
+            return
+        data: dict[str, Any] = {name: [key[i]] * (m + n_late) for i, name in enumerate(cfg.key_names)}
+        # Arrow-backed columns: PySpark converts them as they are (a numpy NaN would become a null)
+        ends = pa.array(out.ends, type=pa.int64())
+        res = results_array(cfg.rtype, out.parts) if m else pa.array([], type=cfg.rtype)
+        if n_late:
+            ends = pa.concat_arrays([ends, pa.nulls(n_late, pa.int64())])
+            res = pa.concat_arrays([res, pa.nulls(n_late, cfg.rtype)])
+        data["window_end"] = pd.arrays.ArrowExtensionArray(ends)
+        data["result"] = pd.arrays.ArrowExtensionArray(res)
+        if cfg.algorithm_column:
+            data["algorithm"] = [out.algorithm] * (m + n_late)
+        if cfg.late_rows == "emit":
+            data["late"] = pd.arrays.ArrowExtensionArray(pa.array([False] * m + [True] * n_late, pa.bool_()))
+            data["late_order"] = pd.arrays.ArrowExtensionArray(pa.concat_arrays(
+                [pa.nulls(m, pa.int64()), pa.array(out.late_order[:n_late], pa.int64())]))
+            data["late_value"] = pd.arrays.ArrowExtensionArray(pa.concat_arrays(
+                [pa.nulls(m, pa.float64()), pa.array(out.late_value[:n_late], pa.float64())]))
+        yield pd.DataFrame(data)
+
+
+def stream_windows(d: Any, cfg: StreamConfig, schema: Any) -> Any:
+    """``d`` (key columns, ORDER_COL as int64, VALUE_COL as double; streaming) to its windows, append mode.
+
+    ``schema``: the output schema (with the late columns when ``cfg.late_rows == "emit"``).
+    """
+    from pyspark.sql import types as T
+
+    keys = cfg.key_names
+    packed_schema = T.StructType([d.schema[k] for k in keys] + [T.StructField(PACKED_COUNT, T.LongType(), False),
+                                                                T.StructField(PACKED_ROWS, T.BinaryType(), False)])
+
+    def pack(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        return pack_batches(keys, batches)
+
+    packed = d.mapInArrow(pack, packed_schema)
+    time_mode = "EventTime" if isinstance(cfg.step.window, pr.TimeWindow) else "None"
+    return packed.groupBy(*keys).transformWithStateInPandas(PBAProcessor(cfg), schema, "Append", time_mode)
+
+
+def new_namespace() -> str:
+    """A name for one streaming query's operators in the workers' caches."""
+    return uuid.uuid4().hex

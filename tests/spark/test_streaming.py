@@ -1,0 +1,297 @@
+"""Streaming DataFrames through ``sliding_window_aggregate`` on real streaming queries.
+
+File sources (one file per micro-batch) and the rate source, memory and file
+sinks, RocksDB state store; the file-source queries run
+``trigger(availableNow=True)`` over a few small files.
+The streaming answer is compared with the batch adapter's on the same rows.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import pba_runtime as pr
+import spark_integration as si
+
+# a streaming query takes seconds per micro-batch on a shared 2-core machine: more than the default 120 s
+pytestmark = [pytest.mark.spark, pytest.mark.timeout(400)]
+
+ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+
+
+@pytest.fixture(scope="module")
+def sspark(spark):
+    """The shared session with the RocksDB state store provider (restored afterwards)."""
+    key = "spark.sql.streaming.stateStore.providerClass"
+    old = spark.conf.get(key, None)
+    spark.conf.set(key, ROCKSDB)
+    yield spark
+    if old is None:
+        spark.conf.unset(key)
+    else:
+        spark.conf.set(key, old)
+
+
+def write_files(folder, frames):
+    """One parquet file per micro-batch (a file source with maxFilesPerTrigger=1 reads them in order)."""
+    os.makedirs(folder, exist_ok=True)
+    start = len([f for f in os.listdir(folder) if f.endswith(".parquet")])
+    for i, f in enumerate(frames):
+        f.to_parquet(os.path.join(folder, f"part-{start + i:04d}.parquet"), index=False)
+
+
+SCHEMA = "plug string, ts long, load double"
+
+
+def stream_of(spark, folder, time=False, delay="5 seconds"):
+    from pyspark.sql import functions as F
+
+    df = spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 1).parquet(folder)
+    if time:
+        df = df.withColumn("t", F.timestamp_millis("ts")).withWatermark("t", delay)
+    return df
+
+
+def batch_of(spark, frames, time=False):
+    from pyspark.sql import functions as F
+
+    df = spark.createDataFrame(pd.concat(frames, ignore_index=True), SCHEMA)
+    return df.withColumn("t", F.timestamp_millis("ts")) if time else df
+
+
+def run_memory(out, name, checkpoint):
+    q = (out.writeStream.format("memory").queryName(name).outputMode("append")
+         .option("checkpointLocation", checkpoint).trigger(availableNow=True).start())
+    try:
+        q.awaitTermination(240)
+    finally:
+        q.stop()
+    return q
+
+
+def rows(df):
+    return sorted((tuple(r) for r in df.collect()), key=repr)
+
+
+def frames_count(rng, n_files=3, keys=("a", "b", "c", "d")):
+    """Rows of some keys per file (key 'd' only in the last file), ts increasing per key across files."""
+    frames = []
+    for f in range(n_files):
+        present = [k for k in keys if k != "d" or f == n_files - 1]
+        parts = []
+        for k in present:
+            m = int(rng.integers(1, 9))
+            ts = f * 1000 + np.sort(rng.choice(1000, m, replace=False))
+            parts.append(pd.DataFrame({"plug": k, "ts": ts, "load": rng.normal(size=m).round(3)}))
+        frames.append(pd.concat(parts).sample(frac=1, random_state=f).reset_index(drop=True))
+    return frames
+
+
+def test_count_windows_stream_equals_batch(sspark, tmp_path):
+    rng = np.random.default_rng(1)
+    frames = frames_count(rng)
+    write_files(str(tmp_path / "in"), frames)
+    win = pr.CountWindow(range=3, slide=2)
+    metrics = si.algorithm_metrics(sspark)
+    out = si.sliding_window_aggregate(stream_of(sspark, str(tmp_path / "in")), key="plug", order_by="ts",
+                                      value="load", window=win, agg="max", metrics=metrics, state_chunk_rows=2)
+    assert out.isStreaming and out.columns == ["plug", "window_end", "result"]
+    run_memory(out, "count_stream", str(tmp_path / "ck"))
+    got = rows(sspark.table("count_stream"))
+    want = rows(si.sliding_window_aggregate(batch_of(sspark, frames), key="plug", order_by="ts", value="load",
+                                            window=win, agg="max"))
+    assert got == want and len(got) > 5
+    assert metrics.value.get("late", 0) == 0 and metrics.value.get("windows") == len(got)
+
+
+def frames_time(rng, n_files=4, keys=("a", "b", "c")):
+    """Event-time rows: each file moves time on by ~10 s; rows within 3 s out of order; key 'c' skips files."""
+    frames = []
+    for f in range(n_files):
+        parts = []
+        for k in keys:
+            if k == "c" and f % 2:
+                continue
+            m = int(rng.integers(2, 12))
+            ts = f * 10_000 + rng.integers(3_000, 10_000, m)
+            parts.append(pd.DataFrame({"plug": k, "ts": ts, "load": rng.normal(size=m).round(3)}))
+        frames.append(pd.concat(parts).reset_index(drop=True))
+    return frames
+
+
+SENTINEL = pd.DataFrame({"plug": ["zz"], "ts": [10**9], "load": [0.0]})  # moves the watermark past every window
+
+
+@pytest.mark.parametrize("agg", ["max", "mean"])
+def test_time_windows_stream_equals_batch(sspark, tmp_path, agg):
+    rng = np.random.default_rng(2)
+    frames = frames_time(rng)
+    write_files(str(tmp_path / "in"), frames + [SENTINEL])
+    win = ("4 seconds", "1500 milliseconds")
+    metrics = si.algorithm_metrics(sspark)
+    out = si.sliding_window_aggregate(stream_of(sspark, str(tmp_path / "in"), time=True, delay="3 seconds"),
+                                      key="plug", order_by="t", value="load", window=win, agg=agg,
+                                      metrics=metrics, state_chunk_rows=4)
+    name = f"time_stream_{agg}"
+    run_memory(out, name, str(tmp_path / "ck"))
+    got = [r for r in rows(sspark.table(name)) if r[0] != "zz"]
+    want = rows(si.sliding_window_aggregate(batch_of(sspark, frames, time=True), key="plug", order_by="t",
+                                            value="load", window=win, agg=agg))
+    assert got == want and len(got) > 20
+    assert metrics.value.get("late", 0) == 0
+
+
+def test_late_rows_are_counted_and_emitted(sspark, tmp_path):
+    frames = [
+        pd.DataFrame({"plug": ["a", "a", "b"], "ts": [1_000, 2_000, 1_500], "load": [1.0, 2.0, 3.0]}),
+        pd.DataFrame({"plug": ["a", "b"], "ts": [20_000, 21_000], "load": [4.0, 5.0]}),  # watermark -> 19 s
+        pd.DataFrame({"plug": ["a", "b", "a"], "ts": [500, 19_000, 30_000], "load": [9.0, 8.0, 6.0]}),  # 2 late
+        SENTINEL,
+    ]
+    write_files(str(tmp_path / "in"), frames)
+    metrics = si.algorithm_metrics(sspark)
+    out = si.sliding_window_aggregate(stream_of(sspark, str(tmp_path / "in"), time=True, delay="1 second"),
+                                      key="plug", order_by="t", value="load", window=("10 seconds", "10 seconds"),
+                                      agg="sum", metrics=metrics, late_rows="emit")
+    assert out.columns == ["plug", "window_end", "result", "late", "late_order", "late_value"]
+    run_memory(out, "late_stream", str(tmp_path / "ck"))
+    got = [r for r in rows(sspark.table("late_stream")) if r[0] != "zz"]
+    late = sorted((r[0], r[4], r[5]) for r in got if r[3])
+    windows = sorted((r[0], r[1], r[2]) for r in got if not r[3])
+    assert late == [("a", 500, 9.0), ("b", 19_000, 8.0)]
+    assert windows == [("a", 10_000, 3.0), ("a", 30_000, 4.0), ("a", 40_000, 6.0),
+                       ("b", 10_000, 3.0), ("b", 30_000, 5.0)]
+    assert metrics.value["late"] == 2
+
+
+def run_files(out, folder, checkpoint):
+    """Append ``out`` to a parquet file sink (exactly once: the sink's log names the files of each batch)."""
+    q = (out.writeStream.format("parquet").option("path", folder).option("checkpointLocation", checkpoint)
+         .outputMode("append").trigger(availableNow=True).start())
+    try:
+        q.awaitTermination(240)
+    finally:
+        q.stop()
+
+
+def test_restart_from_checkpoint_many_keys(sspark, tmp_path):
+    """Stop after two files, restart on the same checkpoint with two more: the file sink holds the batch answer."""
+    rng = np.random.default_rng(3)
+    keys = [f"k{i:03d}" for i in range(60)]
+    frames = frames_time(rng, n_files=4, keys=keys)
+    src, sink, ck = str(tmp_path / "in"), str(tmp_path / "out"), str(tmp_path / "ck")
+    win = pr.TimeWindow(range=5_000, slide=2_000)
+
+    def query():
+        return si.sliding_window_aggregate(stream_of(sspark, src, time=True, delay="3 seconds"), key="plug",
+                                           order_by="t", value="load", window=win, agg="sum", state_chunk_rows=3)
+
+    write_files(src, frames[:2])
+    run_files(query(), sink, ck)
+    first = sspark.read.parquet(sink).count()
+    write_files(src, frames[2:] + [SENTINEL])
+    run_files(query(), sink, ck)  # a new query (new operators, new caches) on the same checkpoint
+    got = [r for r in rows(sspark.read.parquet(sink)) if r[0] != "zz"]
+    want = rows(si.sliding_window_aggregate(batch_of(sspark, frames, time=True), key="plug", order_by="t",
+                                            value="load", window=win, agg="sum"))
+    assert 0 < first < len(got)
+    assert [(k, e) for k, e, _ in got] == [(k, e) for k, e, _ in want]
+    np.testing.assert_allclose([r for _, _, r in got], [r for _, _, r in want], rtol=1e-12)
+    assert len({r[0] for r in got}) == 60
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_driver_killed_mid_stream_then_restarted_gives_the_same_sink(sspark, tmp_path):
+    """SIGKILL of the driver (its Python, the JVM, the workers: the whole process group) after two committed
+    micro-batches, then a restart on the checkpoint: the file sink holds exactly the uninterrupted answer."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    rng = np.random.default_rng(4)
+    frames = frames_time(rng, n_files=8, keys=[f"k{i}" for i in range(12)])
+    src, sink, ck = str(tmp_path / "in"), str(tmp_path / "out"), str(tmp_path / "ck")
+    write_files(src, frames + [SENTINEL])
+    job = os.path.join(os.path.dirname(__file__), "stream_job.py")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    proc = subprocess.Popen([sys.executable, job, src, sink, ck, "run"], env=env, start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 300
+        commits = os.path.join(ck, "commits")
+        while time.monotonic() < deadline and proc.poll() is None:
+            done = [f for f in os.listdir(commits) if f.isdigit()] if os.path.isdir(commits) else []
+            if len(done) >= 2:
+                break
+            time.sleep(0.2)
+        assert proc.poll() is None, "the job ended before it was killed"
+        os.killpg(proc.pid, signal.SIGKILL)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=60)
+    done = sorted(int(f) for f in os.listdir(os.path.join(ck, "commits")) if f.isdigit())
+    assert 2 <= len(done) < len(frames) + 1, done  # killed mid-stream
+    fin = subprocess.run([sys.executable, job, src, sink, ck, "finish"], env=env, start_new_session=True,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=400, check=False)
+    assert fin.returncode == 0, fin.stderr.decode()[-3000:]
+    got = [r for r in rows(sspark.read.parquet(sink)) if r[0] != "zz"]
+    want = rows(si.sliding_window_aggregate(batch_of(sspark, frames, time=True), key="plug", order_by="t",
+                                            value="load", window=("5 seconds", "2 seconds"), agg="max"))
+    assert got == want and len(got) > 50
+
+
+def test_streaming_errors_on_the_driver(sspark, tmp_path):
+    write_files(str(tmp_path / "in"), [pd.DataFrame({"plug": ["a"], "ts": [1], "load": [1.0]})])
+    plain = stream_of(sspark, str(tmp_path / "in"))
+    kw = dict(key="plug", value="load", agg="max")
+    with pytest.raises(ValueError, match="needs a watermark on order_by column 'ts'"):
+        si.sliding_window_aggregate(plain, order_by="ts", window=pr.TimeWindow(range=10, slide=5), **kw)
+    with pytest.raises(ValueError, match="transport and num_partitions are for a batch DataFrame"):
+        si.sliding_window_aggregate(plain, order_by="ts", window=pr.CountWindow(range=2, slide=1),
+                                    transport="mapInArrow", **kw)
+    with pytest.raises(ValueError, match="late_rows must be one of 'count', 'emit'"):
+        si.sliding_window_aggregate(plain, order_by="ts", window=pr.CountWindow(range=2, slide=1), late_rows="x", **kw)
+    with pytest.raises(ValueError, match="late_rows='emit' is for a streaming DataFrame"):
+        si.sliding_window_aggregate(batch_of(sspark, [pd.DataFrame({"plug": ["a"], "ts": [1], "load": [1.0]})]),
+                                    order_by="ts", window=pr.CountWindow(range=2, slide=1), late_rows="emit", **kw)
+    with pytest.raises(ValueError, match="preaggregate=True on a streaming DataFrame"):
+        si.sliding_window_aggregate(stream_of(sspark, str(tmp_path / "in"), time=True), order_by="t",
+                                    window=pr.TimeWindow(range=10, slide=5), preaggregate=True,
+                                    **{**kw, "agg": "std"})
+
+
+def test_rate_source_count_windows_are_a_prefix_of_the_batch_answer(sspark, tmp_path):
+    """The rate source (value 0, 1, 2, ... at a steady rate): key = value % 3, order = value. Whatever the
+    micro-batches, each key's windows are the first windows of the batch answer over its values."""
+    import time
+
+    from pyspark.sql import functions as F
+
+    df = (sspark.readStream.format("rate").option("rowsPerSecond", 40).load()
+          .select((F.col("value") % 3).alias("plug"), F.col("value").alias("n"),
+                  (F.col("value") % 11).cast("double").alias("load")))
+    out = si.sliding_window_aggregate(df, key="plug", order_by="n", value="load",
+                                      window=pr.CountWindow(range=5, slide=2), agg="sum")
+    q = (out.writeStream.format("memory").queryName("rate_stream").outputMode("append")
+         .option("checkpointLocation", str(tmp_path / "ck")).trigger(processingTime="1 second").start())
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and len([p for p in q.recentProgress if p["numInputRows"]]) < 3:
+            time.sleep(0.5)
+    finally:
+        q.stop()
+    got = rows(sspark.table("rate_stream"))
+    assert len({r[0] for r in got}) == 3
+    for plug in range(3):
+        mine = sorted((e, r) for p, e, r in got if p == plug)
+        values = [float(v % 11) for v in range(plug, 100_000, 3)][: mine[-1][0]]
+        op = pr.create("sba", pr.CountWindow(range=5, slide=2), "sum")
+        ends, res = op.insert_many(values)
+        assert mine == list(zip(ends.tolist(), res.tolist()))
