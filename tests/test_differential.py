@@ -12,6 +12,7 @@ import pickle
 
 import numpy as np
 import pytest
+import user_functions as U
 from hypothesis import given
 from hypothesis import strategies as st
 from oracle import assert_results_equal, count_windows, exact_sums, time_windows
@@ -38,35 +39,10 @@ WEIGHTED = pr.Aggregation(lift=lambda v, p: v * (p % 3), combine=operator.add, l
 
 # Compiled by the engine (plain Python over numbers, no faster form declared): a scalar partial and a
 # tuple one; the per-tuple path keeps running their Python form.
-def _nan_max(a, b):
-    return a if (a >= b or a != a) else b
 
-
-def _abs(v):
-    return abs(v)
-
-
-def _same(p):
-    return p
-
-
-def _pair(v):
-    return (v, v)
-
-
-def _pair_combine(a, b):
-    lo = a[0] if (a[0] <= b[0] or a[0] != a[0]) else b[0]
-    hi = a[1] if (a[1] >= b[1] or a[1] != a[1]) else b[1]
-    return (lo, hi)
-
-
-def _spread(p):
-    return p[1] - p[0]
-
-
-ABSMAX_JIT = pr.Aggregation(lift=_abs, combine=_nan_max, lower=_same, identity=0.0, name="absmax_jit",
+ABSMAX_JIT = pr.Aggregation(lift=U.absolute, combine=U.nan_max, lower=U.same, identity=0.0, name="absmax_jit",
                             selective=True, commutative=True, result="float")
-SPREAD_JIT = pr.Aggregation(lift=_pair, combine=_pair_combine, lower=_spread, identity=(math.inf, -math.inf),
+SPREAD_JIT = pr.Aggregation(lift=U.pair, combine=U.pair_min_max, lower=U.spread, identity=(math.inf, -math.inf),
                             name="spread_jit", commutative=True, result="float")
 USER_AGGS = [ABSMAX, ABSMAX_PY, SUMSQ, SUMSQ_PY, WEIGHTED, ABSMAX_JIT, SPREAD_JIT]
 

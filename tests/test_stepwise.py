@@ -12,6 +12,7 @@ import math
 
 import numpy as np
 import pytest
+import user_functions as U
 from hypothesis import given
 from hypothesis import strategies as st
 from oracle import assert_results_equal
@@ -20,26 +21,7 @@ from streams import run_per_tuple
 import pba_runtime as pr
 from pba_runtime.kernels.stepwise import Stepper
 
-
-def _nan_max(a, b):
-    return a if (a >= b or a != a) else b
-
-
-def _pair(v):
-    return (v, v)
-
-
-def _pair_combine(a, b):
-    lo = a[0] if (a[0] <= b[0] or a[0] != a[0]) else b[0]
-    hi = a[1] if (a[1] >= b[1] or a[1] != a[1]) else b[1]
-    return (lo, hi)
-
-
-def _spread(p):
-    return p[1] - p[0]
-
-
-SPREAD = pr.Aggregation(lift=_pair, combine=_pair_combine, lower=_spread, identity=(math.inf, -math.inf),
+SPREAD = pr.Aggregation(lift=U.pair, combine=U.pair_min_max, lower=U.spread, identity=(math.inf, -math.inf),
                         name="spread_stepwise", commutative=True, result="float")
 
 BUILTINS = ["max", "min", "sum", "count", "mean", "std", "geomean", "argmax", "moment_sketch"]

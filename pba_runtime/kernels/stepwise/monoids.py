@@ -135,17 +135,8 @@ def argmax_lift(x, pos):
     return (x, float(pos))
 
 
-@jit
-def argmax_combine(a, b):
-    if b[1] != b[1]:
-        return a
-    if a[1] != a[1]:
-        return b
-    av = a[0]
-    bv = b[0]
-    if bv > av or (bv != bv and av == av):
-        return b
-    return a
+# the built-in's own Python combine (the older one on ties; NaN counts as largest), compiled as it is
+argmax_combine = jit(BUILTIN_AGGREGATIONS["argmax"].combine)
 
 
 @jit
