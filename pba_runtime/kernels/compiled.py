@@ -1,5 +1,9 @@
 """The compiled window merge: PBA over a batch of slice partials in one pass per chunk, GIL released.
 
+(Over 500 lines: one numba module so that every merge shares the inlined combines and
+one on-disk cache; the layouts, scalar, columns, std, argmax and the slide-1 merges from
+values, differ only in how a partial is loaded, combined and stored.)
+
 Numba (``nogil=True``, cached on disk beside this file) compiles each function once per
 partial layout; a second process loads the machine code from the cache. The slow
 reference these must equal is :func:`pba_runtime.merge.merge_rows` (numpy) and, for every

@@ -1,5 +1,9 @@
 """A keyed streaming job: source -> key by -> per-key windowed aggregation -> sink.
 
+(Over 500 lines: one run's life cycle, starting the slots, routing batches, the
+checkpoint barrier, the sink thread and the teardown on every failure, is one state
+machine under one set of queues; its pieces cannot be read apart.)
+
 The coordinator (the process that calls :meth:`Job.run`) reads the source in
 batches, hash-partitions each batch by key (:mod:`~pba_runtime.runtime.partitioning`)
 and puts each slot's share, as numpy arrays, on that slot's bounded input

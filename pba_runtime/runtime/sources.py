@@ -1,5 +1,9 @@
 """Sources: where a job's tuples come from, in batches of numpy arrays.
 
+(Over 500 lines: every source shares one batch protocol and one resume contract, the
+position a checkpoint stores, and the text sources share their line reading and the
+one-line errors on bad input; split per format, each would restate that contract.)
+
 A source yields :class:`Batch` objects: ``keys`` (int64 or str), ``values``
 (float64), ``timestamps`` (int64 epoch milliseconds, or ``None``), the source
 *position* after the batch (what a checkpoint stores to resume from) and the
