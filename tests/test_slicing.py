@@ -95,3 +95,26 @@ def test_compiled_time_batches_equal_numpy_through_random_splits(agg, window):
             np.testing.assert_array_equal(res, ref)
         else:
             np.testing.assert_allclose(res, ref, rtol=1e-9, atol=1e-12, equal_nan=True)
+
+
+@pytest.mark.parametrize("agg", ["max", "sum", "mean"])
+@pytest.mark.parametrize("window", [pr.TimeWindow(range=4000, slide=1500), pr.TimeWindow(range=60, slide=10, offset=3)])
+def test_compiled_time_batches_give_one_batchs_results_through_any_split(agg, window):
+    """Every split into batches gives one batch's results: max bit for bit, float sums to rounding (each batch's
+    merge cuts rows of q slices from its own first window; docs/kernels.md)."""
+    rng = np.random.default_rng(3)
+    n = 2000
+    ts = np.cumsum(rng.integers(0, 700 if window.range > 100 else 7, n)).astype(np.int64)
+    x = rng.normal(size=n).round(3)
+    for algorithm in ("sba", "pba"):
+        with pr.create(algorithm, window, agg, engine="compiled") as op:
+            whole = np.concatenate([op.insert_many(x, ts)[1], op.flush()[1]])
+        for seed in range(5):
+            cuts = np.sort(np.random.default_rng(seed).choice(np.arange(1, n), 8, replace=False))
+            with pr.create(algorithm, window, agg, engine="compiled") as op:
+                parts = [op.insert_many(x[a:b], ts[a:b]) for a, b in zip([0, *cuts], [*cuts, n])] + [op.flush()]
+            got = np.concatenate([r for _, r in parts])
+            if agg == "max":
+                assert got.tobytes() == whole.tobytes()
+            else:
+                np.testing.assert_allclose(got, whole, rtol=1e-12, atol=1e-15)
