@@ -76,6 +76,20 @@ def _stats(times: list[float], n: int) -> dict:
     return {"per_s": statistics.median(rates), "min_per_s": rates[0], "max_per_s": rates[-1]}
 
 
+def _interleaved(methods: dict, repeat: int) -> dict[str, list[float]]:
+    """Each method once untimed (compile or load kernels, fault pages in), then ``repeat`` interleaved timed
+    rounds: ``{name: [seconds, ...]}``."""
+    for f in methods.values():
+        f()
+    times: dict[str, list[float]] = {k: [] for k in methods}
+    for _ in range(repeat):
+        for k, f in methods.items():
+            t0 = time.perf_counter()
+            f()
+            times[k].append(time.perf_counter() - t0)
+    return times
+
+
 def bench_builtins(n: int, exps: list[int], repeat: int, pool: pr.WorkerPool) -> list[dict]:
     rows = []
     for agg in AGGS:
@@ -98,14 +112,7 @@ def bench_builtins(n: int, exps: list[int], repeat: int, pool: pr.WorkerPool) ->
             }
             for name, f in peers.items():
                 methods[name] = lambda f=f: f(x, w)
-            for f in methods.values():  # warm: compile or load kernels, fault pages in
-                f()
-            times: dict[str, list[float]] = {k: [] for k in methods}
-            for _ in range(repeat):
-                for k, f in methods.items():
-                    t0 = time.perf_counter()
-                    f()
-                    times[k].append(time.perf_counter() - t0)
+            times = _interleaved(methods, repeat)
             row = {"agg": agg, "range": w, "methods": {k: _stats(v, n) for k, v in times.items()}}
             med = {k: statistics.median(v) for k, v in times.items()}
             c = med["compiled_pba"]
@@ -256,14 +263,7 @@ def bench_time(n: int, repeat: int, pool: pr.WorkerPool, python_n: int) -> dict:
             "numpy_pba": lambda: pr.sliding_aggregate(x, window=win, agg=agg, timestamps=ts, algorithm="pba",
                                                       pool=pool, engine="numpy"),
         }
-        for f in methods.values():
-            f()
-        times: dict[str, list[float]] = {k: [] for k in methods}
-        for _ in range(repeat):
-            for k, f in methods.items():
-                t0 = time.perf_counter()
-                f()
-                times[k].append(time.perf_counter() - t0)
+        times = _interleaved(methods, repeat)
         st = {k: _stats(v, n) for k, v in times.items()}
         # the Python engine on a prefix (its per-tuple loop): a rate, compared as a rate
         xp, tp = x[:python_n], ts[:python_n]

@@ -74,12 +74,13 @@ def _tmp_path(directory: str) -> str:
     return os.path.join(directory, f"{_TMP_PREFIX}{os.getpid()}{_TMP_SUFFIX}")
 
 
-def _fsync_dir(directory: str) -> None:
-    dfd = os.open(directory, os.O_RDONLY)
+def fsync_path(path: str) -> None:
+    """Flush a file's or a directory's entry to disk (a rename is durable once its directory is synced)."""
+    fd = os.open(path, os.O_RDONLY)
     try:
-        os.fsync(dfd)
+        os.fsync(fd)
     finally:
-        os.close(dfd)
+        os.close(fd)
 
 
 def write_checkpoint(directory: str, data: dict[str, Any]) -> str:
@@ -98,7 +99,7 @@ def write_checkpoint(directory: str, data: dict[str, Any]) -> str:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-        _fsync_dir(directory)
+        fsync_path(directory)
     except BaseException as exc:
         try:
             os.unlink(tmp)

@@ -52,6 +52,7 @@ import os
 import re
 from typing import Any
 
+from .checkpoint import fsync_path
 from .errors import JobError, UserError
 
 __all__ = ["PartWriter", "commit_parts", "prepare_part_dir", "part_files", "ROWS_PER_GROUP", "SUFFIXES"]
@@ -76,14 +77,6 @@ def part_name(fmt: str, epoch: int, slot: int) -> str:
 
 def _in_progress(name: str) -> str:
     return f".{name}{_IN_PROGRESS}"
-
-
-def _fsync_path(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class PartWriter:
@@ -174,7 +167,7 @@ class PartWriter:
                 self._writer.close()
                 if self._file is not None:
                     self._file.close()
-                _fsync_path(path)
+                fsync_path(path)
             except OSError as exc:
                 raise JobError(f"cannot write the part file {path}: {exc.strerror or exc}") from None
             self._writer = self._file = None
@@ -214,7 +207,7 @@ def commit_parts(directory: str, names: list[str]) -> None:
         except OSError as exc:
             raise JobError(f"cannot commit the part file {dst}: {exc.strerror or exc}") from None
     try:
-        _fsync_path(directory)
+        fsync_path(directory)
     except OSError as exc:
         raise JobError(f"cannot commit the part files in {directory}: {exc.strerror or exc}") from None
 
