@@ -62,8 +62,7 @@ def _check_cells(cells: list, xs: list) -> None:
 
 
 def test_throughput_smoke(smoke_dir):
-    import pba_runtime.replay as replay_module
-
+    replay_module = importlib.import_module("pba_runtime.replay")  # the module: pba_runtime.replay is the function
     res = _load(smoke_dir, "exp_throughput.json")
     _check_machine(res)
     assert res["smoke"] is True and res["engine"] == "compiled"
