@@ -389,6 +389,8 @@ def slot_main(spec: SlotSpec, in_q: Any, out_q: Any, states: dict[Any, Any]) -> 
         slot = TaskSlot(spec, states)
         for module in sink_modules(spec.sink_format):  # preloaded by a forkserver; imported here under spawn
             importlib.import_module(module)
+        if spec.sink_format == "csv":  # its compiled loops, from numba's disk cache, before the stream starts
+            importlib.import_module("pba_runtime.runtime.csv_text").compile_now()
         if slot._warm is not None:  # the stream starts when every slot is ready (its kernels loaded)
             slot._warm.join()
         _put(out_q, ("ready", spec.index), slot)
