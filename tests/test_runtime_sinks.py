@@ -181,3 +181,23 @@ def test_spawned_slots_import_the_sink_before_they_are_ready(tmp_path):
     assert summary["startup_s"] > 0 and summary["windows"] == 20_000 - 4 * 99
     assert ds.dataset(str(out), format="ipc").to_table().num_rows == summary["windows"]
     assert summary["reasons"] == {"sba:small_window": 4}
+
+
+@pytest.mark.parametrize("batch_size", [997, 4096])
+def test_csv_sink_through_the_output_stage_holds_every_keys_windows_exactly(tmp_path, batch_size):
+    """The slots format and send on their output stage while they aggregate the next batch: the file still
+    holds, per key and in order, exactly the windows of the key's stream (max: no rounding), repr-exact."""
+    src = Debs14Source(plugs=5, tuples=40_000)
+    keys, values, _ = Debs14Source(plugs=5, tuples=40_000).take(0, 40_000)
+    window = pr.CountWindow(range=50, slide=3)
+    out = tmp_path / "out.csv"
+    Job(src, window, "max", "pba", parallelism=2, batch_size=batch_size, sink=f"csv:{out}").run()
+    with open(out, newline="") as f:
+        rows = list(csv.reader(f))[1:]
+    got: dict[int, list] = {}
+    for k, s, e, v in rows:
+        assert float(v) == float(repr(float(v))) and repr(float(v)) == v  # written as repr writes it
+        got.setdefault(int(k), []).append((int(s), int(e), float(v)))
+    for k in np.unique(keys):
+        ends, res = pr.sliding_aggregate(values[keys == k], window=window, agg="max", algorithm="sba")
+        assert got[int(k)] == [(int(e) - 50, int(e), float(r)) for e, r in zip(ends, res)]
