@@ -87,6 +87,19 @@ _ROW_BOUND = 2 * 20 + 2 + 42 + 1
 
 
 @njit(cache=True, nogil=True, inline="always")
+def _digit_count(u, pow10u):  # pragma: no cover - compiled
+    """Decimal digits of ``u`` (uint64): two comparisons a digit below 10**8, few branches."""
+    if u < pow10u[4]:
+        return 1 + (u >= pow10u[1]) + (u >= pow10u[2]) + (u >= pow10u[3])
+    if u < pow10u[8]:
+        return 5 + (u >= pow10u[5]) + (u >= pow10u[6]) + (u >= pow10u[7])
+    n = 9
+    while n < 20 and u >= pow10u[n]:
+        n += 1
+    return n
+
+
+@njit(cache=True, nogil=True, inline="always")
 def _put_digits(buf, end, u, n, pow10u, digits2):  # pragma: no cover - compiled
     """Write the ``n`` lowest decimal digits of ``u`` (uint64, zero-padded) ending before ``end``."""
     j = end
@@ -112,9 +125,7 @@ def _put_int(buf, pos, x, pow10u, digits2):  # pragma: no cover - compiled
         u = np.uint64(-x)
     else:
         u = np.uint64(x)
-    n = 1
-    while n < 20 and u >= pow10u[n]:
-        n += 1
+    n = _digit_count(u, pow10u)
     _put_digits(buf, pos + n, u, n, pow10u, digits2)
     return pos + n
 
@@ -175,6 +186,67 @@ def _write(prefix, prefix_off, counts, ends, range_, is_float, fvals, ivals, kin
     return buf[:pos]
 
 
+@njit(cache=True, nogil=True)
+def _write_fast(prefix, prefix_off, counts, ends, range_, values, pow10, pow10u, digits2, bound):  # pragma: no cover
+    """:func:`_write` of float values in one pass, each value's shortest decimal found as it is written;
+    ``(buf, True)``, or ``(buf, False)`` at the first value that needs Python's ``repr`` (the caller then
+    takes the two-pass path)."""
+    buf = np.empty(bound, np.uint8)
+    pos = 0
+    row = 0
+    for p in range(counts.shape[0]):
+        p0, p1 = prefix_off[p], prefix_off[p + 1]
+        for _ in range(counts[p]):
+            for j in range(p0, p1):
+                buf[pos] = prefix[j]
+                pos += 1
+            e = ends[row]
+            pos = _put_int(buf, pos, e - range_, pow10u, digits2)
+            buf[pos] = 44  # ','
+            pos = _put_int(buf, pos + 1, e, pow10u, digits2)
+            buf[pos] = 44
+            pos += 1
+            v = values[row]
+            a = abs(v)
+            if not (a >= 1e-4 and a < 1e16):  # nan, inf, 0.0, -0.0, the exponent layouts: the two-pass path
+                return buf[:0], False
+            ulp = np.spacing(a)
+            found = False
+            k = 0.0
+            d = 0
+            for d in range(23):
+                scale = pow10[d]
+                if scale * ulp > 0.5:
+                    break
+                k = np.rint(a * scale)
+                if k >= _MAX_K:
+                    break
+                if k / scale == a:
+                    found = True
+                    break
+            if not found:
+                return buf[:0], False
+            if v < 0:
+                buf[pos] = 45
+                pos += 1
+            ku = np.uint64(k)
+            if d == 0:
+                pos = _put_int(buf, pos, np.int64(ku), pow10u, digits2)
+                buf[pos] = 46  # '.'
+                buf[pos + 1] = 48  # '0'
+                pos += 2
+            else:
+                ip = ku // pow10u[d]
+                pos = _put_int(buf, pos, np.int64(ip), pow10u, digits2)
+                buf[pos] = 46
+                _put_digits(buf, pos + 1 + d, ku - ip * pow10u[d], d, pow10u, digits2)
+                pos += 1 + d
+            buf[pos] = 10  # '\n'
+            pos += 1
+            row += 1
+    return buf[:pos], True
+
+
 def _blob(items: list[bytes]) -> tuple[np.ndarray, np.ndarray]:
     off = np.zeros(len(items) + 1, np.int64)
     np.cumsum([len(b) for b in items], out=off[1:])
@@ -215,8 +287,13 @@ def csv_lines(prefixes: list[bytes], counts: np.ndarray, ends: np.ndarray, range
                          f"{len(values)})")
     prefix, prefix_off = _blob(prefixes)
     is_float = values.dtype.kind == "f"
+    bound = int(np.dot(np.diff(prefix_off), counts)) + len(ends) * _ROW_BOUND
     if is_float:
         fvals = np.ascontiguousarray(values, dtype=np.float64)
+        buf, ok = _write_fast(prefix, prefix_off, counts, ends, np.int64(range_), fvals, _POW10, _POW10U, _DIGITS2,
+                              bound)
+        if ok:
+            return buf.tobytes()
         kind, digits, decimals = _classify(fvals)
         ivals = np.zeros(0, np.int64)
         slow = np.flatnonzero(kind == _REPR)
@@ -228,9 +305,8 @@ def csv_lines(prefixes: list[bytes], counts: np.ndarray, ends: np.ndarray, range
         digits = decimals = np.zeros(0, np.int64)
         extra, extra_off = _blob([])
     words, word_off = _WORD_BLOB
-    bound = int(np.dot(np.diff(prefix_off), counts)) + len(ends) * _ROW_BOUND + len(extra)
     return _write(prefix, prefix_off, counts, ends, np.int64(range_), is_float, fvals, ivals, kind, digits,
-                  decimals, words, word_off, extra, extra_off, _POW10U, _DIGITS2, bound).tobytes()
+                  decimals, words, word_off, extra, extra_off, _POW10U, _DIGITS2, bound + len(extra)).tobytes()
 
 
 def float_text(values: np.ndarray) -> list[str]:
@@ -242,5 +318,6 @@ def float_text(values: np.ndarray) -> list[str]:
 
 def compile_now() -> None:
     """Compile (or load from numba's cache) both loops: a job's forkserver and slots call it before the stream."""
-    csv_lines([b"0,"], np.array([2]), np.array([1, 2]), 1, np.array([0.5, 1e-9]))
+    csv_lines([b"0,"], np.array([2]), np.array([1, 2]), 1, np.array([0.5, 2.0]))  # one pass
+    csv_lines([b"0,"], np.array([2]), np.array([1, 2]), 1, np.array([0.5, 1e-9]))  # two passes
     csv_lines([b"0,"], np.array([1]), np.array([1]), 1, np.array([3]))
