@@ -736,6 +736,34 @@ def kernel_goals(kr: dict) -> list[str]:
     return ["Goals of issue 17 on this run:", ""] + table(["goal", "measured", ""], rows)
 
 
+def runtime_sinks_section(rs: dict) -> list[str]:
+    """Issue 18: pba-run's default job with each sink against the job without one (bench_runtime.py --sinks)."""
+    res = rs.get("results", {})
+    loads = [round(x[0], 1) for x in rs.get("machine", {}).get("loadavg_per_repetition", [])]
+    out = ["## pba-run's sinks (issue 18)", "",
+           f"`python bench/bench_runtime.py --sinks`: the default job ({rs.get('tuples', 0):,} tuples, 84 keys, "
+           f"`W[1024, 1]` max, parallelism 2: one result per tuple) with no sink, a CSV, a Parquet and an Arrow IPC "
+           f"sink, interleaved in a shuffled order, {rs.get('repeats')} repetitions; M tuples/s median [min-max], "
+           "and each sink over the run without a sink of the same repetition. 1-min load at each repetition: "
+           f"{', '.join(map(str, loads))} (2 cores).", ""]
+    rows = []
+    for name, r in res.items():
+        t, q = r["tuples_per_s"], r.get("ratio_to_no_sink")
+        rows.append([name, f"{rate(t['median'])} [{rate(t['min'])}-{rate(t['max'])}]",
+                     "-" if not q else f"{q['median']:.2f}x [{q['min']:.2f}-{q['max']:.2f}]",
+                     f"{r['cpu_total_s_median']:.2f}", f"{r['slot_format_cpu_s_median']:.2f}",
+                     f"{r['sink_thread_cpu_s_median']:.2f}"])
+    out += table(["sink", "M tuples/s", "over no sink (same repetition)", "CPU s (all processes)",
+                  "of it: format and write in the slots", "coordinator's sink thread"], rows)
+    qs = {k: v["ratio_to_no_sink"]["median"] for k, v in res.items() if v.get("ratio_to_no_sink")}
+    if qs:
+        out += table(["goal", "measured", ""], [[
+            "with a CSV or Parquet sink, the default job >= 0.7x the job without one",
+            ", ".join(f"{k} {v:.2f}x" for k, v in qs.items() if k in ("csv", "parquet")),
+            met(all(v >= 0.7 for k, v in qs.items() if k in ("csv", "parquet")))]])
+    return out
+
+
 def build(res_dir: Path) -> str:
     """The Markdown report for the JSON files in ``res_dir``."""
     tp = C.read_json(res_dir / "exp_throughput.json")
@@ -772,6 +800,9 @@ def build(res_dir: Path) -> str:
     out += interpreter_section(tp, lat)
     if sc:
         out += scaling_section(sc)
+    rs = C.read_json(res_dir / "runtime_sinks.json")
+    if rs:
+        out += runtime_sinks_section(rs)
     kr = C.read_json(res_dir / "kernels.json")
     if kr:
         out += kernels_section(kr)
