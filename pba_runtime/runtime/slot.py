@@ -1,5 +1,9 @@
 """A task slot: one process that owns a share of the keys and their windowed aggregations.
 
+(Over 500 lines: the slot's state and its process body, with or without an output
+stage, read and send the same messages through the same private helpers; the
+output stage itself, the part files and the CSV writer live apart.)
+
 A slot first sends ``("ready", slot)`` once it is up and its compiled kernels
 are loaded (the job's stream starts when every slot is ready), then reads
 messages from its bounded input queue, in order:
@@ -13,9 +17,10 @@ messages from its bounded input queue, in order:
   sink as one ``("out", slot, result_bytes, windows, arrival, late_bytes, late)``;
   a Parquet or Arrow sink's results are written here instead, into the slot's
   own part file (:mod:`~pba_runtime.runtime.part_files`; ``result_bytes`` is ``None``).
-  With a sink, formatting, writing and sending run on the slot's output stage
-  (:mod:`~pba_runtime.runtime.output_stage`), a thread that overlaps them with
-  the next batch's aggregation and keeps every message in order.
+  With a CSV, Parquet or Arrow sink, formatting, writing and sending run on the
+  slot's output stage (:mod:`~pba_runtime.runtime.output_stage`), a thread that
+  overlaps them with the next batch's aggregation (their writers release the
+  GIL) and keeps every message in order.
 * ``("barrier", checkpoint_id)``: snapshot every key's operator and send
   ``("barrier", slot, checkpoint_id, {"states": pickle.dumps({key: snapshot}), "parts": [...], ...})``
   (``parts``: the part files it closed for this checkpoint to commit).
@@ -387,6 +392,11 @@ class TaskSlot:
             self._warm.join()
 
 
+#: Sink formats whose results a slot writes on its output stage: their writers release the GIL (the compiled
+#: CSV writer, pyarrow). JSON lines are formatted by Python: on a thread they would only contend for the GIL.
+STAGED_FORMATS = ("csv", *PART_FORMATS)
+
+
 class _ParentGone(Exception):
     pass
 
@@ -516,7 +526,7 @@ def slot_main(spec: SlotSpec, in_q: Any, out_q: Any, states: dict[Any, Any]) -> 
             slot._warm.join()
         _put(out_q, ("ready", spec.index), slot)
         log.info("task slot %d: %s over %s, %d keys restored", spec.index, spec.algorithm, spec.window, len(states))
-        (_run_stream if spec.sink_format is None else _run_stream_staged)(slot, in_q, out_q)
+        (_run_stream_staged if spec.sink_format in STAGED_FORMATS else _run_stream)(slot, in_q, out_q)
         if profiler is not None:
             profiler.disable()
             profiler.dump_stats(spec.profile_path)
