@@ -415,8 +415,10 @@ WHY = {
         "worker, whose lcs is ready before it is needed (stalls are rare).",
         "Why: PBA's periodic spike is the tuple that needs the lcs of the chunk just closed: when the worker "
         "thread has not been scheduled yet (no free core: the load log above), the main loop waits for it (the "
-        "stalls), which costs more than SBA building the same lcs in line. With a core free the stall goes "
-        "(a repetition where the worker got one shows PBA's periodic spike at tens of ns in the run's log)."),
+        "stalls), which costs more than SBA building the same lcs in line. With a core free the stall goes: "
+        "the worker has about range/2 tuples' time (~40-80 us here) to wake and build a chunk's lcs (a few us); "
+        "the per-repetition figures in `exp_latency.json` show it when it happened (a repetition with PBA's "
+        "periodic spike at tens of ns)."),
     4: ("Why: the flip reverses every partial of the window from one stack to the other: linear in the "
         "range, as in Java, at ~1-2 ns per element in machine code.",
         "Why: the flip's cost is hidden by the noise of the shared machine at these ranges."),
