@@ -18,8 +18,16 @@ own :class:`pba_runtime.runtime.metrics.PhaseClock` (thread CPU time), grouped:
 One more run per parallelism is profiled with cProfile (every process) and
 the top functions by own time are kept in the JSON.
 
+``--sinks`` measures the sinks instead: the default job (parallelism 2) with no
+sink, ``csv:``, ``parquet:`` and ``arrow:`` interleaved in a shuffled order per
+repetition; per configuration the median and min-max of tuples/s, each sink's
+ratio to the run without a sink *of the same repetition* (median and min-max
+over the repetitions), CPU seconds per category, and one cProfile run of each
+sink (``bench/results/runtime_sinks.json``).
+
     python bench/bench_runtime.py            # 6M tuples, 5 repeats
     python bench/bench_runtime.py --quick    # 2M tuples, 2 repeats
+    python bench/bench_runtime.py --sinks    # no sink vs csv vs parquet vs arrow, 6M tuples, 7 repeats
 """
 
 from __future__ import annotations
@@ -29,6 +37,7 @@ import json
 import os
 import platform
 import pstats
+import random
 import statistics
 import sys
 import tempfile
@@ -79,13 +88,86 @@ def top_functions(path: str, n: int = 12) -> list[str]:
     return out
 
 
+def spread(xs: list[float]) -> dict:
+    return {"median": statistics.median(xs), "min": min(xs), "max": max(xs), "n": len(xs), "all": xs}
+
+
+SINKS = ("none", "csv", "parquet", "arrow")
+
+
+def sinks_main(args: argparse.Namespace) -> None:
+    """The default job with no sink, a CSV, a Parquet and an Arrow sink, interleaved (see the module doc)."""
+    runs: dict[str, list[dict]] = {k: [] for k in SINKS}
+    load = [list(os.getloadavg())]
+    run(200_000, 2)  # warm-up: forkserver, imports
+    order = random.Random(0)
+    with tempfile.TemporaryDirectory() as tmp:
+        def spec(name: str) -> str:
+            return "none" if name == "none" else f"{name}:{os.path.join(tmp, 'out.' + name)}"
+
+        for name in SINKS[1:]:
+            run(200_000, 2, sink=spec(name))  # warm-up: each sink's modules and compiled loops (numba's cache)
+        for rep in range(args.repeats):
+            names = list(SINKS)
+            order.shuffle(names)
+            for name in names:
+                s = run(args.tuples, 2, sink=spec(name))
+                runs[name].append(s)
+                print(f"[{rep + 1}/{args.repeats}] {name:8s} {s['tuples_per_s'] / 1e6:6.2f} M tuples/s", flush=True)
+            load.append(list(os.getloadavg()))
+        profiles = {}
+        for name in SINKS[1:]:
+            d = os.path.join(tmp, f"prof-{name}")
+            run(args.tuples, 2, sink=spec(name), profile_dir=d)
+            profiles[name] = {f[:-5]: top_functions(os.path.join(d, f)) for f in sorted(os.listdir(d))
+                              if f.endswith(".prof")}
+    results = {}
+    for name, rs in runs.items():
+        cats = [categories(s) for s in rs]
+        results[name] = {
+            "tuples_per_s": spread([s["tuples_per_s"] for s in rs]),
+            "ratio_to_no_sink": None if name == "none" else spread(
+                [s["tuples_per_s"] / n["tuples_per_s"] for s, n in zip(rs, runs["none"])]),
+            "cpu_s_median": {k: statistics.median(c[k] for c in cats) for k in cats[0]},
+            "cpu_total_s_median": statistics.median(sum(c.values()) for c in cats),
+            "slot_format_cpu_s_median": statistics.median(s["time_s"]["slots"]["cpu"].get("format", 0.0) for s in rs),
+            "sink_thread_cpu_s_median": statistics.median(s["time_s"]["sink_thread"]["thread_cpu"] for s in rs),
+        }
+    out = {"what": "pba-run default job (DEBS'14-like, 84 plugs, count W[1024, 1], max, PBA, parallelism 2): "
+                   "no sink vs csv vs parquet vs arrow, interleaved",
+           "tuples": args.tuples, "repeats": args.repeats, "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+           "machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0], "platform": platform.platform(),
+                       "loadavg_per_repetition": load,
+                       "note": "2 cores shared with other engineers' jobs: compare ratios within one repetition"},
+           "results": results, "profiles_top_tottime": profiles}
+    path = Path(args.out if args.out != str(RESULTS / "runtime.json") else RESULTS / "runtime_sinks.json")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(out, indent=1, default=str))
+    print(f"\n{'sink':8s} {'M tuples/s median [min-max]':>28s} {'/ no sink, same rep: median [min-max]':>40s} "
+          f"{'CPU s':>6s}")
+    for name, r in results.items():
+        t, q = r["tuples_per_s"], r["ratio_to_no_sink"]
+        print(f"{name:8s} {t['median'] / 1e6:12.2f} [{t['min'] / 1e6:.2f}-{t['max'] / 1e6:.2f}] "
+              + (f"{q['median']:22.2f}x [{q['min']:.2f}-{q['max']:.2f}]" if q else f"{'':33s}")
+              + f" {r['cpu_total_s_median']:6.2f}")
+    print(f"load average per repetition: {load}\nwritten to {path}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tuples", type=int, default=6_000_000)
-    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--repeats", type=int, default=None)
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--sinks", action="store_true", help="no sink vs csv vs parquet vs arrow (runtime_sinks.json)")
     ap.add_argument("--out", default=str(RESULTS / "runtime.json"))
     args = ap.parse_args()
+    if args.sinks:
+        args.repeats = args.repeats or (3 if args.quick else 7)
+        if args.quick:
+            args.tuples = 2_000_000
+        sinks_main(args)
+        return
+    args.repeats = args.repeats or 5
     if args.quick:
         args.tuples, args.repeats = 2_000_000, 2
     configs = {

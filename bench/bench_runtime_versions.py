@@ -14,8 +14,13 @@ noisy); medians and the spread (min-max) are reported, for
 One untimed run of each configuration comes first (numba's disk cache of
 each tree, the page cache).
 
+``--sinks`` compares the sinks instead: no sink, CSV, Parquet and Arrow in each
+tree, each sink also as a ratio to the same tree's run without a sink in the
+same round (median [min-max] over the rounds).
+
     python bench/bench_runtime_versions.py --old /tmp/h18r-old            # 6M tuples, 3 rounds
     python bench/bench_runtime_versions.py --old /tmp/h18r-old --tuples 2000000 --rounds 2
+    python bench/bench_runtime_versions.py --old /tmp/before-sinks --sinks --rounds 4
 """
 
 from __future__ import annotations
@@ -41,6 +46,8 @@ CONFIGS = [  # (name, tree, extra arguments); {tmp} is a scratch directory
     ("new default, parquet sink", "new", ["--sink", "parquet:{tmp}/new-parquet"]),
     ("new default, arrow sink", "new", ["--sink", "arrow:{tmp}/new-arrow"]),
 ]
+SINK_CONFIGS = [(f"{tree} {sink}", tree, [] if sink == "no sink" else ["--sink", f"{sink}:{{tmp}}/{tree}-{sink}"])
+                for tree in ("old", "new") for sink in ("no sink", "csv", "parquet", "arrow")]
 
 
 def run_once(tree: str, args: list[str], tuples: int, tmp: str) -> dict:
@@ -65,25 +72,33 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tuples", type=int, default=6_000_000)
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--json", default=None, help="also write the raw runs here")
+    p.add_argument("--sinks", action="store_true", help="no sink, csv, parquet, arrow in each tree")
     a = p.parse_args(argv)
+    configs = SINK_CONFIGS if a.sinks else CONFIGS
     trees = {"old": str(Path(a.old).resolve()), "new": str(HERE)}
-    runs: dict[str, list[dict]] = {name: [] for name, _, _ in CONFIGS}
+    runs: dict[str, list[dict]] = {name: [] for name, _, _ in configs}
     with tempfile.TemporaryDirectory() as tmp:
-        for _, tree, args in CONFIGS:  # untimed: numba's cache of each tree, the page cache
+        for _, tree, args in configs:  # untimed: numba's cache of each tree, the page cache
             run_once(trees[tree], args, min(a.tuples, 200_000), tmp)
         for r in range(a.rounds):
-            for name, tree, args in CONFIGS:
+            for name, tree, args in configs:
                 runs[name].append(run_once(trees[tree], args, a.tuples, tmp))
                 print(f"round {r + 1}: {name}: {runs[name][-1]['rate'] / 1e6:.2f}M tuples/s", file=sys.stderr)
     print(f"{a.tuples:,} tuples, {a.rounds} rounds interleaved; median [min-max]")
-    print(f"{'configuration':38s} {'stream tuples/s':>26s} {'command wall s':>22s} {'cpu s (coord+slots)':>20s}")
-    for name, _, _ in CONFIGS:
+    print(f"{'configuration':38s} {'stream tuples/s':>26s} {'command wall s':>22s} {'cpu s (coord+slots)':>20s}"
+          + ("  / no sink, same tree and round" if a.sinks else ""))
+    for name, tree, _ in configs:
         xs = runs[name]
         rate = [x["rate"] / 1e6 for x in xs]
         wall = [x["wall"] for x in xs]
         cpu = [x["coordinator_cpu"] + x["slots_cpu"] for x in xs]
+        extra = ""
+        if a.sinks and not name.endswith("no sink"):
+            q = [x["rate"] / n["rate"] for x, n in zip(xs, runs[f"{tree} no sink"])]
+            extra = f"  {statistics.median(q):.2f}x [{min(q):.2f}-{max(q):.2f}]"
         print(f"{name:38s} {statistics.median(rate):9.2f}M [{min(rate):5.2f}-{max(rate):5.2f}] "
-              f"{statistics.median(wall):8.2f} [{min(wall):4.2f}-{max(wall):4.2f}] {statistics.median(cpu):12.2f}")
+              f"{statistics.median(wall):8.2f} [{min(wall):4.2f}-{max(wall):4.2f}] {statistics.median(cpu):12.2f}"
+              + extra)
     if a.json:
         Path(a.json).write_text(json.dumps(runs, indent=1))
     return 0

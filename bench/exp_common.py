@@ -47,7 +47,7 @@ RESULTS = HERE / "results"
 __all__ = [
     "RESULTS", "LoadLog", "code_state", "machine", "spread", "interleave", "per_tuple_rate", "timed_inserts", "binned_max",
     "periodic_spike", "spike_height", "uniform_values", "debs12_series", "write_json", "read_json", "plot_lines", "plot_traces",
-    "parse_args", "fmt_rate",
+    "parse_args", "fmt_rate", "replay_algorithms", "compiled_rate",
 ]
 
 
@@ -289,6 +289,53 @@ def spike_height(lat: np.ndarray, period: int) -> float:
     return float(np.median(np.partition(lat, len(lat) - k)[len(lat) - k:]))
 
 
+# --------------------------------------------------------------------------- the compiled per-tuple engine
+#: display order of the compiled engine's algorithms; any other ``pr.replay`` supports comes after, sorted
+REPLAY_ORDER = ("two_stacks", "daba", "slick_deque", "flatfat", "soe", "fiba", "sba", "pba")
+
+
+def replay_algorithms() -> list[str]:
+    """The algorithms ``pr.replay`` runs, read from its registry (others are added there in parallel).
+
+    Examples
+    --------
+    >>> {"sba", "pba"} <= set(replay_algorithms())
+    True
+    """
+    import importlib
+
+    names = list(importlib.import_module("pba_runtime.replay").REPLAY_ALGORITHMS)
+    return [a for a in REPLAY_ORDER if a in names] + sorted(a for a in names if a not in REPLAY_ORDER)
+
+
+def replay_runs(alg: str, window: Any, agg: str, values: np.ndarray, timestamps: np.ndarray | None = None) -> bool:
+    """Whether ``pr.replay`` runs ``alg`` over ``window`` and ``agg`` (SlickDeque needs a selective aggregation,
+    SoE an invertible one); the probe also compiles the loop (or loads it from numba's cache)."""
+    import pba_runtime as pr
+
+    n = min(len(values), 2 * window.range // (1 if isinstance(window, pr.CountWindow) else 10) + 8)
+    try:
+        pr.replay(alg, window, agg, values[:n], None if timestamps is None else timestamps[:n])
+    except ValueError:
+        return False
+    return True
+
+
+def compiled_rate(alg: str, window: Any, agg: str, values: np.ndarray, timestamps: np.ndarray | None = None,
+                  pool: Any = None, stats: dict | None = None) -> float:
+    """Tuples per second of ``pr.replay`` (the compiled per-tuple loop, one tuple at a time) over the whole stream.
+
+    ``pool``: PBA's worker pool (its lcs on a thread of it); ``stats``: filled with the run's counters.
+    """
+    import pba_runtime as pr
+
+    out = pr.replay(alg, window, agg, values, timestamps, pool=pool if alg == "pba" else None)
+    if stats is not None:
+        stats.clear()
+        stats.update(out.stats)
+    return out.throughput
+
+
 # --------------------------------------------------------------------------- data
 def uniform_values(n: int, seed: int = 0) -> np.ndarray:
     """Uniform synthetic float64 values in [0, 1) (the paper's synthetic data set)."""
@@ -411,7 +458,8 @@ def parse_args(doc: str, argv: list[str] | None, extra: Callable[[argparse.Argum
                ) -> argparse.Namespace:
     """The experiments' common options: ``--smoke``, ``--out-dir``, ``--reps``."""
     ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--smoke", action="store_true", help="tiny sizes, a few seconds (the test suite runs this)")
+    ap.add_argument("--smoke", "--quick", dest="smoke", action="store_true",
+                    help="tiny sizes, a few seconds (the test suite runs this)")
     ap.add_argument("--out-dir", type=Path, default=RESULTS, help="where JSON and PNG go (default bench/results)")
     ap.add_argument("--reps", type=int, default=None, help="repetitions (default: 3, smoke 1)")
     if extra is not None:

@@ -256,7 +256,10 @@ def test_checkpoints_are_written_and_a_finished_job_is_not_rerun(tmp_path):
     job = Job(Debs14Source(plugs=4, tuples=20_000), pr.CountWindow(range=100, slide=1), "max", "pba",
               parallelism=2, sink=f"csv:{out}", checkpoint_dir=str(ck), checkpoint_every=4_000, batch_size=1_000)
     summary = job.run()
-    assert summary["checkpoints"] >= 4  # 4 periodic (at most, alignment permitting) + the final one
+    # up to 4 periodic + the final one: a checkpoint is not started while one is in flight, and this stream
+    # lasts ~30 ms, so on a loaded machine a barrier's trip (through the slots' output stage threads) can
+    # outlast the next one's turn; at least one periodic checkpoint and the final one are always taken
+    assert summary["checkpoints"] >= 2
     before = out.read_bytes()
     again = Job(Debs14Source(plugs=4, tuples=20_000), pr.CountWindow(range=100, slide=1), "max", "pba",
                 parallelism=2, sink=f"csv:{out}", checkpoint_dir=str(ck), batch_size=1_000).run(resume=True)

@@ -1,4 +1,5 @@
-"""Sinks: the vectorised CSV writer against the per-line reference, and the part files of Parquet / Arrow sinks."""
+"""Sinks: the compiled CSV writer against the per-line reference and ``repr``, and the part files of Parquet / Arrow
+sinks."""
 
 from __future__ import annotations
 
@@ -15,9 +16,10 @@ from hypothesis import strategies as st
 
 import pba_runtime as pr
 from pba_runtime.runtime import Debs12Source, Debs14Source, Job, UserError
+from pba_runtime.runtime.csv_text import csv_lines, float_text
 from pba_runtime.runtime.errors import JobError
 from pba_runtime.runtime.part_files import PartWriter, commit_parts, part_files, prepare_part_dir
-from pba_runtime.runtime.sinks import float_repr_column, format_csv_batch, format_results, result_table
+from pba_runtime.runtime.sinks import format_csv_batch, format_results, result_table
 
 SPECIAL = [0.0, -0.0, 2.0, -3.0, 1e16, -1e16, 1e15, 9007199254740993.0, 2.0**63, 1e-5, 1e-4, 9.999999999999999e-05,
            float("nan"), float("inf"), -float("inf"), 5e-324, -5e-324, 2.2250738585072014e-308, 0.1 + 0.2,
@@ -28,20 +30,39 @@ def slow_csv(parts, range_):
     return "".join(format_results("csv", k, e, r, range_) for k, e, r in parts if len(e)).encode()
 
 
-def test_float_repr_column_is_repr_on_edge_values_and_random_bit_patterns():
+def test_float_text_is_repr_on_edge_values_and_random_bit_patterns():
     rng = np.random.default_rng(7)
     bits = rng.integers(0, 2**64, 200_000, dtype=np.uint64).view(np.float64)
     scaled = rng.random(200_000) * 10.0 ** rng.integers(-8, 20, 200_000)
     decimals = np.round(rng.random(100_000) * 1000, 3)
-    for v in (np.array(SPECIAL), bits, scaled, -scaled, decimals, np.floor(scaled)):
-        assert float_repr_column(v).to_pylist() == [repr(x) for x in v.tolist()]
+    near = np.nextafter(decimals, np.inf)  # 17 significant digits: the repr fallback
+    for v in (np.array(SPECIAL), bits, scaled, -scaled, decimals, -decimals, near, np.floor(scaled)):
+        assert float_text(v) == [repr(x) for x in v.tolist()]
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=300, deadline=None)
 @given(st.lists(st.floats(allow_nan=True, allow_infinity=True), min_size=1, max_size=50))
-def test_float_repr_column_matches_repr(values):
+def test_float_text_matches_repr(values):
     v = np.array(values, dtype=np.float64)
-    assert float_repr_column(v).to_pylist() == [repr(x) for x in v.tolist()]
+    assert float_text(v) == [repr(x) for x in v.tolist()]
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(st.one_of(st.integers(-2**63, 2**63 - 1), st.text(max_size=6)),
+                          st.lists(st.floats(allow_nan=True, allow_infinity=True), min_size=1, max_size=5)),
+                min_size=1, max_size=6),
+       st.integers(0, 10**6))
+def test_csv_lines_are_the_per_line_formatters_bytes(parts, range_):
+    """Any keys (quoted where CSV needs), any floats, negative starts: the compiled lines == the reference's."""
+    built = [(k, np.arange(len(v), dtype=np.int64) * 7 - 3, np.array(v)) for k, v in parts]
+    assert format_csv_batch(built, range_) == slow_csv(built, range_)
+    ints = [(k, e, np.arange(len(e), dtype=np.int64) * -(2**40)) for k, e, _ in built]
+    assert format_csv_batch(ints, range_) == slow_csv(ints, range_)
+
+
+def test_csv_lines_checks_its_lengths():
+    with pytest.raises(ValueError, match="counts must sum"):
+        csv_lines([b"1,"], np.array([3]), np.array([1, 2]), 1, np.array([1.0, 2.0]))
 
 
 @pytest.mark.parametrize("keys", [[7, 3, 12], ["mf01", "a b", "plug-2"]])
@@ -55,7 +76,7 @@ def test_csv_batch_writes_the_bytes_of_the_per_line_formatter(keys):
     assert format_csv_batch(ints, 5) == slow_csv(ints, 5)
 
 
-def test_csv_batch_falls_back_where_the_fields_need_more_than_arrow_gives():
+def test_csv_batch_quotes_keys_and_falls_back_for_vectors_and_lists():
     quoted = [("a,b", np.array([3]), np.array([1.5])), (' pad', np.array([3]), np.array([2.0])),
               ('q"', np.array([4]), np.array([-0.0]))]
     assert format_csv_batch(quoted, 3) == slow_csv(quoted, 3) == b'"a,b",0,3,1.5\n pad,0,3,2.0\n"q""",1,4,-0.0\n'
@@ -160,3 +181,23 @@ def test_spawned_slots_import_the_sink_before_they_are_ready(tmp_path):
     assert summary["startup_s"] > 0 and summary["windows"] == 20_000 - 4 * 99
     assert ds.dataset(str(out), format="ipc").to_table().num_rows == summary["windows"]
     assert summary["reasons"] == {"sba:small_window": 4}
+
+
+@pytest.mark.parametrize("batch_size", [997, 4096])
+def test_csv_sink_through_the_output_stage_holds_every_keys_windows_exactly(tmp_path, batch_size):
+    """The slots format and send on their output stage while they aggregate the next batch: the file still
+    holds, per key and in order, exactly the windows of the key's stream (max: no rounding), repr-exact."""
+    src = Debs14Source(plugs=5, tuples=40_000)
+    keys, values, _ = Debs14Source(plugs=5, tuples=40_000).take(0, 40_000)
+    window = pr.CountWindow(range=50, slide=3)
+    out = tmp_path / "out.csv"
+    Job(src, window, "max", "pba", parallelism=2, batch_size=batch_size, sink=f"csv:{out}").run()
+    with open(out, newline="") as f:
+        rows = list(csv.reader(f))[1:]
+    got: dict[int, list] = {}
+    for k, s, e, v in rows:
+        assert float(v) == float(repr(float(v))) and repr(float(v)) == v  # written as repr writes it
+        got.setdefault(int(k), []).append((int(s), int(e), float(v)))
+    for k in np.unique(keys):
+        ends, res = pr.sliding_aggregate(values[keys == k], window=window, agg="max", algorithm="sba")
+        assert got[int(k)] == [(int(e) - 50, int(e), float(r)) for e, r in zip(ends, res)]

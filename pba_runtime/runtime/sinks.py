@@ -6,12 +6,11 @@ Formats (chosen with a sink spec such as ``csv:out.csv``):
   ``start``/``end`` are the window's bounds (``end`` exclusive, as in the
   semantics contract: stream positions for count windows, timestamps for time
   windows). Floats are written as ``repr`` writes them, so they read back
-  exactly. Scalar results go through pyarrow's CSV writer a batch at a time
-  (:func:`format_csv_batch`, floats spelled by :func:`float_repr_column`);
-  vector results (``moment_sketch``, ``;``-separated values), lists
-  (``collect``) and keys that need CSV quoting through the per-line
-  formatter (:func:`format_results`), the readable slow reference. Both
-  write the same bytes.
+  exactly. Scalar results are written a batch at a time from its columns in
+  one compiled pass (:func:`format_csv_batch`, :mod:`~pba_runtime.runtime.csv_text`);
+  vector results (``moment_sketch``, ``;``-separated values) and lists
+  (``collect``) through the per-line formatter (:func:`format_results`), the
+  readable slow reference. Both write the same bytes.
 * ``jsonl``: one object ``{"key": ..., "start": ..., "end": ..., "value": ...}``
   per line; non-finite floats are written as Python's :mod:`json` does
   (``NaN``, ``Infinity``).
@@ -60,7 +59,7 @@ import numpy as np
 from .errors import JobError, UserError
 
 __all__ = ["FORMATS", "TEXT_FORMATS", "PART_FORMATS", "parse_sink_spec", "format_results", "format_late",
-           "format_csv_batch", "float_repr_column", "result_table", "sink_modules", "header", "FileSink",
+           "format_csv_batch", "result_table", "sink_modules", "header", "FileSink",
            "late_path_for", "late_format_for"]
 
 #: Formats of sinks that append to one file (or stdout).
@@ -76,8 +75,9 @@ LATE_COLUMNS = ("key", "timestamp", "value")
 
 
 def sink_modules(fmt: str | None) -> list[str]:
-    """The modules a task slot of a sink in format ``fmt`` imports to write it (pyarrow's take ~0.2-0.5 s:
-    a job's forkserver preloads them, and a slot imports them before it says it is ready).
+    """The modules a task slot of a sink in format ``fmt`` imports to write it (pyarrow's, and numba's for the
+    compiled CSV writer, take ~0.2-0.5 s: a job's forkserver preloads them, and a slot imports them, and
+    loads the CSV writer's compiled loops, before it says it is ready).
 
     Examples
     --------
@@ -85,7 +85,8 @@ def sink_modules(fmt: str | None) -> list[str]:
     (['pyarrow', 'pyarrow.compute', 'pyarrow.parquet'], [])
     """
     arrow = ["pyarrow", "pyarrow.compute"]
-    return {"csv": [*arrow, "pyarrow.csv"], "parquet": [*arrow, "pyarrow.parquet"], "arrow": arrow}.get(fmt or "", [])
+    return {"csv": ["pba_runtime.runtime.csv_text"], "parquet": [*arrow, "pyarrow.parquet"],
+            "arrow": arrow}.get(fmt or "", [])
 
 
 def parse_sink_spec(spec: str) -> tuple[str | None, str | None]:
@@ -153,18 +154,34 @@ def format_results(fmt: str, key: Any, ends: np.ndarray, results: Any, range_: i
     return "".join([f'{prefix}{e - range_}, "end": {e}, "value": {c}}}\n' for e, c in zip(ends_l, cells)])
 
 
-def _plain_key(key: Any) -> bool:
-    """Whether ``key`` is written the same by Arrow's unquoted writer and :func:`_csv_field`."""
-    if isinstance(key, (int, np.integer)) and not isinstance(key, bool):
-        return True
-    return isinstance(key, str) and not any(c in key for c in ',"\r\n') and key == key.strip()
+def _arrow_numbers(values: np.ndarray) -> Any:
+    """A numeric numpy array as a pyarrow array over the same memory (``pa.array`` would import pandas, ~0.5 s
+    at a slot's first batch, and copy)."""
+    import pyarrow as pa
+
+    values = np.ascontiguousarray(values)
+    return pa.Array.from_buffers(pa.from_numpy_dtype(values.dtype), len(values), [None, pa.py_buffer(values)])
+
+
+def _arrow_repeated_strings(texts: list[str], counts: list[int]) -> Any:
+    """``texts[i]`` repeated ``counts[i]`` times, as a pyarrow string array built from its buffers."""
+    import pyarrow as pa
+
+    encoded = [t.encode() for t in texts]
+    lengths = np.repeat(np.fromiter((len(b) for b in encoded), np.int64, len(encoded)), counts)
+    offsets = np.zeros(len(lengths) + 1, np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    data = b"".join(b * c for b, c in zip(encoded, counts))
+    return pa.Array.from_buffers(pa.large_string(), len(lengths), [None, pa.py_buffer(offsets), pa.py_buffer(data)]
+                                 ).cast(pa.string())
 
 
 def result_table(parts: list, range_: int) -> Any:
     """The windows of a batch, ``[(key, ends, results), ...]``, as a pyarrow Table ``key, start, end, value``.
 
     Keys: int64, or string; values: the results' own type (float64, int64), a
-    fixed-size list for vector results, a list of float64 for lists.
+    fixed-size list for vector results, a list of float64 for lists. Numeric
+    columns are built from the numpy arrays' buffers (no Python object per result).
 
     Examples
     --------
@@ -179,97 +196,47 @@ def result_table(parts: list, range_: int) -> Any:
     counts = [len(e) for _, e, _ in parts]
     ends = np.concatenate([np.asarray(e, dtype=np.int64) for _, e, _ in parts]) if parts else np.empty(0, np.int64)
     if keys and all(isinstance(k, (int, np.integer)) and not isinstance(k, bool) for k in keys):
-        key_col = pa.array(np.repeat(np.array(keys, dtype=np.int64), counts))
+        key_col = _arrow_numbers(np.repeat(np.array(keys, dtype=np.int64), counts))
     else:
-        held = np.empty(len(keys), dtype=object)
-        held[:] = [str(k) for k in keys]
-        key_col = pa.array(np.repeat(held, counts), type=pa.string())
+        key_col = _arrow_repeated_strings([str(k) for k in keys], counts)
     results = [r for _, _, r in parts]
-    if results and all(isinstance(r, np.ndarray) and r.ndim == 1 for r in results):
-        value_col = pa.array(np.concatenate(results))
-    elif results and all(isinstance(r, np.ndarray) and r.ndim == 2 for r in results):
+    if results and all(isinstance(r, np.ndarray) and r.ndim == 1 and r.dtype.kind in "fiu" for r in results):
+        value_col = _arrow_numbers(np.concatenate(results))
+    elif results and all(isinstance(r, np.ndarray) and r.ndim == 2 and r.dtype.kind == "f" for r in results):
         flat = np.concatenate(results)
-        value_col = pa.FixedSizeListArray.from_arrays(pa.array(flat.reshape(-1)), flat.shape[1])
+        value_col = pa.FixedSizeListArray.from_arrays(_arrow_numbers(flat.reshape(-1)), flat.shape[1])
     else:
         rows = [list(row) if isinstance(row, (list, tuple, np.ndarray)) else row for r in results for row in r]
         try:
             value_col = pa.array(rows, type=pa.list_(pa.float64()))
         except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError):
             value_col = pa.array(rows)
-    return pa.table({"key": key_col, "start": pa.array(ends - range_), "end": pa.array(ends), "value": value_col})
-
-
-def float_repr_column(values: np.ndarray) -> Any:
-    """``[repr(float(v)) for v in values]`` as a pyarrow string array, vectorised (~4x the loop).
-
-    Arrow's float-to-string cast writes the same shortest round-trip digits as
-    ``repr``, but lays some out differently; those are redone: integral values
-    below 1e16 (Arrow ``2``, ``1e+15``; ``repr`` ``2.0``, ``1000000000000000.0``)
-    from their int64 spelling plus ``.0``; ``-0.0``, values below 1e-4 or from
-    1e16 (exponent layouts), and any other Arrow spelling with an exponent
-    where ``repr`` has none, with ``repr`` itself. NaN and infinities match.
-
-    Examples
-    --------
-    >>> float_repr_column(np.array([2.0, -0.0, 1e15, 1e-5, 0.1 + 0.2, 5977587022847.288, float("nan")])).to_pylist()
-    ['2.0', '-0.0', '1000000000000000.0', '1e-05', '0.30000000000000004', '5977587022847.288', 'nan']
-    """
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    v = np.ascontiguousarray(values, dtype=np.float64)
-    out = pc.cast(pa.array(v), pa.string())
-    av = np.abs(v)
-    with np.errstate(invalid="ignore"):
-        integral = (v == np.trunc(v)) & (av < 1e16) & ~((v == 0) & np.signbit(v))
-        mid = (av >= 1e-4) & (av < 1e16)
-    has_e = pc.match_substring(out, "e").to_numpy(zero_copy_only=False)
-    redo = ~integral & ~(mid & ~has_e) & np.isfinite(v)
-    if integral.any():
-        ints = pc.cast(pa.array(v[integral].astype(np.int64)), pa.string())
-        out = pc.replace_with_mask(out, pa.array(integral), pc.binary_join_element_wise(ints, ".0", ""))
-    if redo.any():
-        out = pc.replace_with_mask(out, pa.array(redo), pa.array([repr(x) for x in v[redo].tolist()], pa.string()))
-    return out
+    return pa.Table.from_arrays([key_col, _arrow_numbers(ends - range_), _arrow_numbers(ends), value_col],
+                                names=list(RESULT_COLUMNS))
 
 
 def format_csv_batch(parts: list, range_: int) -> bytes:
-    """CSV lines of a batch's windows ``[(key, ends, results), ...]``, written vectorised where it can be.
+    """CSV lines of a batch's windows ``[(key, ends, results), ...]``, from its columns in one compiled pass.
 
-    Scalar numeric results of keys that need no quoting go through pyarrow's
-    CSV writer (one call per batch; floats by :func:`float_repr_column`); any
-    other batch through :func:`format_results`, the readable slow reference,
-    which writes the same bytes.
+    Scalar float64 or int64 results (every part of one dtype) go through
+    :func:`pba_runtime.runtime.csv_text.csv_lines` (floats spelled as ``repr``;
+    keys quoted as CSV needs, as :func:`format_results` quotes them); any other
+    batch (vector results, lists) through :func:`format_results`, the readable
+    slow reference, which writes the same bytes.
     """
     parts = [p for p in parts if len(p[1])]
     if not parts:
         return b""
-    fast = all(isinstance(r, np.ndarray) and r.ndim == 1 and r.dtype.kind in "fiu" and _plain_key(k)
-               for k, _, r in parts)
-    if not fast:
+    kinds = {r.dtype.kind if isinstance(r, np.ndarray) and r.ndim == 1 else None for _, _, r in parts}
+    if len(kinds) != 1 or kinds.pop() not in ("f", "i"):
         return "".join(format_results("csv", k, e, r, range_) for k, e, r in parts).encode()
-    import pyarrow as pa
-    import pyarrow.csv as pa_csv
+    from .csv_text import csv_lines
 
-    table = result_table(parts, range_)
-    values = table.column("value")
-    if pa.types.is_floating(values.type):
-        table = table.set_column(3, "value", float_repr_column(values.to_numpy()))
-    out = pa.BufferOutputStream()
-    pa_csv.write_csv(table, out, _csv_options())
-    return out.getvalue().to_pybytes()
-
-
-_CSV_OPTIONS: Any = None
-
-
-def _csv_options() -> Any:
-    global _CSV_OPTIONS
-    if _CSV_OPTIONS is None:
-        import pyarrow.csv as pa_csv
-
-        _CSV_OPTIONS = pa_csv.WriteOptions(include_header=False, quoting_style="none", batch_size=1 << 16)
-    return _CSV_OPTIONS
+    prefixes = [(_csv_field(k) + ",").encode() for k, _, _ in parts]
+    counts = np.fromiter((len(e) for _, e, _ in parts), np.int64, len(parts))
+    ends = np.concatenate([e for _, e, _ in parts]) if len(parts) > 1 else parts[0][1]
+    values = np.concatenate([r for _, _, r in parts]) if len(parts) > 1 else parts[0][2]
+    return csv_lines(prefixes, counts, ends, range_, values)
 
 
 def format_late(fmt: str, key: Any, timestamps: np.ndarray, values: np.ndarray) -> str:

@@ -1,5 +1,9 @@
 """A task slot: one process that owns a share of the keys and their windowed aggregations.
 
+(Over 500 lines: the slot's state and its process body, with or without an output
+stage, read and send the same messages through the same private helpers; the
+output stage itself, the part files and the CSV writer live apart.)
+
 A slot first sends ``("ready", slot)`` once it is up and its compiled kernels
 are loaded (the job's stream starts when every slot is ready), then reads
 messages from its bounded input queue, in order:
@@ -13,6 +17,10 @@ messages from its bounded input queue, in order:
   sink as one ``("out", slot, result_bytes, windows, arrival, late_bytes, late)``;
   a Parquet or Arrow sink's results are written here instead, into the slot's
   own part file (:mod:`~pba_runtime.runtime.part_files`; ``result_bytes`` is ``None``).
+  With a CSV, Parquet or Arrow sink, formatting, writing and sending run on the
+  slot's output stage (:mod:`~pba_runtime.runtime.output_stage`), a thread that
+  overlaps them with the next batch's aggregation (their writers release the
+  GIL) and keeps every message in order.
 * ``("barrier", checkpoint_id)``: snapshot every key's operator and send
   ``("barrier", slot, checkpoint_id, {"states": pickle.dumps({key: snapshot}), "parts": [...], ...})``
   (``parts``: the part files it closed for this checkpoint to commit).
@@ -67,6 +75,7 @@ from ..host import HostSpec, KeyedHost
 from ..kernels import warm_in_background
 from ..pool import ORPHAN_EXIT_CODE, exit_with_parent
 from .metrics import PhaseClock
+from .output_stage import OutputStage
 from .part_files import PartWriter
 from .partitioning import group_by_key
 from .sinks import PART_FORMATS, format_csv_batch, format_late, format_results, result_table, sink_modules
@@ -187,6 +196,7 @@ class TaskSlot:
         self.calls = 0  # insert_many calls (one per key per batch)
         self.largest_piece = 0  # most windows one insert_many call emitted
         self.parts = None
+        self.output: Any = None  # the OutputStage, when slot_main runs one
         if spec.sink_format in PART_FORMATS:
             self.parts = PartWriter(spec.sink_path, spec.sink_format, spec.index, spec.epoch)
         if states:
@@ -197,10 +207,19 @@ class TaskSlot:
         """``{key: operator}`` of the keys this slot has seen."""
         return dict(self.host.items())
 
-    def _format(self, parts: list, late_parts: list, arrival: float) -> tuple:
-        fmt = self.spec.sink_format
+    def _count(self, parts: list, late_parts: list) -> tuple[int, int]:
+        """Windows and late tuples of a batch, added to the slot's counters (on its main thread)."""
         n_win = sum(len(e) for _, e, _ in parts)
         n_late = sum(len(t) for _, t, _ in late_parts)
+        self.windows += n_win
+        self.late += n_late
+        return n_win, n_late
+
+    def _format(self, parts: list, late_parts: list, arrival: float, counts: tuple[int, int] | None = None) -> tuple:
+        """The ``("out", ...)`` message of a batch's results (a part-file sink writes them here); ``counts``:
+        :meth:`_count`'s, when the main thread took them already."""
+        fmt = self.spec.sink_format
+        n_win, n_late = self._count(parts, late_parts) if counts is None else counts
         out = None
         if fmt is not None and n_win:
             if fmt == "csv":
@@ -212,8 +231,6 @@ class TaskSlot:
         late = None
         if n_late:
             late = "".join(format_late(self.spec.late_format, k, t, v) for k, t, v in late_parts).encode()
-        self.windows += n_win
-        self.late += n_late
         return ("out", self.spec.index, out, n_win, arrival, late, n_late)
 
     def _take_late(self, key: Any, op: Any, late_parts: list) -> None:
@@ -227,6 +244,15 @@ class TaskSlot:
 
     def on_data(self, keys: np.ndarray, values: np.ndarray, timestamps: np.ndarray | None, arrival: float) -> tuple:
         """Process one batch; returns the ``("out", ...)`` message."""
+        parts, late_parts = self.aggregate(keys, values, timestamps)
+        self.clock.mark()
+        msg = self._format(parts, late_parts, arrival)
+        self.clock.lap("format")
+        return msg
+
+    def aggregate(self, keys: np.ndarray, values: np.ndarray, timestamps: np.ndarray | None) -> tuple[list, list]:
+        """Feed one batch to its keys' operators: ``(parts, late_parts)``, ``[(key, ends, results), ...]`` and
+        ``[(key, timestamps, values), ...]``, for :meth:`_format`."""
         clock = self.clock
         clock.mark()
         groups = list(group_by_key(keys))
@@ -255,9 +281,7 @@ class TaskSlot:
         self.calls += len(groups)
         self.tuples += len(values)
         clock.lap("aggregate")
-        msg = self._format(parts, late_parts, arrival)
-        clock.lap("format")
-        return msg
+        return parts, late_parts
 
     def _open(self, key: Any, idx: np.ndarray, timestamps: np.ndarray | None) -> Any:
         """Open ``key``'s operator at its first piece: ``"auto"`` sees the piece's slices (``small_key``)."""
@@ -272,15 +296,29 @@ class TaskSlot:
 
     def on_barrier(self, checkpoint_id: int) -> tuple:
         """Snapshot every key: the ``("barrier", ...)`` message."""
+        payload = self.snapshot()
+        payload["parts"] = self.finish_parts(checkpoint_id + 1)
+        return ("barrier", self.spec.index, checkpoint_id, payload)
+
+    def snapshot(self) -> dict[str, Any]:
+        """The barrier's payload but its ``parts``: every key's state, pickled now, and the counters."""
         self.clock.mark()
         states = pickle.dumps(self.host.snapshot(), protocol=pickle.HIGHEST_PROTOCOL)
         payload = {"states": states, "keys": len(self.host), "tuples": self.tuples, "windows": self.windows,
-                   "late": self.late, "parts": self.finish_parts(checkpoint_id + 1)}
+                   "late": self.late}
         self.clock.lap("snapshot")
-        return ("barrier", self.spec.index, checkpoint_id, payload)
+        return payload
 
     def on_end(self, arrival: float) -> tuple:
         """Flush every key (end of stream); returns the last ``("out", ...)`` message."""
+        parts, late_parts = self.flush()
+        self.clock.mark()
+        msg = self._format(parts, late_parts, arrival)
+        self.clock.lap("format")
+        return msg
+
+    def flush(self) -> tuple[list, list]:
+        """Flush every key (end of stream): ``(parts, late_parts)`` as :meth:`aggregate`."""
         self.clock.mark()
         parts = []
         late_parts: list = []
@@ -290,16 +328,29 @@ class TaskSlot:
             if len(ends):
                 parts.append((key, ends, res))
         self.clock.lap("aggregate")
-        msg = self._format(parts, late_parts, arrival)
-        self.clock.lap("format")
-        return msg
+        return parts, late_parts
+
+    def _clock_report(self, main: dict[str, Any] | None = None) -> dict[str, Any]:
+        """The main thread's phases, and the output stage's (format, emit) added when there is one."""
+        rep = self.clock.report() if main is None else {k: (dict(v) if isinstance(v, dict) else v)
+                                                        for k, v in main.items()}
+        if self.output is not None:
+            st = self.output.report()
+            for k in ("wall", "cpu"):
+                for phase, v in st[k].items():
+                    rep[k][phase] = rep[k].get(phase, 0.0) + v
+            rep["thread_cpu"] += st["thread_cpu"]
+        return rep
 
     def finish_parts(self, next_epoch: int | None = None) -> list[str]:
         """Close the slot's part file (part-file sinks): its name, for the checkpoint (or the end) to commit."""
         return [] if self.parts is None else self.parts.roll(next_epoch)
 
-    def stats(self) -> dict[str, Any]:
-        """Counters of this slot: tuples, windows, late, lcs tasks/stalls, algorithms, time per phase."""
+    def stats(self, main_clock: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Counters of this slot: tuples, windows, late, lcs tasks/stalls, algorithms, time per phase.
+
+        ``main_clock``: the main thread's clock report, taken on it, when this runs on the output stage.
+        """
         algs: Counter[str] = Counter()
         reasons: Counter[str] = Counter()
         engines: Counter[str] = Counter()
@@ -322,7 +373,7 @@ class TaskSlot:
                 "stall_time": stall_time, "algorithms": dict(algs), "reasons": dict(reasons),
                 "engines": dict(engines), "pool_tasks": self.pool.tasks, "calls": self.calls,
                 "largest_piece": self.largest_piece, "split_min": self._split_min(),
-                "clock": self.clock.report(),
+                "clock": self._clock_report(main_clock),
                 "cpu_s": time.process_time() - self._cpu0}
 
     def _split_min(self) -> dict[str, int]:
@@ -331,12 +382,19 @@ class TaskSlot:
         return {"compiled_windows": COMPILED_SPLIT_MIN, "numpy_slices": PARALLEL_BATCH_MIN}
 
     def close(self) -> None:
+        if self.output is not None:
+            self.output.abandon()  # a no-op once closed; after a failure it no longer touches the part file
         if self.parts is not None:
             self.parts.close()
         self.host.close()
         self.pool.close(wait=False)
         if self._warm is not None:
             self._warm.join()
+
+
+#: Sink formats whose results a slot writes on its output stage: their writers release the GIL (the compiled
+#: CSV writer, pyarrow). JSON lines are formatted by Python: on a thread they would only contend for the GIL.
+STAGED_FORMATS = ("csv", *PART_FORMATS)
 
 
 class _ParentGone(Exception):
@@ -357,12 +415,19 @@ def _get(q: Any, slot: TaskSlot) -> Any:
         except queue.Empty:
             if not _parent_alive():
                 raise _ParentGone from None
+            if slot.output is not None:
+                slot.output.check()  # a failed write is reported now, not at the next batch
     slot.clock.lap("receive")
     return msg
 
 
 def _put(q: Any, msg: Any, slot: TaskSlot) -> None:
     slot.clock.mark()
+    _send(q, msg)
+    slot.clock.lap("emit")
+
+
+def _send(q: Any, msg: Any) -> None:
     while True:
         try:
             q.put(msg, timeout=POLL)
@@ -370,7 +435,73 @@ def _put(q: Any, msg: Any, slot: TaskSlot) -> None:
         except queue.Full:
             if not _parent_alive():
                 raise _ParentGone from None
-    slot.clock.lap("emit")
+
+
+def _run_stream(slot: TaskSlot, in_q: Any, out_q: Any) -> None:
+    """The slot's loop without a sink: each batch's message sent by the main thread."""
+    spec = slot.spec
+    last_stats = time.monotonic()
+    while True:
+        msg = _get(in_q, slot)
+        kind = msg[0]
+        if kind == "data":
+            out = slot.on_data(msg[1], msg[2], msg[3], msg[4])
+            if out[3] or out[6]:
+                _put(out_q, out, slot)
+        elif kind == "barrier":
+            _put(out_q, slot.on_barrier(msg[1]), slot)
+        elif kind == "end":
+            out = slot.on_end(msg[1])
+            if out[3] or out[6]:
+                _put(out_q, out, slot)
+            break
+        now = time.monotonic()
+        if now - last_stats >= STATS_INTERVAL:
+            last_stats = now
+            _put(out_q, ("stats", spec.index, slot.stats()), slot)
+
+
+def _run_stream_staged(slot: TaskSlot, in_q: Any, out_q: Any) -> None:
+    """The slot's loop with a sink: formatting, writing and sending on the output stage, in order."""
+    spec = slot.spec
+    stage = slot.output = OutputStage(lambda m: _send(out_q, m))
+    last_stats = time.monotonic()
+
+    def results(parts: list, late_parts: list, arrival: float) -> None:
+        counts = slot._count(parts, late_parts)
+        if counts[0] or counts[1]:
+            stage.submit(lambda: slot._format(parts, late_parts, arrival, counts))
+
+    while True:
+        msg = _get(in_q, slot)
+        kind = msg[0]
+        if kind == "data":
+            arrival = msg[4]
+            results(*slot.aggregate(msg[1], msg[2], msg[3]), arrival)
+        elif kind == "barrier":
+            cid = msg[1]
+            payload = slot.snapshot()
+            stage.submit(lambda cid=cid, payload=payload: (
+                "barrier", spec.index, cid, dict(payload, parts=slot.finish_parts(cid + 1))))
+        elif kind == "end":
+            results(*slot.flush(), msg[1])
+            break
+        now = time.monotonic()
+        if now - last_stats >= STATS_INTERVAL:
+            last_stats = now
+            stats = slot.stats()  # on the main thread: its clock's CPU time can only be read here
+            stage.submit(lambda stats=stats: ("stats", spec.index, stats))
+
+
+def _finish(slot: TaskSlot, out_q: Any) -> None:
+    """Send ``("done", slot, stats, parts)`` after every result (through the output stage, if any)."""
+    index = slot.spec.index
+    if slot.output is None:
+        _put(out_q, ("done", index, slot.stats(), slot.finish_parts()), slot)
+        return
+    main = slot.clock.report()
+    slot.output.submit(lambda: ("done", index, slot.stats(main), slot.finish_parts()))
+    slot.output.close()
 
 
 def slot_main(spec: SlotSpec, in_q: Any, out_q: Any, states: dict[Any, Any]) -> None:
@@ -389,33 +520,17 @@ def slot_main(spec: SlotSpec, in_q: Any, out_q: Any, states: dict[Any, Any]) -> 
         slot = TaskSlot(spec, states)
         for module in sink_modules(spec.sink_format):  # preloaded by a forkserver; imported here under spawn
             importlib.import_module(module)
+        if spec.sink_format == "csv":  # its compiled loops, from numba's disk cache, before the stream starts
+            importlib.import_module("pba_runtime.runtime.csv_text").compile_now()
         if slot._warm is not None:  # the stream starts when every slot is ready (its kernels loaded)
             slot._warm.join()
         _put(out_q, ("ready", spec.index), slot)
         log.info("task slot %d: %s over %s, %d keys restored", spec.index, spec.algorithm, spec.window, len(states))
-        last_stats = time.monotonic()
-        while True:
-            msg = _get(in_q, slot)
-            kind = msg[0]
-            if kind == "data":
-                out = slot.on_data(msg[1], msg[2], msg[3], msg[4])
-                if out[3] or out[6]:
-                    _put(out_q, out, slot)
-            elif kind == "barrier":
-                _put(out_q, slot.on_barrier(msg[1]), slot)
-            elif kind == "end":
-                out = slot.on_end(msg[1])
-                if out[3] or out[6]:
-                    _put(out_q, out, slot)
-                break
-            now = time.monotonic()
-            if now - last_stats >= STATS_INTERVAL:
-                last_stats = now
-                _put(out_q, ("stats", spec.index, slot.stats()), slot)
+        (_run_stream_staged if spec.sink_format in STAGED_FORMATS else _run_stream)(slot, in_q, out_q)
         if profiler is not None:
             profiler.disable()
             profiler.dump_stats(spec.profile_path)
-        _put(out_q, ("done", spec.index, slot.stats(), slot.finish_parts()), slot)
+        _finish(slot, out_q)
     except _ParentGone:
         out_q.cancel_join_thread()
         in_q.cancel_join_thread()
