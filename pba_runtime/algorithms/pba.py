@@ -85,8 +85,12 @@ __all__ = ["PBA", "SBA", "build_lcs"]
 
 log = logging.getLogger("pba_runtime")
 
-# compiled layouts whose time-window batches run fused (kernels/time_fused.py)
-_FUSED_LAYOUTS = ("scalar", "columns", "argmax", "std")
+
+def _fused_layout(engine) -> bool:
+    """Whether a compiled engine's time-window batches run fused (:func:`pba_runtime.kernels.time_fused.runner`:
+    scalar, two-column, argmax and std partials; not moment_sketch's 23 columns nor user aggregations)."""
+    width = len(engine.ops) if engine.layout == "columns" else 0
+    return engine.layout in ("scalar", "argmax", "std") or width == 2
 
 
 class PBA(SlicedAggregator):
@@ -155,7 +159,7 @@ class PBA(SlicedAggregator):
         # ... and runs the whole batch (slicing, gaps, folds, lcs/csa, windows) and the end-of-stream
         # flush in one compiled call per batch (kernels/time_fused.py) for the built-in layouts; False
         # runs the episode path above (the reference; user aggregations always take it)
-        self._fused_time = self._is_time and self.engine.compiled and self.engine.layout in _FUSED_LAYOUTS
+        self._fused_time = self._is_time and self.engine.compiled and _fused_layout(self.engine)
 
     # ------------------------------------------------------------------ merger
     def _reset_merger(self, f: int = 0, g: int = 0) -> None:
@@ -656,21 +660,22 @@ class PBA(SlicedAggregator):
         K = int(np.prod(shape, dtype=np.int64)) if shape else 1
         s, r, q, m, off = self._s, self._r, self._q, self._m, self._off
         N = len(ts)
-        P2 = np.ascontiguousarray(P, dtype=np.float64).reshape(N, K)
-        ident = kernel.identity_array(1).reshape(1, K)
+        row = (K,) if shape else ()  # the kernels take scalar partials as 1-D arrays
+        P2 = np.ascontiguousarray(P, dtype=np.float64).reshape((N,) + row)
+        ident = kernel.identity_array(1).reshape((1,) + row)
         st = np.zeros(TF.STATE, dtype=np.int64)
         cur, head = ident.copy(), ident.copy()
-        hist = np.empty((0, K))
+        hist = np.empty((0,) + row)
         if self._slice is not None:
             S, next_k, front = self._slice, self._next_k, self._front
             x0 = min(next_k, front)
-            pieces = [kernel.identity_array(front - x0).reshape(-1, K)] if front > x0 else []
+            pieces = [kernel.identity_array(front - x0).reshape((-1,) + row)] if front > x0 else []
             if self._g > self._f:
-                pieces.append(self._history().reshape(-1, K))
+                pieces.append(self._history().reshape((-1,) + row))
             X = np.concatenate(pieces) if len(pieces) > 1 else (pieces[0] if pieces else hist)
             hist = np.ascontiguousarray(X[next_k - x0 : S - x0])
-            cur[0] = kernel.to_array([self._cur]).reshape(K)
-            head[0] = kernel.to_array([self._head]).reshape(K)
+            cur[0] = kernel.to_array([self._cur]).reshape(row)
+            head[0] = kernel.to_array([self._head]).reshape(row)
             st[TF.HAVE], st[TF.SLICE], st[TF.NEXT_K] = 1, S, next_k
             first_k = next_k
         else:
@@ -679,14 +684,14 @@ class PBA(SlicedAggregator):
         # q + 1 per tuple; beyond 4 per tuple, the array grows when it fills
         bound = ((int(ts[-1]) - off) // s - first_k + 1 if N else 0) + q + 2
         cap = max(q + 2, min(bound, N * (q + 1) + q + 2, 4 * N + 2 * q + 4))
-        run = {"argmax": TF.run_argmax, "std": TF.run_std}.get(engine.layout, TF.run_columns)
-        ops = engine._ops_array if engine.layout in ("scalar", "columns") else np.zeros(K, dtype=np.int64)
-        csa, ring, lcs = np.empty((1, K)), np.empty((2 * q, K)), np.empty((q, K))
-        hist_out = np.empty((q + 1, K))
+        run = TF.runner(engine.layout, K)
+        ops = engine._ops_array if engine.layout in ("scalar", "columns") else np.zeros(2, dtype=np.int64)
+        ring, lcs, csa = np.empty((2 * q,) + row), np.empty((q,) + row), np.empty((q,) + row)
+        hist_out = np.empty((q + 1,) + row)
         outs, ends_parts = [], []
         while True:
-            out, ends = _results(cap, (K,), np.float64, True)
-            run(P2, ts, s, off, r, q, m, hist, flush, ident, st, cur, head, csa, ring, lcs, out, ends,
+            out, ends = _results(cap, row, np.float64, True)
+            run(P2, ts, s, off, r, q, m, hist, flush, ident, st, cur, head, ring, lcs, csa, out, ends,
                 hist_out, ops)
             w = int(st[TF.WINDOWS])
             outs.append(out[:w])

@@ -34,7 +34,7 @@ from numba import njit
 
 from .compiled import _JIT, ADD, FMAX, MAX, MIN, MUL, _argmax, _chan, c_fmax, c_fmin, c_max, c_min
 
-__all__ = ["run_columns", "run_argmax", "run_std", "STATE", "HAVE", "SLICE", "NEXT_K", "BASE", "WINDOWS",
+__all__ = ["runner", "run_scalar", "run_pair", "run_argmax", "run_std", "STATE", "HAVE", "SLICE", "NEXT_K", "BASE", "WINDOWS",
            "NEXT_TUPLE", "HIST"]
 
 # the int64 state vector a call reads and writes
@@ -57,188 +57,277 @@ def _op(code, a, b):
     return c_fmin(a, b)
 
 
+# A partial as a value the loop keeps in registers: a float, or a tuple of floats; ``load``/``store``
+# move it from/to row ``i`` of an array, ``comb`` combines two (``c0``, ``c1``: the column codes).
 @njit(inline="always", cache=True)
-def comb_columns(D, di, A, ai, B, bi, ops):
-    """``D[di] = A[ai] (+) B[bi]``, column by column (``D`` may be ``A`` or ``B``: elementwise)."""
-    for k in range(D.shape[1]):
-        D[di, k] = _op(ops[k], A[ai, k], B[bi, k])
-
-
-@njit(inline="always", cache=True)
-def comb_argmax(D, di, A, ai, B, bi, ops):
-    v, p = _argmax(A[ai, 0], A[ai, 1], B[bi, 0], B[bi, 1])
-    D[di, 0] = v
-    D[di, 1] = p
+def load_scalar(a, i):
+    return a[i]
 
 
 @njit(inline="always", cache=True)
-def comb_std(D, di, A, ai, B, bi, ops):
-    n, mu, m2 = _chan(A[ai, 0], A[ai, 1], A[ai, 2], B[bi, 0], B[bi, 1], B[bi, 2])
-    D[di, 0] = n
-    D[di, 1] = mu
-    D[di, 2] = m2
+def store_scalar(a, i, v):
+    a[i] = v
 
 
 @njit(inline="always", cache=True)
-def _copy(D, di, A, ai):
-    for k in range(D.shape[1]):
-        D[di, k] = A[ai, k]
+def comb_scalar(a, b, c0, c1):
+    return _op(c0, a, b)
 
 
 @njit(inline="always", cache=True)
-def _drive(P, ts, s, off, r, q, m, hist, flush, ident, st, cur, head, csa, ring, lcs, out, ends, hist_out,
-           comb, ops):
-    """The loop (see the module doc). ``st``: the state vector (``HAVE``, ``SLICE``, ...); ``cur``/``head``:
-    the open slice's rest and head (one row each); ``csa``: the current row's running csa; ``ring``:
-    the last ``2q`` slices pushed (slice ``x`` at ``(x - base) % 2q``); ``lcs``: the last full row's lcs.
-    ``hist`` (rows: slices ``next_k ..``) is pushed first when ``st[NEXT_TUPLE] == 0``."""
+def load_pair(a, i):
+    return (a[i, 0], a[i, 1])
+
+
+@njit(inline="always", cache=True)
+def store_pair(a, i, v):
+    a[i, 0] = v[0]
+    a[i, 1] = v[1]
+
+
+@njit(inline="always", cache=True)
+def comb_pair(a, b, c0, c1):
+    return (_op(c0, a[0], b[0]), _op(c1, a[1], b[1]))
+
+
+@njit(inline="always", cache=True)
+def comb_argmax(a, b, c0, c1):
+    return _argmax(a[0], a[1], b[0], b[1])
+
+
+@njit(inline="always", cache=True)
+def load_triple(a, i):
+    return (a[i, 0], a[i, 1], a[i, 2])
+
+
+@njit(inline="always", cache=True)
+def store_triple(a, i, v):
+    a[i, 0] = v[0]
+    a[i, 1] = v[1]
+    a[i, 2] = v[2]
+
+
+@njit(inline="always", cache=True)
+def comb_std(a, b, c0, c1):
+    return _chan(a[0], a[1], a[2], b[0], b[1], b[2])
+
+
+@njit(inline="always", cache=True)
+def _flush(out, pw, pj, pn, lcs, csa, m, load, store, comb, c0, c1):
+    """The ``pn`` windows recorded at ``out[pw:]``, columns ``pj ..`` of the row before the current one:
+    ``lcs[j] (+) csa[j - 1]`` (``lcs[0]`` for column 0), ``(+)`` the head recorded in ``out`` (``m > 0``).
+    One loop over contiguous rows, without a branch (it vectorises for scalar partials)."""
+    k = 0
+    if pn > 0 and pj == 0:
+        v = load(lcs, 0)
+        store(out, pw, comb(v, load(out, pw), c0, c1) if m else v)
+        k = 1
+    o = pw - pj  # out index of column j is o + j
+    if m:
+        for j in range(pj + k, pj + pn):
+            store(out, o + j, comb(comb(load(lcs, j), load(csa, j - 1), c0, c1), load(out, o + j), c0, c1))
+    else:
+        for j in range(pj + k, pj + pn):
+            store(out, o + j, comb(load(lcs, j), load(csa, j - 1), c0, c1))
+
+
+@njit(inline="always", cache=True)
+def _push(x, ring, lcs, csa, run, col, ri, q, out, pw, pj, pn, m, load, store, comb, c0, c1):
+    """Push slice partial ``x``: into the ring at ``ri`` and the row's csa (``run``: its last value); a
+    full row first finishes the windows recorded over the previous one, then builds its own lcs.
+    Returns ``(run, col, ri, pn)`` after the push."""
+    store(ring, ri, x)
+    run = x if col == 0 else comb(run, x, c0, c1)
+    store(csa, col, run)
+    col += 1
+    if col == q:  # the row is ring[ri - q + 1 .. ri] (rows start at 0 or q in the ring)
+        _flush(out, pw, pj, pn, lcs, csa, m, load, store, comb, c0, c1)
+        pn = 0
+        acc = x
+        store(lcs, q - 1, acc)
+        r0 = ri - (q - 1)
+        for jj in range(q - 2, -1, -1):
+            acc = comb(load(ring, r0 + jj), acc, c0, c1)
+            store(lcs, jj, acc)
+        col = 0
+    ri += 1
+    if ri == 2 * q:
+        ri = 0
+    return run, col, ri, pn
+
+
+@njit(inline="always", cache=True)
+def _record(out, ends, w, k, head, col, pw, pj, pn, m, end0, s, store):
+    """Window ``k`` is complete: its end now, its value at the next flush (the head kept in ``out``).
+    Returns ``(w, k, pw, pj, pn)`` after it."""
+    if pn == 0:
+        pw = w
+        pj = col
+    if m:
+        store(out, w, head)
+    ends[w] = end0 + k * s
+    return w + 1, k + 1, pw, pj, pn + 1
+
+
+@njit(inline="always", cache=True)
+def _drive(P, ts, s, off, r, q, m, hist, flush, ident_a, st, cur_a, head_a, ring, lcs, csa, out, ends, hist_out,
+           load, store, comb, c0, c1):
+    """The loop (see the module doc). ``st``: the state vector (``HAVE``, ``SLICE``, ...); ``cur_a``,
+    ``head_a`` (row 0): the open slice's rest and head; ``ring``: the last ``2q`` slices pushed (slice
+    ``x`` at ``(x - base) % 2q``); ``lcs``: the last full row's lcs; ``csa``: the current row's.
+    ``hist`` (slices ``next_k ..``) is pushed first when ``st[NEXT_TUPLE] == 0``.
+
+    A window is recorded when it completes (its end, and its head in ``out``) and computed when
+    the row after its first is full, or at the end of the call (:func:`_flush`): the windows of a
+    row in one loop."""
     cap = out.shape[0]
+    ident = load(ident_a, 0)
+    cur = load(cur_a, 0)
+    head = load(head_a, 0)
     have = st[HAVE] != 0
     S = st[SLICE]
     next_k = st[NEXT_K]
     base = st[BASE]
     col = st[COL]
-    w = 0
     q2 = 2 * q
+    ri = (S - base) % q2 if have else 0
+    run = load(csa, col - 1) if col > 0 else ident
+    end0 = off + r  # window k ends at end0 + k*s
+    w = 0
+    pw = 0  # windows recorded, not yet computed: out[pw:pw+pn], columns pj..
+    pj = 0
+    pn = 0
     n = ts.shape[0]
     i = st[NEXT_TUPLE]
     if i == 0 and have:  # a new batch: rows re-aligned at the first pending window
         base = next_k
         col = 0
-        for j in range(hist.shape[0]):
-            x = base + j
-            # push hist[j]: no window can complete (the pending ones need the open slice)
-            ri = (x - base) % q2
-            _copy(ring, ri, hist, j)
-            if col == 0:
-                _copy(csa, 0, hist, j)
-            else:
-                comb(csa, 0, csa, 0, hist, j, ops)
-            col += 1
-            if col == q:
-                r0 = ri - (q - 1)
-                _copy(lcs, q - 1, ring, ri)
-                for jj in range(q - 2, -1, -1):
-                    comb(lcs, jj, ring, r0 + jj, lcs, jj + 1, ops)
-                col = 0
+        ri = 0
+        for j in range(hist.shape[0]):  # no window completes: the pending ones need the open slice
+            run, col, ri, pn = _push(load(hist, j), ring, lcs, csa, run, col, ri, q, out, pw, pj, pn, m,
+                                     load, store, comb, c0, c1)
     lo = S * s  # the open slice is [lo, lo + s) (relative to off)
     hi = lo + s
     while True:
+        if have:  # fold the tuples of the open slice (no division: timestamps are sorted)
+            if m:
+                while i < n:
+                    t = ts[i] - off
+                    if t >= hi:
+                        break
+                    if t - lo < m:
+                        head = comb(head, load(P, i), c0, c1)
+                    else:
+                        if next_k == S - q:  # window S-q ends inside slice S, at or before t
+                            w, next_k, pw, pj, pn = _record(out, ends, w, next_k, head, col, pw, pj, pn, m, end0,
+                                                            s, store)
+                        cur = comb(cur, load(P, i), c0, c1)
+                    i += 1
+            else:
+                while i < n:
+                    if ts[i] - off >= hi:
+                        break
+                    cur = comb(cur, load(P, i), c0, c1)
+                    i += 1
+        # a tuple past the open slice (or the end of stream): at most q + 1 windows complete
         if i < n:
             if cap - w < q + 2:
                 break
             t = ts[i] - off
-            advance = False
-            fresh = False
-            if not have:
-                fresh = True
-            elif t >= hi:
-                advance = True
-                fresh = t >= lo + r
+            fresh = not have or t >= lo + r
         elif flush and have:
             if cap - w < q + 2:
                 break
-            advance = True
+            t = hi
             fresh = True
-            t = 0
         else:
             break
-        if advance:
+        if have:
             # close slices from S on, emitting windows as they complete: up to t's slice, or (fresh:
             # the episode ends) until every window holding the last tuple is out
             last = S
-            g = t // s
+            g = S + 1
+            if not fresh and t >= hi + s:
+                g = t // s  # one division per gap, not per slice
             while True:
                 if m and next_k == S - q:
-                    wi = w
-                    if col == 0:
-                        _copy(out, wi, lcs, 0)
-                    else:
-                        comb(out, wi, lcs, col, csa, 0, ops)
-                    comb(out, wi, out, wi, head, 0, ops)
-                    ends[wi] = next_k * s + off + r
-                    w += 1
-                    next_k += 1
-                # push the slice S: head (+) rest
-                ri = (S - base) % q2
-                if m:
-                    comb(ring, ri, head, 0, cur, 0, ops)
-                else:
-                    _copy(ring, ri, cur, 0)
-                _copy(head, 0, ident, 0)
-                _copy(cur, 0, ident, 0)
-                if col == 0:
-                    _copy(csa, 0, ring, ri)
-                else:
-                    comb(csa, 0, csa, 0, ring, ri, ops)
-                col += 1
-                if col == q:
-                    r0 = ri - (q - 1)
-                    _copy(lcs, q - 1, ring, ri)
-                    for jj in range(q - 2, -1, -1):
-                        comb(lcs, jj, ring, r0 + jj, lcs, jj + 1, ops)
-                    col = 0
+                    w, next_k, pw, pj, pn = _record(out, ends, w, next_k, head, col, pw, pj, pn, m, end0, s, store)
+                x = comb(head, cur, c0, c1) if m else cur
+                head = ident
+                cur = ident
+                run, col, ri, pn = _push(x, ring, lcs, csa, run, col, ri, q, out, pw, pj, pn, m,
+                                         load, store, comb, c0, c1)
                 S += 1
+                lo = hi
+                hi += s
                 if not m and next_k == S - q:
-                    wi = w
-                    if col == 0:
-                        _copy(out, wi, lcs, 0)
-                    else:
-                        comb(out, wi, lcs, col, csa, 0, ops)
-                    ends[wi] = next_k * s + off + r
-                    w += 1
-                    next_k += 1
+                    w, next_k, pw, pj, pn = _record(out, ends, w, next_k, head, col, pw, pj, pn, m, end0, s, store)
                 if fresh:
                     if next_k > last:
                         have = False
                         break
-                elif S == g:
+                elif t < hi:
                     break
+                # empty slices follow, each with one window (in lockstep since the first push): all of
+                # them up to the row's last column at once
+                rem = last - next_k + 1 if fresh else g - S
+                E = min(rem, q - 1 - col)
+                if E > 0:
+                    if col == 0:  # the row's first slice: its csa is the empty slice
+                        run = ident
+                    for e in range(E):
+                        store(ring, ri + e, ident)
+                        store(csa, col + e, run)
+                    c1st = col if m else col + 1  # the column of the first window
+                    if pn == 0:
+                        pw = w
+                        pj = c1st
+                    for e in range(E):
+                        if m:
+                            store(out, w + e, ident)
+                        ends[w + e] = end0 + (next_k + e) * s
+                    w += E
+                    pn += E
+                    next_k += E
+                    col += E
+                    ri += E
+                    S += E
+                    lo += E * s
+                    hi += E * s
+                    if fresh:
+                        if next_k > last:
+                            have = False
+                            break
+                    elif t < hi:
+                        break
         if i >= n:  # the flush's drain
             break
         if not have:  # the first tuple of an episode: its first window starts the rows
-            g = t // s
-            S = g
+            _flush(out, pw, pj, pn, lcs, csa, m, load, store, comb, c0, c1)
+            pn = 0
+            S = t // s
+            lo = S * s
+            hi = lo + s
             next_k = (t - r) // s + 1
             base = next_k
-            col = 0
-            _copy(head, 0, ident, 0)
-            _copy(cur, 0, ident, 0)
-            for x in range(next_k, g):  # slices before the tuple's: empty (at most q of them)
-                ri = (x - base) % q2
-                _copy(ring, ri, ident, 0)
-                if col == 0:
-                    _copy(csa, 0, ident, 0)
-                else:
-                    comb(csa, 0, csa, 0, ident, 0, ops)
-                col += 1
-                if col == q:
-                    _copy(lcs, q - 1, ring, ri)
-                    for jj in range(q - 2, -1, -1):
-                        comb(lcs, jj, ring, ri - (q - 1) + jj, lcs, jj + 1, ops)
-                    col = 0
+            head = ident
+            cur = ident
+            run = ident
+            # the slices before the tuple's are empty (at most q of them); no window completes
+            E = min(S - next_k, q - 1)
+            for e in range(E):
+                store(ring, e, ident)
+                store(csa, e, ident)
+            col = E
+            ri = E
+            if S - next_k > E:
+                run, col, ri, pn = _push(ident, ring, lcs, csa, run, col, ri, q, out, pw, pj, pn, m,
+                                         load, store, comb, c0, c1)
             have = True
-        lo = S * s
-        hi = lo + s
-        unit = t - lo
-        if m:
-            if next_k == S - q and unit >= m:  # window S-q ends inside slice S, at or before t
-                wi = w
-                if col == 0:
-                    _copy(out, wi, lcs, 0)
-                else:
-                    comb(out, wi, lcs, col, csa, 0, ops)
-                comb(out, wi, out, wi, head, 0, ops)
-                ends[wi] = next_k * s + off + r
-                w += 1
-                next_k += 1
-            if unit < m:
-                comb(head, 0, head, 0, P, i, ops)
-            else:
-                comb(cur, 0, cur, 0, P, i, ops)
-        else:
-            comb(cur, 0, cur, 0, P, i, ops)
-        i += 1
+        # t's slice is now the open one: the fold above takes it
+    _flush(out, pw, pj, pn, lcs, csa, m, load, store, comb, c0, c1)
+    store(cur_a, 0, cur)
+    store(head_a, 0, head)
     st[HAVE] = 1 if have else 0
     st[SLICE] = S
     st[NEXT_K] = next_k
@@ -249,27 +338,44 @@ def _drive(P, ts, s, off, r, q, m, hist, flush, ident, st, cur, head, csa, ring,
     L = 0
     if have:  # the slices of the pending windows, [next_k, S), for the operator's state
         for x in range(next_k, S):
-            _copy(hist_out, L, ring, (x - base) % q2)
+            store(hist_out, L, load(ring, (x - base) % q2))
             L += 1
     st[HIST] = L
 
 
 @njit(**_JIT)
-def run_columns(P, ts, s, off, r, q, m, hist, flush, ident, st, cur, head, csa, ring, lcs, out, ends, hist_out, ops):
-    """Column partials (column ``k`` combined by code ``ops[k]``): see :func:`_drive`."""
-    _drive(P, ts, s, off, r, q, m, hist, flush, ident, st, cur, head, csa, ring, lcs, out, ends, hist_out,
-           comb_columns, ops)
+def run_scalar(P, ts, s, off, r, q, m, hist, flush, ident, st, cur, head, ring, lcs, csa, out, ends, hist_out, ops):
+    """Scalar partials (1-D arrays) combined by code ``ops[0]``: see :func:`_drive`."""
+    _drive(P, ts, s, off, r, q, m, hist, flush, ident, st, cur, head, ring, lcs, csa, out, ends, hist_out,
+           load_scalar, store_scalar, comb_scalar, ops[0], ops[0])
 
 
 @njit(**_JIT)
-def run_argmax(P, ts, s, off, r, q, m, hist, flush, ident, st, cur, head, csa, ring, lcs, out, ends, hist_out, ops):
-    """``argmax`` partials ``(value, position)``: see :func:`_drive`."""
-    _drive(P, ts, s, off, r, q, m, hist, flush, ident, st, cur, head, csa, ring, lcs, out, ends, hist_out,
-           comb_argmax, ops)
+def run_pair(P, ts, s, off, r, q, m, hist, flush, ident, st, cur, head, ring, lcs, csa, out, ends, hist_out, ops):
+    """Two-column partials (``mean``, ``geomean``) combined by codes ``ops[0]``, ``ops[1]``."""
+    _drive(P, ts, s, off, r, q, m, hist, flush, ident, st, cur, head, ring, lcs, csa, out, ends, hist_out,
+           load_pair, store_pair, comb_pair, ops[0], ops[1])
 
 
 @njit(**_JIT)
-def run_std(P, ts, s, off, r, q, m, hist, flush, ident, st, cur, head, csa, ring, lcs, out, ends, hist_out, ops):
-    """``std`` partials ``(n, mean, M2)``, merged by Chan et al.'s update: see :func:`_drive`."""
-    _drive(P, ts, s, off, r, q, m, hist, flush, ident, st, cur, head, csa, ring, lcs, out, ends, hist_out,
-           comb_std, ops)
+def run_argmax(P, ts, s, off, r, q, m, hist, flush, ident, st, cur, head, ring, lcs, csa, out, ends, hist_out, ops):
+    """``argmax`` partials ``(value, position)``."""
+    _drive(P, ts, s, off, r, q, m, hist, flush, ident, st, cur, head, ring, lcs, csa, out, ends, hist_out,
+           load_pair, store_pair, comb_argmax, 0, 0)
+
+
+@njit(**_JIT)
+def run_std(P, ts, s, off, r, q, m, hist, flush, ident, st, cur, head, ring, lcs, csa, out, ends, hist_out, ops):
+    """``std`` partials ``(n, mean, M2)``, merged by Chan et al.'s update."""
+    _drive(P, ts, s, off, r, q, m, hist, flush, ident, st, cur, head, ring, lcs, csa, out, ends, hist_out,
+           load_triple, store_triple, comb_std, 0, 0)
+
+
+def runner(layout: str, width: int):
+    """The fused kernel for an engine's ``layout`` and partial ``width``, or ``None`` (not covered:
+    column partials of 3 and more, user aggregations)."""
+    if layout == "scalar":
+        return run_scalar
+    if layout == "columns" and width == 2:
+        return run_pair
+    return {"argmax": run_argmax, "std": run_std}.get(layout)
