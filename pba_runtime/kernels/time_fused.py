@@ -343,28 +343,28 @@ def _drive(P, ts, s, off, r, q, m, hist, flush, ident_a, st, cur_a, head_a, ring
     st[HIST] = L
 
 
-@njit(**_JIT)
+@njit(**_JIT, _nrt=False)
 def run_scalar(P, ts, s, off, r, q, m, hist, flush, ident, st, cur, head, ring, lcs, csa, out, ends, hist_out, ops):
     """Scalar partials (1-D arrays) combined by code ``ops[0]``: see :func:`_drive`."""
     _drive(P, ts, s, off, r, q, m, hist, flush, ident, st, cur, head, ring, lcs, csa, out, ends, hist_out,
            load_scalar, store_scalar, comb_scalar, ops[0], ops[0])
 
 
-@njit(**_JIT)
+@njit(**_JIT, _nrt=False)
 def run_pair(P, ts, s, off, r, q, m, hist, flush, ident, st, cur, head, ring, lcs, csa, out, ends, hist_out, ops):
     """Two-column partials (``mean``, ``geomean``) combined by codes ``ops[0]``, ``ops[1]``."""
     _drive(P, ts, s, off, r, q, m, hist, flush, ident, st, cur, head, ring, lcs, csa, out, ends, hist_out,
            load_pair, store_pair, comb_pair, ops[0], ops[1])
 
 
-@njit(**_JIT)
+@njit(**_JIT, _nrt=False)
 def run_argmax(P, ts, s, off, r, q, m, hist, flush, ident, st, cur, head, ring, lcs, csa, out, ends, hist_out, ops):
     """``argmax`` partials ``(value, position)``."""
     _drive(P, ts, s, off, r, q, m, hist, flush, ident, st, cur, head, ring, lcs, csa, out, ends, hist_out,
            load_pair, store_pair, comb_argmax, 0, 0)
 
 
-@njit(**_JIT)
+@njit(**_JIT, _nrt=False)
 def run_std(P, ts, s, off, r, q, m, hist, flush, ident, st, cur, head, ring, lcs, csa, out, ends, hist_out, ops):
     """``std`` partials ``(n, mean, M2)``, merged by Chan et al.'s update."""
     _drive(P, ts, s, off, r, q, m, hist, flush, ident, st, cur, head, ring, lcs, csa, out, ends, hist_out,
