@@ -599,6 +599,8 @@ def kernels_section(kr: dict) -> list[str]:
              rat(r, "polars"), f"{r['fraction_of_copyto']:.2f}"] for r in kr.get("builtins", [])]
     out += table(["agg", "range", "compiled PBA", "compiled SBA", "numpy", "bottleneck", "pandas", "polars",
                   "PBA / bottleneck", "PBA / pandas", "PBA / polars", "of copyto"], rows)
+    if kr.get("time"):
+        out += time_kernel_rows(kr["time"])
     out += kernel_goals(kr)
     acc = kr.get("accuracy") or {}
     if acc:
@@ -649,11 +651,32 @@ def kernel_goals(kr: dict) -> list[str]:
     t = kr.get("time")
     if t:
         r = {k: v["compiled_vs_numpy"] for k, v in t["aggs"].items()}
+        prev = {k: v["compiled_vs_episodes"] for k, v in t["aggs"].items() if "compiled_vs_episodes" in v}
         rows.append([f"time windows, {t['window']} over {t['records']:,} records with gaps: >= 10x the numpy engine "
                      "(the pre-compiled path)", ", ".join(f"{k} {v:.1f}x" for k, v in r.items()) +
+                     (" (the previous compiled path: " + ", ".join(f"{k} {r[k] / v:.1f}x" for k, v in prev.items())
+                      + ")" if prev else "") +
                      f"; flush of {t['flush']['window']}: {t['flush']['flush_s'] * 1e3:.1f} ms",
                      met(all(v >= 10 for v in r.values()))])
     return ["Goals of issue 17 on this run:", ""] + table(["goal", "measured", ""], rows)
+
+
+def time_kernel_rows(t: dict) -> list[str]:
+    """The time-window case of bench_kernels.py: the fused kernel, the episode path it replaced, numpy."""
+    names = (("compiled_pba", "compiled (fused)"), ("compiled_episodes", "compiled, episode path"),
+             ("numpy_pba", "numpy"))
+
+    def cell(c):
+        return f"{rate(c['per_s'])} [{rate(c['min_per_s'])}-{rate(c['max_per_s'])}]"
+
+    rows = [[agg, *(cell(v[k]) if k in v else "-" for k, _ in names), f"{v['compiled_vs_numpy']:.1f}x",
+             f"{v['compiled_vs_episodes']:.1f}x" if "compiled_vs_episodes" in v else "-"]
+            for agg, v in t["aggs"].items()]
+    load = t.get("loadavg")
+    return ([f"Time windows, `{t['window']}` over {t['records']:,} records with gaps (`bench_time`; "
+             f"{t.get('repeat', '?')} interleaved repeats" + (f", 1-min load {load[0]:.1f} at the start" if load else "")
+             + "; `--time-only` reruns it alone). M records/s, median [min-max]:", ""]
+            + table(["agg", *(label for _, label in names), "fused / numpy", "fused / episode path"], rows))
 
 
 #: the paper's own Java implementation on this machine (shared/anchors.md, 2026-11-23): 5M doubles, per tuple,

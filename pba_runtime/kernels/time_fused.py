@@ -29,7 +29,6 @@ path (``PBA._episode``, numpy or compiled merge); ``tests/test_time_fused.py`` c
 
 from __future__ import annotations
 
-import numpy as np
 from numba import njit
 
 from .compiled import _JIT, ADD, FMAX, MAX, MIN, MUL, _argmax, _chan, c_fmax, c_fmin, c_max, c_min
@@ -132,28 +131,44 @@ def _flush(out, pw, pj, pn, lcs, csa, m, load, store, comb, c0, c1):
 
 
 @njit(inline="always", cache=True)
-def _push(x, ring, lcs, csa, run, col, ri, q, out, pw, pj, pn, m, load, store, comb, c0, c1):
+def _push(x, real, ring, lcs, csa, run, col, ri, q, out, pw, pj, pn, m, fr, lr, load, store, comb, c0, c1):
     """Push slice partial ``x``: into the ring at ``ri`` and the row's csa (``run``: its last value); a
     full row first finishes the windows recorded over the previous one, then builds its own lcs.
-    Returns ``(run, col, ri, pn)`` after the push."""
+
+    ``[fr, lr)``: the columns of the row that may hold a tuple (``real`` pushes; the others are empty
+    slices, the identity): the lcs is a chain over those only, the identity after them and a constant
+    before (``ident (+) a`` is ``a``, up to the sign of a zero sum). Returns ``(run, col, ri, pn, fr, lr)``."""
     store(ring, ri, x)
     run = x if col == 0 else comb(run, x, c0, c1)
     store(csa, col, run)
+    if real:
+        if fr == q:
+            fr = col
+        lr = col + 1
     col += 1
     if col == q:  # the row is ring[ri - q + 1 .. ri] (rows start at 0 or q in the ring)
         _flush(out, pw, pj, pn, lcs, csa, m, load, store, comb, c0, c1)
         pn = 0
-        acc = x
-        store(lcs, q - 1, acc)
         r0 = ri - (q - 1)
-        for jj in range(q - 2, -1, -1):
+        for jj in range(lr, q):
+            store(lcs, jj, load(ring, r0 + jj))  # the identity
+        if lr == 0:  # no slice of the row holds a tuple
+            fr = 0
+            lr = 1
+        acc = load(ring, r0 + lr - 1)
+        store(lcs, lr - 1, acc)
+        for jj in range(lr - 2, fr - 1, -1):
             acc = comb(load(ring, r0 + jj), acc, c0, c1)
             store(lcs, jj, acc)
+        for jj in range(fr):
+            store(lcs, jj, acc)
         col = 0
+        fr = q
+        lr = 0
     ri += 1
     if ri == 2 * q:
         ri = 0
-    return run, col, ri, pn
+    return run, col, ri, pn, fr, lr
 
 
 @njit(inline="always", cache=True)
@@ -192,6 +207,8 @@ def _drive(P, ts, s, off, r, q, m, hist, flush, ident_a, st, cur_a, head_a, ring
     q2 = 2 * q
     ri = (S - base) % q2 if have else 0
     run = load(csa, col - 1) if col > 0 else ident
+    fr = 0  # the current row's columns that may hold a tuple: [fr, lr) (resumed: all so far)
+    lr = col
     end0 = off + r  # window k ends at end0 + k*s
     w = 0
     pw = 0  # windows recorded, not yet computed: out[pw:pw+pn], columns pj..
@@ -203,8 +220,10 @@ def _drive(P, ts, s, off, r, q, m, hist, flush, ident_a, st, cur_a, head_a, ring
         base = next_k
         col = 0
         ri = 0
+        fr = q
+        lr = 0
         for j in range(hist.shape[0]):  # no window completes: the pending ones need the open slice
-            run, col, ri, pn = _push(load(hist, j), ring, lcs, csa, run, col, ri, q, out, pw, pj, pn, m,
+            run, col, ri, pn, fr, lr = _push(load(hist, j), True, ring, lcs, csa, run, col, ri, q, out, pw, pj, pn, m, fr, lr,
                                      load, store, comb, c0, c1)
     lo = S * s  # the open slice is [lo, lo + s) (relative to off)
     hi = lo + s
@@ -249,14 +268,16 @@ def _drive(P, ts, s, off, r, q, m, hist, flush, ident_a, st, cur_a, head_a, ring
             g = S + 1
             if not fresh and t >= hi + s:
                 g = t // s  # one division per gap, not per slice
+            first = True
             while True:
                 if m and next_k == S - q:
                     w, next_k, pw, pj, pn = _record(out, ends, w, next_k, head, col, pw, pj, pn, m, end0, s, store)
                 x = comb(head, cur, c0, c1) if m else cur
                 head = ident
                 cur = ident
-                run, col, ri, pn = _push(x, ring, lcs, csa, run, col, ri, q, out, pw, pj, pn, m,
+                run, col, ri, pn, fr, lr = _push(x, first, ring, lcs, csa, run, col, ri, q, out, pw, pj, pn, m, fr, lr,
                                          load, store, comb, c0, c1)
+                first = False
                 S += 1
                 lo = hi
                 hi += s
@@ -320,8 +341,10 @@ def _drive(P, ts, s, off, r, q, m, hist, flush, ident_a, st, cur_a, head_a, ring
                 store(csa, e, ident)
             col = E
             ri = E
+            fr = q
+            lr = 0
             if S - next_k > E:
-                run, col, ri, pn = _push(ident, ring, lcs, csa, run, col, ri, q, out, pw, pj, pn, m,
+                run, col, ri, pn, fr, lr = _push(ident, False, ring, lcs, csa, run, col, ri, q, out, pw, pj, pn, m, fr, lr,
                                          load, store, comb, c0, c1)
             have = True
         # t's slice is now the open one: the fold above takes it
