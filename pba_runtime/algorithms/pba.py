@@ -88,9 +88,9 @@ log = logging.getLogger("pba_runtime")
 
 def _fused_layout(engine) -> bool:
     """Whether a compiled engine's time-window batches run fused (:func:`pba_runtime.kernels.time_fused.runner`:
-    scalar, two-column, argmax and std partials; not moment_sketch's 23 columns nor user aggregations)."""
-    width = len(engine.ops) if engine.layout == "columns" else 0
-    return engine.layout in ("scalar", "argmax", "std") or width == 2
+    scalar, two-sum, argmax and std partials; not moment_sketch's 23 columns nor user aggregations).
+    Decided without importing numba (the codes are :mod:`pba_runtime.kernels.compiled`'s; 0 adds)."""
+    return engine.layout in ("scalar", "argmax", "std") or (engine.layout == "columns" and engine.ops == (0, 0))
 
 
 class PBA(SlicedAggregator):
@@ -684,7 +684,7 @@ class PBA(SlicedAggregator):
         # q + 1 per tuple; beyond 4 per tuple, the array grows when it fills
         bound = ((int(ts[-1]) - off) // s - first_k + 1 if N else 0) + q + 2
         cap = max(q + 2, min(bound, N * (q + 1) + q + 2, 4 * N + 2 * q + 4))
-        run = TF.runner(engine.layout, K)
+        run = TF.runner(engine.layout, engine.ops)
         ops = engine._ops_array if engine.layout in ("scalar", "columns") else np.zeros(2, dtype=np.int64)
         ring, lcs, csa = np.empty((2 * q,) + row), np.empty((q,) + row), np.empty((q,) + row)
         hist_out = np.empty((q + 1,) + row)

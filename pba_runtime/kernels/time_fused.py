@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from numba import njit
 
-from .compiled import _JIT, ADD, FMAX, MAX, MIN, MUL, _argmax, _chan, c_fmax, c_fmin, c_max, c_min
+from .compiled import _JIT, ADD, FMAX, MAX, MIN, MUL, _argmax, _chan
 
 __all__ = ["runner", "run_scalar", "run_pair", "run_argmax", "run_std", "STATE", "HAVE", "SLICE", "NEXT_K", "BASE", "WINDOWS",
            "NEXT_TUPLE", "HIST"]
@@ -43,17 +43,19 @@ STATE = 8
 
 @njit(inline="always", cache=True)
 def _op(code, a, b):
+    """The combine of code ``code`` (:mod:`.compiled`'s ``c_add``, ``c_max``, ...), written out: one
+    inlined body per call site, not five (numba's inlining is most of the compile time here)."""
     if code == ADD:
         return a + b
     if code == MAX:
-        return c_max(a, b)
+        return a if (a >= b or a != a) else b
     if code == MIN:
-        return c_min(a, b)
+        return a if (a <= b or a != a) else b
     if code == MUL:
         return a * b
     if code == FMAX:
-        return c_fmax(a, b)
-    return c_fmin(a, b)
+        return a if (a >= b or b != b) else b
+    return a if (a <= b or b != b) else b
 
 
 # A partial as a value the loop keeps in registers: a float, or a tuple of floats; ``load``/``store``
@@ -86,7 +88,8 @@ def store_pair(a, i, v):
 
 @njit(inline="always", cache=True)
 def comb_pair(a, b, c0, c1):
-    return (_op(c0, a[0], b[0]), _op(c1, a[1], b[1]))
+    """Two sums (``mean``'s and ``geomean``'s partials): the only two-column built-ins."""
+    return (a[0] + b[0], a[1] + b[1])
 
 
 @njit(inline="always", cache=True)
@@ -220,11 +223,25 @@ def _drive(P, ts, s, off, r, q, m, hist, flush, ident_a, st, cur_a, head_a, ring
         base = next_k
         col = 0
         ri = 0
-        fr = q
-        lr = 0
-        for j in range(hist.shape[0]):  # no window completes: the pending ones need the open slice
-            run, col, ri, pn, fr, lr = _push(load(hist, j), True, ring, lcs, csa, run, col, ri, q, out, pw, pj, pn, m, fr, lr,
-                                     load, store, comb, c0, c1)
+        # the pending windows' slices, [next_k, S), fill row 0 (at most q of them): copied, not pushed
+        # one by one (row 0's csa is never read: no window starts in a row before it)
+        L = hist.shape[0]
+        for j in range(L):
+            store(ring, j, load(hist, j))
+        fr = 0
+        lr = L
+        if L == q:  # row 0 is full: its lcs
+            acc = load(ring, q - 1)
+            store(lcs, q - 1, acc)
+            for jj in range(q - 2, -1, -1):
+                acc = comb(load(ring, jj), acc, c0, c1)
+                store(lcs, jj, acc)
+            L = 0
+            fr = q
+            lr = 0
+        col = L
+        ri = hist.shape[0]
+        run = ident
     lo = S * s  # the open slice is [lo, lo + s) (relative to off)
     hi = lo + s
     while True:
@@ -243,10 +260,25 @@ def _drive(P, ts, s, off, r, q, m, hist, flush, ident_a, st, cur_a, head_a, ring
                         cur = comb(cur, load(P, i), c0, c1)
                     i += 1
             else:
+                fast = r >= 2 * s  # a tuple in the next slice never ends the episode
                 while i < n:
-                    if ts[i] - off >= hi:
-                        break
-                    cur = comb(cur, load(P, i), c0, c1)
+                    t = ts[i] - off
+                    if t >= hi:
+                        if not fast or t >= hi + s or cap - w < q + 2:
+                            break
+                        # the next slice: close this one and its window here, the common step (the
+                        # loop below does the same, for any distance)
+                        run, col, ri, pn, fr, lr = _push(cur, True, ring, lcs, csa, run, col, ri, q, out, pw, pj, pn,
+                                                         m, fr, lr, load, store, comb, c0, c1)
+                        S += 1
+                        lo = hi
+                        hi += s
+                        if next_k == S - q:
+                            w, next_k, pw, pj, pn = _record(out, ends, w, next_k, head, col, pw, pj, pn, m, end0,
+                                                            s, store)
+                        cur = comb(ident, load(P, i), c0, c1)
+                    else:
+                        cur = comb(cur, load(P, i), c0, c1)
                     i += 1
         # a tuple past the open slice (or the end of stream): at most q + 1 windows complete
         if i < n:
@@ -335,7 +367,7 @@ def _drive(P, ts, s, off, r, q, m, hist, flush, ident_a, st, cur_a, head_a, ring
             cur = ident
             run = ident
             # the slices before the tuple's are empty (at most q of them); no window completes
-            E = min(S - next_k, q - 1)
+            E = S - next_k
             for e in range(E):
                 store(ring, e, ident)
                 store(csa, e, ident)
@@ -343,9 +375,10 @@ def _drive(P, ts, s, off, r, q, m, hist, flush, ident_a, st, cur_a, head_a, ring
             ri = E
             fr = q
             lr = 0
-            if S - next_k > E:
-                run, col, ri, pn, fr, lr = _push(ident, False, ring, lcs, csa, run, col, ri, q, out, pw, pj, pn, m, fr, lr,
-                                         load, store, comb, c0, c1)
+            if E == q:  # row 0 is full (of empty slices): its lcs is the identity
+                for e in range(q):
+                    store(lcs, e, ident)
+                col = 0
             have = True
         # t's slice is now the open one: the fold above takes it
     _flush(out, pw, pj, pn, lcs, csa, m, load, store, comb, c0, c1)
@@ -360,9 +393,13 @@ def _drive(P, ts, s, off, r, q, m, hist, flush, ident_a, st, cur_a, head_a, ring
     st[NEXT_TUPLE] = i
     L = 0
     if have:  # the slices of the pending windows, [next_k, S), for the operator's state
-        for x in range(next_k, S):
-            store(hist_out, L, load(ring, (x - base) % q2))
+        j = (next_k - base) % q2
+        for _x in range(next_k, S):
+            store(hist_out, L, load(ring, j))
             L += 1
+            j += 1
+            if j == q2:
+                j = 0
     st[HIST] = L
 
 
@@ -375,7 +412,7 @@ def run_scalar(P, ts, s, off, r, q, m, hist, flush, ident, st, cur, head, ring, 
 
 @njit(**_JIT, _nrt=False)
 def run_pair(P, ts, s, off, r, q, m, hist, flush, ident, st, cur, head, ring, lcs, csa, out, ends, hist_out, ops):
-    """Two-column partials (``mean``, ``geomean``) combined by codes ``ops[0]``, ``ops[1]``."""
+    """Two-column partials whose columns both add (``mean``, ``geomean``)."""
     _drive(P, ts, s, off, r, q, m, hist, flush, ident, st, cur, head, ring, lcs, csa, out, ends, hist_out,
            load_pair, store_pair, comb_pair, ops[0], ops[1])
 
@@ -394,11 +431,12 @@ def run_std(P, ts, s, off, r, q, m, hist, flush, ident, st, cur, head, ring, lcs
            load_triple, store_triple, comb_std, 0, 0)
 
 
-def runner(layout: str, width: int):
-    """The fused kernel for an engine's ``layout`` and partial ``width``, or ``None`` (not covered:
-    column partials of 3 and more, user aggregations)."""
+def runner(layout: str, ops: tuple):
+    """The fused kernel for an engine's ``layout`` and column codes ``ops``, or ``None`` (not covered:
+    column partials other than two sums, user aggregations)."""
+    width = len(ops)
     if layout == "scalar":
         return run_scalar
-    if layout == "columns" and width == 2:
+    if layout == "columns" and width == 2 and tuple(ops) == (ADD, ADD):
         return run_pair
     return {"argmax": run_argmax, "std": run_std}.get(layout)
