@@ -6,11 +6,14 @@ tuple folds into its slice (its head, units ``< m``, or the rest), a tuple in a 
 closes the slices up to it, and a tuple whose first window begins after the last tuple's slice
 ends the *episode* (every window holding an older tuple is emitted, then the slicing restarts).
 A closed slice is pushed into PBA's rows of ``q`` slices, aligned at the episode's first window:
-the row's csa grows as it goes, and when the row is full its lcs is built (from its end) into a
-buffer of ``q`` partials. Windows are emitted in lockstep with the pushes (window ``k`` when the
-slices ``k .. k+q-1`` are pushed and, for ``r % s != 0``, a tuple at or past its end has come),
-so a window is ``lcs[j] (+) csa`` (``lcs[0]`` for column 0), ``(+) head`` of slice ``k+q``: the
-csa is one running partial, and the scratch (``2q`` slices and ``q`` lcs) stays in cache.
+the row's csa grows as it goes (kept per column), and when the row is full its lcs is built (from
+its end) into a buffer of ``q`` partials. A window completes in lockstep with the pushes (window
+``k`` when the slices ``k .. k+q-1`` are pushed and, for ``r % s != 0``, a tuple at or past its end
+has come): its end is written then, and its value, ``lcs[j] (+) csa[j-1]`` (``lcs[0]`` for column 0)
+``(+) head`` of slice ``k+q``, with the other windows of its row in one loop once the next row is
+full (or the call ends). The empty slices of a gap, of a drain and before an episode's first tuple
+are written a row at a time, and a row's lcs chains only over the columns that may hold a tuple.
+The scratch (``2q`` slices, ``q`` lcs, ``q`` csa) stays in cache for the ranges that matter.
 
 Between batches the operator keeps its usual state (the slices ``[next_k, S)`` of the pending
 windows, the open slice's head and rest, ``S``, ``next_k``); a batch re-aligns its rows at its
@@ -21,10 +24,13 @@ the same call with no tuple: the open windows are drained in the loop.
 A call stops early, between two tuples, when fewer than ``q + 2`` result rows are left (one tuple
 emits at most ``q + 1`` windows); the caller gives it a larger result array and calls again.
 
-Partials are rows of ``K`` floats. Layouts: ``"columns"`` (column ``k`` combined by code
-``ops[k]`` of :mod:`.compiled`; a scalar aggregation is one column), ``"argmax"`` and ``"std"``
-(Chan et al.'s merge, as ``aggregations._chan``). The slow reference is the operator's episode
-path (``PBA._episode``, numpy or compiled merge); ``tests/test_time_fused.py`` checks fast == slow.
+Partials are values the loop keeps in registers (``load``/``store``/``comb`` move and combine them):
+a float combined by a code of :mod:`.compiled` (``max``, ``min``, ``sum``, ``count``, ``ufunc=``
+aggregations), a pair of sums (``mean``, ``geomean``), ``argmax``'s ``(value, position)`` and
+``std``'s ``(n, mean, M2)`` (Chan et al.'s merge, as ``aggregations._chan``). Compiled without
+numba's reference counting (``_nrt=False``): nothing is allocated inside, and the counts of the
+arrays handed to the inlined helpers cost ~40% of a slice. The slow reference is the operator's
+episode path (``PBA._episode``, numpy or compiled merge); ``tests/test_kernels.py`` checks fast == slow.
 """
 
 from __future__ import annotations
