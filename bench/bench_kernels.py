@@ -8,12 +8,14 @@ of the same values (one read, one write: the machine's limit). Medians with thei
 
 Also: the relative error of sum/mean/std against an exact recompute on runs of 1e12 beside runs
 of 1e-3; user aggregations (compiled from plain Python) against pandas'
-``rolling.apply(engine="numba")`` and our built-in max; time windows with gaps, compiled against
-numpy and Python; the end-of-stream flush of a long time window.
+``rolling.apply(engine="numba")`` and our built-in max; time windows with gaps, the compiled engine
+(its fused kernel) against its previous episode path, numpy and Python; the end-of-stream flush of a
+long time window.
 
     python bench/bench_kernels.py             # 10M values, ranges 2^10 2^13 2^17 2^20
     python bench/bench_kernels.py --quick     # 2M values, ranges 2^10 2^13 2^17
     python bench/bench_kernels.py --smoke     # seconds: the harness only
+    python bench/bench_kernels.py --time-only # the time-window case alone, into kernels.json's `time`
 """
 
 from __future__ import annotations
@@ -252,14 +254,32 @@ def _time_stream(n: int, seed: int = 2) -> tuple[np.ndarray, np.ndarray]:
     return rng.normal(size=n), np.cumsum(steps).astype(np.int64)
 
 
+def _episode_path(x, ts, win, agg, pool):
+    """``sliding_aggregate`` on the compiled engine's previous time-window path (the episode path: a
+    compiled merge per episode, Python between them), which the fused kernel replaces."""
+    op = pr.create("pba", win, agg, pool=pool, engine="compiled")
+    op._input_borrowed = True
+    op._fused_time = False
+    try:
+        ends, res = op.insert_many(x, ts)
+        tail_ends, tail_res = op.flush()
+    finally:
+        op.close()
+    return np.concatenate([ends, tail_ends]), np.concatenate([res, tail_res])
+
+
 def bench_time(n: int, repeat: int, pool: pr.WorkerPool, python_n: int) -> dict:
+    """``TimeWindow(60 s, 10 ms)`` over ``n`` records with gaps: the compiled engine (the fused kernel,
+    ``kernels/time_fused.py``), its previous episode path and the numpy engine, interleaved."""
     x, ts = _time_stream(n)
     win = pr.TimeWindow(range=60_000, slide=10)
-    res: dict = {"window": "TimeWindow(60 s, 10 ms)", "records": n, "aggs": {}}
+    res: dict = {"window": "TimeWindow(60 s, 10 ms)", "records": n, "repeat": repeat,
+                 "loadavg": list(__import__("os").getloadavg()), "aggs": {}}
     for agg in ("max", "sum", "std"):
         methods = {
             "compiled_pba": lambda: pr.sliding_aggregate(x, window=win, agg=agg, timestamps=ts, algorithm="pba",
                                                          pool=pool, engine="compiled"),
+            "compiled_episodes": lambda: _episode_path(x, ts, win, agg, pool),
             "numpy_pba": lambda: pr.sliding_aggregate(x, window=win, agg=agg, timestamps=ts, algorithm="pba",
                                                       pool=pool, engine="numpy"),
         }
@@ -271,11 +291,15 @@ def bench_time(n: int, repeat: int, pool: pr.WorkerPool, python_n: int) -> dict:
         pr.sliding_aggregate(xp, window=win, agg=agg, timestamps=tp, algorithm="sba", engine="python")
         st["python_sba"] = {"per_s": python_n / (time.perf_counter() - t0)}
         st["compiled_vs_numpy"] = st["compiled_pba"]["per_s"] / st["numpy_pba"]["per_s"]
+        st["compiled_vs_episodes"] = st["compiled_pba"]["per_s"] / st["compiled_episodes"]["per_s"]
         st["compiled_vs_python"] = st["compiled_pba"]["per_s"] / st["python_sba"]["per_s"]
         res["aggs"][agg] = st
-        print(f"time windows {agg}: compiled {st['compiled_pba']['per_s'] / 1e6:.1f}M/s, numpy "
-              f"{st['numpy_pba']['per_s'] / 1e6:.1f}M/s, python {st['python_sba']['per_s'] / 1e6:.2f}M/s", flush=True)
-    # the end-of-stream flush of a long window: one vectorised pass
+        print(f"time windows {agg}: " + "  ".join(
+            f"{k} {v['per_s'] / 1e6:.1f}M [{v['min_per_s'] / 1e6:.1f}-{v['max_per_s'] / 1e6:.1f}]"
+            for k, v in st.items() if isinstance(v, dict) and "min_per_s" in v)
+            + f"  python {st['python_sba']['per_s'] / 1e6:.2f}M; compiled x{st['compiled_vs_numpy']:.1f} numpy, "
+            f"x{st['compiled_vs_episodes']:.1f} episode path", flush=True)
+    # the end-of-stream flush of a long window: one compiled call
     n_f = max(n // 2, 1000)
     xf, tf = _time_stream(n_f, 3)
     with pr.create("pba", pr.TimeWindow(range=3_600_000, slide=10), "max", pool=pool) as op:
@@ -296,7 +320,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="2M values, ranges up to 2^17, 3 repeats")
     ap.add_argument("--smoke", action="store_true", help="tiny sizes: the harness only")
     ap.add_argument("--out", type=Path, default=RESULTS / "kernels.json")
+    ap.add_argument("--time-only", action="store_true",
+                    help="only the time-window case (2M records, 7 repeats); replaces the `time` entry of --out")
     args = ap.parse_args(argv)
+    if args.time_only:
+        doc = json.loads(args.out.read_text()) if args.out.exists() else {"machine": machine_info()}
+        with pr.WorkerPool("thread", workers=1) as pool:
+            doc["time"] = bench_time(2_000_000 if not args.smoke else 20_000, 7 if not args.smoke else 1, pool,
+                                     200_000 if not args.smoke else 2_000)
+        doc["time"]["loadavg_end"] = list(__import__("os").getloadavg())
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(doc, indent=1))
+        print(f"wrote the time entry of {args.out}")
+        return 0
     n, repeat, exps = args.n, args.repeat, [10, 13, 17, 20]
     if args.quick:
         n, repeat = 2_000_000, 3

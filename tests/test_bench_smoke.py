@@ -217,4 +217,8 @@ def test_kernels_bench_smoke(tmp_path):
     assert res["accuracy"]["sum"]["compiled"] <= 1e-12  # exact where a running sum is not (a correctness fact)
     assert res["user"]["engine"] == "compiled"
     assert set(res["time"]["aggs"]) == {"max", "sum", "std"}
+    assert all({"compiled_pba", "compiled_episodes", "numpy_pba"} <= set(v) for v in res["time"]["aggs"].values())
     assert res["time"]["flush"]["flush_s"] >= 0
+    bench_kernels.main(["--smoke", "--time-only", "--out", str(out)])  # the time entry alone, the rest kept
+    again = json.loads(out.read_text())
+    assert again["builtins"] == res["builtins"] and set(again["time"]["aggs"]) == {"max", "sum", "std"}

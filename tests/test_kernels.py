@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 import pba_runtime as pr
 from pba_runtime.batch import COMPILED_SPLIT_MIN, windows_with_ends
 from pba_runtime.kernels import ENGINES, resolve_engine
+from tests import oracle
 from tests.oracle import assert_results_equal
 from tests.streams import run_batches
 
@@ -131,6 +132,110 @@ def test_engines_agree_time_windows(agg, data):
     assert ends_c == ends_n == ends_p
     _same(agg, res_c, res_n)
     assert_results_equal(agg, res_c, res_p, v[np.isfinite(v)])  # the scale of the finite values
+
+
+def _time_case(data, n_max=120):
+    """A time-window stream: slide, range (``r % s != 0`` half the time), offset, gaps (some longer than
+    the range: new episodes), repeated timestamps, NaN/inf/-0.0 values, and a random batch split."""
+    s = data.draw(st.integers(1, 5), label="slide")
+    r = data.draw(st.sampled_from([s, 2 * s, 3 * s + 1, 4 * s, data.draw(st.integers(s, 30))]), label="range")
+    off = data.draw(st.integers(-7, 7), label="offset")
+    n = data.draw(st.integers(0, n_max), label="n")
+    seed = data.draw(st.integers(0, 2**16), label="seed")
+    rng = np.random.default_rng(seed)
+    steps = rng.choice([0, 0, 1, 2, 3, s, r - 1, r, r + 1, 5 * r], size=n)
+    ts = (np.cumsum(steps) - 50).astype(np.int64)
+    cuts = sorted(rng.choice(n + 1, size=min(n, 4), replace=False).tolist()) if n else []
+    return pr.TimeWindow(range=r, slide=s, offset=off), ts, [0, *cuts, n], rng
+
+
+def _time_run(window, agg, v, ts, bounds, fused, algorithm="pba"):
+    with pr.create(algorithm, window, agg, engine="compiled") as op:
+        assert op._fused_time or not fused
+        op._fused_time = fused  # False: the episode path (the reference)
+        return run_batches(op, v, bounds, ts)
+
+
+@settings(max_examples=40, deadline=None)
+@given(data=st.data())
+@pytest.mark.parametrize("agg", ["max", "min", "sum", "count", "mean", "std", "geomean", "argmax"])
+def test_fused_time_windows_equal_the_episode_path(agg, data):
+    """The fused time-window kernel (kernels/time_fused.py) == the episode path it replaces, through
+    random batch splits, gaps, repeated timestamps and r % s != 0 (PBA and SBA)."""
+    window, ts, bounds, rng = _time_case(data)
+    v = _values(rng, len(ts), agg)
+    algorithm = data.draw(st.sampled_from(["pba", "sba"]), label="algorithm")
+    ends_f, res_f = _time_run(window, agg, v, ts, bounds, True, algorithm)
+    ends_r, res_r = _time_run(window, agg, v, ts, bounds, False, algorithm)
+    assert ends_f == ends_r
+    _same(agg, res_f, res_r)
+
+
+@settings(max_examples=30, deadline=None)
+@given(data=st.data())
+@pytest.mark.parametrize("agg", ["max", "argmax", "sum", "std"])
+def test_fused_time_windows_any_split(agg, data):
+    """Any batch split gives the one-batch results (bit for bit for max and argmax), and a snapshot taken
+    between two batches, restored into a fresh operator, goes on as the uninterrupted run; per-tuple
+    inserts mixed in between batches too."""
+    window, ts, bounds, rng = _time_case(data)
+    v = _values(rng, len(ts), agg)
+    whole = _time_run(window, agg, v, ts, [0, len(ts)], True)
+    split = _time_run(window, agg, v, ts, bounds, True)
+    assert split[0] == whole[0]
+    _same(agg, split[1], whole[1])
+    mid = bounds[len(bounds) // 2]
+    with pr.create("pba", window, agg, engine="compiled") as a:
+        e1, r1 = a.insert_many(v[:mid], ts[:mid])
+        snap = a.snapshot()
+    with pr.create("pba", window, agg, engine="compiled") as b:
+        b.restore(snap)
+        k = min(len(ts), mid + 3)  # a few per-tuple inserts, then batches again
+        out = [b.insert(float(x), int(t)) for x, t in zip(v[mid:k], ts[mid:k])]
+        e2, r2 = run_batches(b, v[k:], [0, (len(ts) - k) // 2, len(ts) - k], ts[k:])
+    ends = e1.tolist() + [e for o in out for e, _ in o] + e2
+    res = list(r1) + [x for o in out for _, x in o] + list(r2)
+    assert ends == whole[0]
+    _same(agg, res, whole[1])
+
+
+@pytest.mark.parametrize("agg", ["max", "sum", "std", "argmax"])
+def test_fused_time_windows_grow_their_result_array(agg):
+    """Sparse tuples complete q + 1 windows each, beyond the first result array (4 per tuple): the
+    kernel stops between two tuples and goes on in a larger one."""
+    window = pr.TimeWindow(range=600, slide=4)  # q = 150
+    rng = np.random.default_rng(3)
+    ts = np.cumsum(rng.choice([1, 700, 2000], size=400)).astype(np.int64)
+    v = _values(rng, len(ts), agg)
+    fused = _time_run(window, agg, v, ts, [0, 150, 400], True)
+    ref = _time_run(window, agg, v, ts, [0, 150, 400], False)
+    assert len(fused[0]) > 4 * len(ts) + 2 * 150 + 4
+    assert fused[0] == ref[0]
+    _same(agg, fused[1], ref[1])
+    assert_results_equal(agg, fused[1], oracle.time_windows(v, ts, 600, 4, agg)[1], v[np.isfinite(v)])
+
+
+def test_fused_time_windows_cover_the_builtins_and_flush_in_one_call(monkeypatch):
+    """Which aggregations run fused (moment_sketch's 23 columns and user aggregations keep the episode
+    path), and the end-of-stream flush drains the open windows without a Python step per window."""
+    from pba_runtime.algorithms.base import SlicedAggregator
+
+    window = pr.TimeWindow(range=60, slide=10)
+    for agg in ["max", "min", "sum", "count", "mean", "std", "geomean", "argmax"]:
+        with pr.create("pba", window, agg) as op:
+            assert op._fused_time, agg
+    for agg in [pr.get_aggregation("moment_sketch"), ABSMAX]:
+        with pr.create("pba", window, agg) as op:
+            assert not op._fused_time, agg.name
+
+    def refuse(*args):
+        raise AssertionError("a Python step per window")
+
+    monkeypatch.setattr(SlicedAggregator, "_advance", refuse)
+    with pr.create("pba", window, "max") as op:
+        op.insert_many(np.arange(5.0), np.array([0, 10, 20, 30, 45]))
+        ends, res = op.flush()
+    assert ends.tolist() == [50, 60, 70, 80, 90, 100] and res.tolist() == [4.0] * 6
 
 
 def test_ill_conditioned_sums_stay_exact():

@@ -86,6 +86,13 @@ __all__ = ["PBA", "SBA", "build_lcs"]
 log = logging.getLogger("pba_runtime")
 
 
+def _fused_layout(engine) -> bool:
+    """Whether a compiled engine's time-window batches run fused (:func:`pba_runtime.kernels.time_fused.runner`:
+    scalar, two-sum, argmax and std partials; not moment_sketch's 23 columns nor user aggregations).
+    Decided without importing numba (the codes are :mod:`pba_runtime.kernels.compiled`'s; 0 adds)."""
+    return engine.layout in ("scalar", "argmax", "std") or (engine.layout == "columns" and engine.ops == (0, 0))
+
+
 class PBA(SlicedAggregator):
     """Parallel Boundary Aggregator.
 
@@ -149,6 +156,10 @@ class PBA(SlicedAggregator):
         # folds scalar/column partials into their slices there too; the numpy engine runs the reference
         self._compiled_slicing = self._is_time and self.engine.compiled
         self._compiled_fold = self._compiled_slicing and self.engine.layout in ("scalar", "columns")
+        # ... and runs the whole batch (slicing, gaps, folds, lcs/csa, windows) and the end-of-stream
+        # flush in one compiled call per batch (kernels/time_fused.py) for the built-in layouts; False
+        # runs the episode path above (the reference; user aggregations always take it)
+        self._fused_time = self._is_time and self.engine.compiled and _fused_layout(self.engine)
 
     # ------------------------------------------------------------------ merger
     def _reset_merger(self, f: int = 0, g: int = 0) -> None:
@@ -598,6 +609,8 @@ class PBA(SlicedAggregator):
             return self._pack([], [])
         s, r, off = self._s, self._r, self._off
         P = kernel.lift(vals, ts if self.agg.positional else None)
+        if self._fused_time:
+            return self._time_fused(P, ts, flush=False)
         if self._compiled_slicing:
             from ..kernels import slicing  # numba's import waits for the first compiled batch
 
@@ -629,6 +642,82 @@ class PBA(SlicedAggregator):
         if self.agg.result == "list":
             return ends, [x for part in all_res for x in part]
         results = np.concatenate(all_res) if len(all_res) > 1 else all_res[0]
+        return ends, results
+
+    def _time_fused(self, P: np.ndarray, ts: np.ndarray, flush: bool) -> tuple[np.ndarray, Any]:
+        """A time-window batch (or, with ``flush``, the end of stream) in one compiled call
+        (:mod:`pba_runtime.kernels.time_fused`); more only when its result array fills up.
+
+        The state goes in and comes out in the operator's own form (the slices of the pending
+        windows as a deferred history, the open slice's head and rest), so per-tuple inserts,
+        snapshots and the other paths carry on from it.
+        """
+        from ..batch import _results
+        from ..kernels import time_fused as TF
+
+        kernel, engine = self._kernel, self.engine
+        shape = kernel.shape
+        K = int(np.prod(shape, dtype=np.int64)) if shape else 1
+        s, r, q, m, off = self._s, self._r, self._q, self._m, self._off
+        N = len(ts)
+        row = (K,) if shape else ()  # the kernels take scalar partials as 1-D arrays
+        P2 = np.ascontiguousarray(P, dtype=np.float64).reshape((N,) + row)
+        ident = kernel.identity_array(1).reshape((1,) + row)
+        st = np.zeros(TF.STATE, dtype=np.int64)
+        cur, head = ident.copy(), ident.copy()
+        hist = np.empty((0,) + row)
+        if self._slice is not None:
+            S, next_k, front = self._slice, self._next_k, self._front
+            x0 = min(next_k, front)
+            pieces = [kernel.identity_array(front - x0).reshape((-1,) + row)] if front > x0 else []
+            if self._g > self._f:
+                pieces.append(self._history().reshape((-1,) + row))
+            X = np.concatenate(pieces) if len(pieces) > 1 else (pieces[0] if pieces else hist)
+            hist = np.ascontiguousarray(X[next_k - x0 : S - x0])
+            cur[0] = kernel.to_array([self._cur]).reshape(row)
+            head[0] = kernel.to_array([self._head]).reshape(row)
+            st[TF.HAVE], st[TF.SLICE], st[TF.NEXT_K] = 1, S, next_k
+            first_k = next_k
+        else:
+            first_k = (int(ts[0]) - off - r) // s + 1 if N else 0
+        # every window emitted here starts in [first_k, last slice]: that many, at most, and at most
+        # q + 1 per tuple; beyond 4 per tuple, the array grows when it fills
+        bound = ((int(ts[-1]) - off) // s - first_k + 1 if N else 0) + q + 2
+        cap = max(q + 2, min(bound, N * (q + 1) + q + 2, 4 * N + 2 * q + 4))
+        run = TF.runner(engine.layout, engine.ops)
+        ops = engine._ops_array if engine.layout in ("scalar", "columns") else np.zeros(2, dtype=np.int64)
+        ring, lcs, csa = np.empty((2 * q,) + row), np.empty((q,) + row), np.empty((q,) + row)
+        hist_out = np.empty((q + 1,) + row)
+        outs, ends_parts = [], []
+        while True:
+            out, ends = _results(cap, row, np.float64, True)
+            run(P2, ts, s, off, r, q, m, hist, flush, ident, st, cur, head, ring, lcs, csa, out, ends,
+                hist_out, ops)
+            w = int(st[TF.WINDOWS])
+            outs.append(out[:w])
+            ends_parts.append(ends[:w])
+            if st[TF.NEXT_TUPLE] >= N and not (flush and st[TF.HAVE]):
+                break
+            cap *= 2
+        out = outs[0] if len(outs) == 1 else np.concatenate(outs)
+        ends = ends_parts[0] if len(ends_parts) == 1 else np.concatenate(ends_parts)
+        nwin = len(ends)
+        results = kernel.lower(out.reshape((nwin,) + shape))
+        if self.agg.result == "int":
+            results = np.asarray(results, dtype=np.int64)
+        self._emitted += nwin
+        self._n += N
+        if N:
+            self._t_last = int(ts[-1])
+        if st[TF.HAVE]:
+            S, next_k, L = int(st[TF.SLICE]), int(st[TF.NEXT_K]), int(st[TF.HIST])
+            self._defer_history(hist_out[:L].reshape((L,) + shape), 0, L)
+            self._front, self._back, self._slice, self._next_k = next_k, S, S, next_k
+            self._cur = kernel.to_partials(cur.reshape((1,) + shape))[0]
+            self._head = kernel.to_partials(head.reshape((1,) + shape))[0]
+        else:
+            self._reset_merger()
+            self._slice = None
         return ends, results
 
     def _drain_before(self, t: int) -> tuple[np.ndarray, Any]:
@@ -762,7 +851,10 @@ class PBA(SlicedAggregator):
         # vectorised pass (an episode with no new tuple), not one query per window.
         none = np.empty(0, dtype=np.int64)
         P = kernel.lift(np.empty(0), none if self.agg.positional else None)
-        ends, results = self._episode(P, none, none, last=False)
+        if self._fused_time:
+            ends, results = self._time_fused(P, none, flush=True)
+        else:
+            ends, results = self._episode(P, none, none, last=False)
         self._flushed = True
         return ends, results
 
