@@ -428,3 +428,23 @@ def test_compiled_split_repairs_a_failed_block():
     assert failed  # the pool thread did claim a block, and it failed
     np.testing.assert_array_equal(e2, e1)
     np.testing.assert_array_equal(r2.view(np.int64), r1.view(np.int64))
+
+
+def test_scratch_is_per_thread_reused_and_bounded():
+    """A thread's scratch for a slot is reused by its next call, never shared with another thread, and a
+    request beyond KEEP_BYTES is not kept."""
+    import threading
+
+    from pba_runtime.kernels.scratch import KEEP_BYTES, scratch
+
+    a = scratch("test-a", (8, 3))
+    assert a.shape == (8, 3) and a.flags.c_contiguous and a.dtype == np.float64
+    assert scratch("test-a", 5, np.int64).base is a.base  # smaller: the same buffer
+    assert scratch("test-b", 4).base is not a.base  # another slot: another buffer
+    other = []
+    t = threading.Thread(target=lambda: other.append(scratch("test-a", (8, 3)).base))
+    t.start()
+    t.join()
+    assert other[0] is not a.base
+    big = scratch("test-big", KEEP_BYTES // 8 + 1)
+    assert scratch("test-big", 1).base is not big.base  # too large to keep: allocated anew
