@@ -539,7 +539,9 @@ def argmax_from_values(V, q, a0, a1, out, ends, first_end, step, lcs, csa, lcv, 
     largest value (NaN counts as largest, the oldest on ties), as ``merge_argmax`` picks it (every
     slice holds one value, so no position is NaN and the choice is ``c_max``'s, older first).
     ``lcs``, ``csa``: int64 scratch of ``2*q``; ``lcv``, ``csv``: float scratch of ``2*q`` (the values
-    at those positions, carried beside them so no chain waits on a load).
+    at those positions, stored beside them for the loop of the windows; from ``ARGMAX_LOOKUP_MIN`` on
+    not written, that loop looks the values up in ``V``). The chains carry each value beside its
+    position, so no chain step waits on a load.
 
     Two full rows at a time: the lcs of rows ``c`` and ``c+1`` and the csa of rows ``c+1`` and
     ``c+2`` as four independent (value, position) chains; then every window in a loop of selects.
