@@ -526,11 +526,12 @@ def mean_from_values(V, q, a0, a1, out, ends, first_end, step, lcs, csa):
     _fill_ends(ends, a0, a1, first_end, step)
 
 
-# From rows of ARGMAX_LOOKUP_MIN values on, argmax_from_values stores no values beside the positions: the
-# loop of the windows looks them up in V (positions of running maxima: a few distinct ones, cached).
-# Half the scratch traffic where the scratch no longer fits in L2; measured (one thread, 5M values,
-# M windows/s): 2^20 168 -> 215, 2^17 228 -> 244, but 2^10 277 -> 249 and 2^13 286 -> 265.
-ARGMAX_LOOKUP_MIN = 1 << 15
+# In rows longer than ARGMAX_LOOKUP_MIN values, argmax_from_values stores no values beside the positions:
+# the loop of the windows looks them up in V (positions of running maxima: a few distinct ones, cached).
+# Half the scratch traffic where the scratch no longer fits in cache; measured (one thread, 5M values,
+# M windows/s, three runs): 2^20 158-168 -> 198-215; 2^17 227 -> 242 in two runs, 290 -> 266 in the
+# third; 2^10 277 -> 249, 2^13 286 -> 265.
+ARGMAX_LOOKUP_MIN = 1 << 17
 
 
 @njit(**_JIT)
@@ -539,7 +540,7 @@ def argmax_from_values(V, q, a0, a1, out, ends, first_end, step, lcs, csa, lcv, 
     largest value (NaN counts as largest, the oldest on ties), as ``merge_argmax`` picks it (every
     slice holds one value, so no position is NaN and the choice is ``c_max``'s, older first).
     ``lcs``, ``csa``: int64 scratch of ``2*q``; ``lcv``, ``csv``: float scratch of ``2*q`` (the values
-    at those positions, stored beside them for the loop of the windows; from ``ARGMAX_LOOKUP_MIN`` on
+    at those positions, stored beside them for the loop of the windows; in rows longer than ``ARGMAX_LOOKUP_MIN``
     not written, that loop looks the values up in ``V``). The chains carry each value beside its
     position, so no chain step waits on a load.
 
