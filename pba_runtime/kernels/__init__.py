@@ -325,8 +325,9 @@ def values_range(engine: Engine, V: np.ndarray, q: int, a0: int, a1: int, out: n
     from . import compiled as C
 
     if engine.from_values == "argmax_from_values":
+        m = 2 * q if q <= C.ARGMAX_LOOKUP_MIN else 1  # longer rows write no values beside the positions
         C.argmax_from_values(V, q, a0, a1, out, ends, first_end, step, scratch("lcs", 2 * q, np.int64),
-                             scratch("csa", 2 * q, np.int64), scratch("lcv", 2 * q), scratch("csv", 2 * q), pos0)
+                             scratch("csa", 2 * q, np.int64), scratch("lcv", m), scratch("csv", m), pos0)
         return
     shape = (2, q) if engine.from_values == "std_from_values" else (q,)
     getattr(C, engine.from_values)(V, q, a0, a1, out, ends, first_end, step, scratch("lcs", shape),
