@@ -16,6 +16,8 @@ long time window.
     python bench/bench_kernels.py --quick     # 2M values, ranges 2^10 2^13 2^17
     python bench/bench_kernels.py --smoke     # seconds: the harness only
     python bench/bench_kernels.py --time-only # the time-window case alone, into kernels.json's `time`
+    python bench/bench_kernels.py --n 5000000 --aggs max,min,argmax,sum,mean,std --builtins-only
+        # those rows (and the accuracy) re-measured into the existing JSON; its other parts kept
 """
 
 from __future__ import annotations
@@ -92,9 +94,9 @@ def _interleaved(methods: dict, repeat: int) -> dict[str, list[float]]:
     return times
 
 
-def bench_builtins(n: int, exps: list[int], repeat: int, pool: pr.WorkerPool) -> list[dict]:
+def bench_builtins(n: int, exps: list[int], repeat: int, pool: pr.WorkerPool, aggs: list[str] = AGGS) -> list[dict]:
     rows = []
-    for agg in AGGS:
+    for agg in aggs:
         x = _values(n, agg)
         peers = _peers(agg)
         for e in exps:
@@ -313,6 +315,18 @@ def bench_time(n: int, repeat: int, pool: pr.WorkerPool, python_n: int) -> dict:
     return res
 
 
+def _merged(old: dict, new: dict, aggs: list[str]) -> dict:
+    """``old`` with the rows of ``aggs`` and the accuracy replaced by ``new``'s; the run that measured them is
+    recorded under ``reruns`` (its machine, arguments and aggregations), the rest keeps ``old``'s machine."""
+    out = dict(old)
+    rows = [r for r in old.get("builtins", []) if r["agg"] not in aggs] + new["builtins"]
+    order = {a: i for i, a in enumerate(AGGS)}
+    out["builtins"] = sorted(rows, key=lambda r: (order.get(r["agg"], len(order)), r["range"]))
+    out["accuracy"] = new["accuracy"]
+    out["reruns"] = [*old.get("reruns", []), {"aggs": aggs, "machine": new["machine"], "args": new["args"]}]
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=10_000_000, help="values per aggregation")
@@ -322,6 +336,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=RESULTS / "kernels.json")
     ap.add_argument("--time-only", action="store_true",
                     help="only the time-window case (2M records, 7 repeats); replaces the `time` entry of --out")
+    ap.add_argument("--aggs", default=",".join(AGGS), help="built-in aggregations to measure (comma-separated)")
+    ap.add_argument("--builtins-only", action="store_true",
+                    help="measure only the built-ins and the accuracy; replace their rows in --out, keep the rest")
     args = ap.parse_args(argv)
     if args.time_only:
         doc = json.loads(args.out.read_text()) if args.out.exists() else {"machine": machine_info()}
@@ -333,6 +350,10 @@ def main(argv: list[str] | None = None) -> int:
         args.out.write_text(json.dumps(doc, indent=1))
         print(f"wrote the time entry of {args.out}")
         return 0
+    aggs = args.aggs.split(",")
+    unknown = set(aggs) - set(AGGS)
+    if unknown:
+        ap.error(f"--aggs: unknown {sorted(unknown)}; accepted: {','.join(AGGS)}")
     n, repeat, exps = args.n, args.repeat, [10, 13, 17, 20]
     if args.quick:
         n, repeat = 2_000_000, 3
@@ -341,11 +362,14 @@ def main(argv: list[str] | None = None) -> int:
     exps = [e for e in exps if (1 << e) * 4 <= n or e <= 17]
     doc: dict = {"machine": machine_info(), "args": {"n": n, "repeat": repeat, "ranges": [1 << e for e in exps]}}
     with pr.WorkerPool("thread", workers=1) as pool:
-        doc["builtins"] = bench_builtins(n, exps, repeat, pool)
+        doc["builtins"] = bench_builtins(n, exps, repeat, pool, aggs)
         doc["accuracy"] = bench_accuracy(min(n, 200_000))
-        doc["user"] = bench_user(min(n, 2_000_000), min(n, 100_000), repeat, pool)
-        doc["time"] = bench_time(min(n, 2_000_000), repeat, pool, min(n, 200_000))
+        if not args.builtins_only:
+            doc["user"] = bench_user(min(n, 2_000_000), min(n, 100_000), repeat, pool)
+            doc["time"] = bench_time(min(n, 2_000_000), repeat, pool, min(n, 200_000))
     doc["machine"]["loadavg_end"] = list(__import__("os").getloadavg())
+    if args.builtins_only and args.out.exists():
+        doc = _merged(json.loads(args.out.read_text()), doc, aggs)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(doc, indent=1))
     print(f"wrote {args.out}")

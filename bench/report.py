@@ -684,6 +684,11 @@ def kernels_section(kr: dict) -> list[str]:
            "across two threads), `compiled SBA` the same on one thread, `numpy` the vectorised reference engine. "
            "`copyto`: `np.copyto` of the same values (one read, one write: the machine's limit); the last column "
            "is the share of that limit compiled PBA reaches.", ""]
+    for rr in kr.get("reruns", []):
+        rm, ra = rr.get("machine", {}), rr.get("args", {})
+        out += [f"Re-measured later ({rm.get('time', '?')}, {ra.get('n', 0):,} values, {ra.get('repeat')} repeats; "
+                f"1-min load {rm.get('loadavg', [0])[0]:.1f} at the start, {rm.get('loadavg_end', [0])[0]:.1f} at "
+                f"the end): {', '.join(rr.get('aggs', []))} and the accuracy.", ""]
 
     def cell(row, k):
         c = row["methods"].get(k)

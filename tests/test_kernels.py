@@ -533,3 +533,49 @@ def test_compiled_split_repairs_a_failed_block():
     assert failed  # the pool thread did claim a block, and it failed
     np.testing.assert_array_equal(e2, e1)
     np.testing.assert_array_equal(r2.view(np.int64), r1.view(np.int64))
+
+
+def test_scratch_is_per_thread_reused_and_bounded():
+    """A thread's scratch for a slot is reused by its next call, never shared with another thread, and a
+    request beyond KEEP_BYTES is not kept."""
+    import threading
+
+    from pba_runtime.kernels.scratch import KEEP_BYTES, scratch
+
+    a = scratch("test-a", (8, 3))
+    assert a.shape == (8, 3) and a.flags.c_contiguous and a.dtype == np.float64
+    assert scratch("test-a", 5, np.int64).base is a.base  # smaller: the same buffer
+    assert scratch("test-b", 4).base is not a.base  # another slot: another buffer
+    other = []
+    t = threading.Thread(target=lambda: other.append(scratch("test-a", (8, 3)).base))
+    t.start()
+    t.join()
+    assert other[0] is not a.base
+    big = scratch("test-big", KEEP_BYTES // 8 + 1)
+    assert scratch("test-big", 1).base is not big.base  # too large to keep: allocated anew
+
+
+def test_argmax_from_values_long_rows_look_values_up():
+    """Rows longer than ARGMAX_LOOKUP_MIN: the windows' loop looks the values up at the positions instead of
+    storing them: the same positions as the partial path (numpy merge of (value, position) partials),
+    over tie-heavy data with NaN, inf and signed zeros, and from every row (a thread's block)."""
+    from pba_runtime.batch import windows_from_values
+    from pba_runtime.kernels import compiled as C
+    from pba_runtime.kernels import values_range
+
+    a = pr.get_aggregation("argmax")
+    eng = resolve_engine(a, "compiled")
+    q = C.ARGMAX_LOOKUP_MIN + 3
+    rng = np.random.default_rng(17)
+    for v in (_tie_heavy(rng, 3 * q + 5), _values(rng, 2 * q + 1, "argmax")):
+        nwin = len(v) - q + 1
+        pos = np.arange(len(v), dtype=np.float64) + 11
+        _, ref = windows_with_ends(a.kernel, a.kernel.lift(v, pos), q, nwin, 3, 1)  # numpy merge
+        _, got = windows_from_values(eng, v, q, nwin, 3, 1, pos0=11)
+        np.testing.assert_array_equal(got, a.kernel.lower(ref))
+        for a0 in range(q, nwin, q):
+            part = np.full(nwin, -7, dtype=np.int64)
+            none = np.empty(0, dtype=np.int64)
+            values_range(eng, v, q, 0, a0, part, none, 0, 1, 11)
+            values_range(eng, v, q, a0, nwin, part, none, 0, 1, 11)
+            np.testing.assert_array_equal(part, got)

@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from ..aggregations import BUILTIN_AGGREGATIONS, Aggregation, ArgmaxKernel, Kernel, StdKernel, UfuncKernel
+from .scratch import scratch
 
 __all__ = ["ENGINES", "CompileWarning", "Engine", "resolve_engine", "check_engine", "compiled_available",
            "merge_range", "values_range", "warm", "warm_in_background"]
@@ -295,20 +296,21 @@ def merge_range(engine: Engine, X: np.ndarray, q: int, a0: int, a1: int, out: np
                 first_end: int, step: int, lowered: bool = False) -> None:
     """Windows ``[a0, a1)`` of a batch (``a0`` a multiple of ``q``) by ``engine``'s compiled merge.
 
-    Safe to call from several threads on disjoint ranges: each call has its own scratch.
+    Safe to call from several threads on disjoint ranges: each thread has its own scratch
+    (:func:`.scratch.scratch`, kept for the thread's next call).
     ``lowered`` (engines with ``lowers_in_merge``): ``out`` gets the lowered results.
     """
     from . import compiled as C
 
     if engine.layout == "scalar":
-        C.merge_scalar(X, q, a0, a1, out, ends, first_end, step, engine.ops[0], np.empty(q), np.empty(q))
+        C.merge_scalar(X, q, a0, a1, out, ends, first_end, step, engine.ops[0], scratch("lcs", q), scratch("csa", q))
     elif engine.layout == "columns":
         C.merge_columns(X, q, a0, a1, out, ends, first_end, step, engine._ops_array,
-                        np.empty((q, X.shape[1])), np.empty((q, X.shape[1])))
+                        scratch("lcs", (q, X.shape[1])), scratch("csa", (q, X.shape[1])))
     elif engine.layout == "std":
-        C.merge_std(X, q, a0, a1, out, ends, first_end, step, np.empty((q, 3)), np.empty((q, 3)))
+        C.merge_std(X, q, a0, a1, out, ends, first_end, step, scratch("lcs", (q, 3)), scratch("csa", (q, 3)))
     elif engine.layout == "argmax":
-        C.merge_argmax(X, q, a0, a1, out, ends, first_end, step, np.empty((q, 2)))
+        C.merge_argmax(X, q, a0, a1, out, ends, first_end, step, scratch("lcs", (q, 2)))
     elif engine.layout == "user":
         engine.kernel.merge(X, q, a0, a1, out, ends, first_end, step, lowered)
     else:  # pragma: no cover - resolve_engine never builds one
@@ -323,8 +325,10 @@ def values_range(engine: Engine, V: np.ndarray, q: int, a0: int, a1: int, out: n
     from . import compiled as C
 
     if engine.from_values == "argmax_from_values":
-        C.argmax_from_values(V, q, a0, a1, out, ends, first_end, step, np.empty(2 * q, dtype=np.int64),
-                             np.empty(2 * q, dtype=np.int64), np.empty(2 * q), np.empty(2 * q), pos0)
+        m = 2 * q if q <= C.ARGMAX_LOOKUP_MIN else 1  # longer rows write no values beside the positions
+        C.argmax_from_values(V, q, a0, a1, out, ends, first_end, step, scratch("lcs", 2 * q, np.int64),
+                             scratch("csa", 2 * q, np.int64), scratch("lcv", m), scratch("csv", m), pos0)
         return
     shape = (2, q) if engine.from_values == "std_from_values" else (q,)
-    getattr(C, engine.from_values)(V, q, a0, a1, out, ends, first_end, step, np.empty(shape), np.empty(shape))
+    getattr(C, engine.from_values)(V, q, a0, a1, out, ends, first_end, step, scratch("lcs", shape),
+                                   scratch("csa", shape))
