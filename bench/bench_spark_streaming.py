@@ -62,10 +62,13 @@ def write_files(folder: str, keys: int, rows: int, files: int) -> None:
 
     os.makedirs(folder, exist_ok=True)
     rng = np.random.default_rng(0)
+    t0 = time.time()
     for f in range(files):
         i = np.arange(f * rows, (f + 1) * rows)
-        pd.DataFrame({"k": (i % keys).astype(np.int64), "ts": (i // keys) * 10,
-                      "v": rng.random(rows)}).to_parquet(os.path.join(folder, f"part-{f:04d}.parquet"), index=False)
+        path = os.path.join(folder, f"part-{f:04d}.parquet")
+        pd.DataFrame({"k": (i % keys).astype(np.int64), "ts": (i // keys) * 10, "v": rng.random(rows)}).to_parquet(
+            path, index=False)
+        os.utime(path, (t0 + f, t0 + f))  # the file source reads by modification time (ms): one each, in order
 
 
 def stream(spark, folder: str):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 
 
 def main(work: str) -> None:
@@ -31,8 +32,10 @@ def main(work: str) -> None:
     frames.append(pd.DataFrame({"plug": ["zz"], "ms": [10**9], "load": [0.0]}))
     src = os.path.join(work, "in")
     os.makedirs(src, exist_ok=True)
-    for i, f in enumerate(frames):
+    t0 = time.time()
+    for i, f in enumerate(frames):  # the file source reads by modification time (ms): one each, in order
         f.to_parquet(os.path.join(src, f"part-{i}.parquet"), index=False)
+        os.utime(os.path.join(src, f"part-{i}.parquet"), (t0 + i, t0 + i))
     allrows = pd.concat(frames[:-1])
     window = ("10 seconds", "2 seconds")
     win = si.time_window(*window)
