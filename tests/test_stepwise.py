@@ -86,6 +86,43 @@ def test_slick_deque_matches_python(agg, window):
     _check("slick_deque", window, agg, vals, ts)
 
 
+@pytest.mark.parametrize("window", WINDOWS, ids=repr)
+@pytest.mark.parametrize("agg", ["max", "sum", "argmax", SPREAD], ids=lambda a: a if isinstance(a, str) else a.name)
+@pytest.mark.parametrize("alg", ["daba", "flatfat"])
+def test_daba_flatfat_match_python(alg, agg, window):
+    """Bit for bit: the same combines in the same order as the Python algorithms (DABA's fixup steps,
+    FlatFAT's tree node for node), so even the float sums have the Python results' bits."""
+    vals, ts = _stream(9, 300, window, agg)
+    out = _check(alg, window, agg, vals, ts)
+    _, want = _python(alg, window, agg, vals, ts, None)
+    assert np.asarray(out.results, dtype=float).tobytes() == np.asarray(want, dtype=float).tobytes()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("window", WINDOWS, ids=repr)
+@pytest.mark.parametrize("agg", ["min", "count", "mean", "std", "geomean", "moment_sketch"])
+@pytest.mark.parametrize("alg", ["daba", "flatfat"])
+def test_daba_flatfat_match_python_other_aggregations(alg, agg, window):
+    vals, ts = _stream(10, 300, window, agg)
+    _check(alg, window, agg, vals, ts)
+
+
+def test_flatfat_resizes_as_the_python_tree():
+    """Gaps longer than the range empty the window (the tree starts over at 8 slots), then it grows
+    and shrinks: the same capacities as the Python aggregator, so the same sums, bit for bit."""
+    rng = np.random.default_rng(11)
+    n = 3000
+    vals = rng.random(n) * 10
+    vals[::97] = 1e12
+    steps = rng.integers(0, 3, n) + (rng.random(n) < 0.004) * 200 + (rng.random(n) < 0.01) * 30
+    ts = np.cumsum(steps)
+    w = pr.TimeWindow(range=90, slide=1)
+    out = pr.replay("flatfat", w, "sum", vals, ts)
+    _, want = _python("flatfat", w, "sum", vals, ts, None)
+    assert out.results.tobytes() == np.asarray(want, dtype=float).tobytes()
+    assert out.stats["resizes"] >= 4
+
+
 def test_slick_deque_needs_a_selective_aggregation():
     with pytest.raises(ValueError, match="selective"):
         pr.replay("slick_deque", pr.CountWindow(range=2, slide=1), "sum", [1.0])
@@ -141,7 +178,7 @@ def test_pba_with_a_closed_pool_builds_on_the_main_loop():
 
 @given(st.lists(st.one_of(st.floats(allow_nan=True, allow_infinity=True, width=64),
                           st.sampled_from([0.0, -0.0, 1e12, 1e-3])), max_size=80),
-       st.integers(1, 9), st.integers(1, 4), st.sampled_from(["sba", "two_stacks", "slick_deque"]))
+       st.integers(1, 9), st.integers(1, 4), st.sampled_from(["sba", "two_stacks", "slick_deque", "daba", "flatfat"]))
 def test_hypothesis_streams_count(values, r, s, alg):
     s = min(s, r)
     vals = np.array(values, dtype=float)
@@ -151,7 +188,8 @@ def test_hypothesis_streams_count(values, r, s, alg):
 
 
 @given(st.lists(st.tuples(st.floats(-1e6, 1e6), st.integers(0, 12)), max_size=60),
-       st.integers(1, 9), st.integers(1, 4), st.integers(-5, 5), st.sampled_from(["sba", "two_stacks"]))
+       st.integers(1, 9), st.integers(1, 4), st.integers(-5, 5),
+       st.sampled_from(["sba", "two_stacks", "daba", "flatfat"]))
 def test_hypothesis_streams_time(rows, r, s, offset, alg):
     s = min(s, r)
     vals = np.array([v for v, _ in rows], dtype=float)
@@ -160,7 +198,7 @@ def test_hypothesis_streams_time(rows, r, s, offset, alg):
     _check(alg, pr.TimeWindow(range=r, slide=s, offset=offset), "std", vals, ts)
 
 
-@pytest.mark.parametrize("alg", ["sba", "pba", "two_stacks", "slick_deque"])
+@pytest.mark.parametrize("alg", ["sba", "pba", "two_stacks", "slick_deque", "daba", "flatfat"])
 def test_latency_one_per_window(alg):
     vals = np.random.default_rng(6).random(5000)
     out = _check(alg, pr.CountWindow(range=64, slide=1), "max", vals, None, latency=True)

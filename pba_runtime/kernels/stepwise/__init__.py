@@ -37,7 +37,7 @@ import numpy as np
 
 from ...aggregations import Aggregation, get_aggregation
 from ...windows import TimeWindow
-from . import sba, slicing, slick_deque, two_stacks
+from . import daba, flatfat, sba, slicing, slick_deque, two_stacks
 from .clock import ns_per_tick
 from .monoids import Monoid, monoid_of
 
@@ -49,6 +49,8 @@ ALGORITHMS: dict[str, tuple[slicing.Algorithm, bool]] = {
     "pba": (sba.ALGORITHM, True),
     "two_stacks": (two_stacks.ALGORITHM, False),
     "slick_deque": (slick_deque.ALGORITHM, False),
+    "daba": (daba.ALGORITHM, False),
+    "flatfat": (flatfat.ALGORITHM, False),
 }
 
 _modules: dict[tuple, Any] = {}
@@ -77,8 +79,8 @@ def loop_module(alg: slicing.Algorithm, mono: Monoid, latency: bool, time: bool)
         return hit
     body = slicing.source(alg, mono.width, positional=mono.positional, latency=latency,
                           vector=mono.result == "vector", time=time)
-    names = ("run",) + tuple(n for n in ("build_lcs", "lcs_worker", "worker_loop", "wait_slot", "kept")
-                          if f"def {n}(" in body)
+    names = ("run",) + tuple(dict.fromkeys(n for n in ("build_lcs", "lcs_worker", "worker_loop", "wait_slot", "kept")
+                                           + alg.helper_names if f"def {n}(" in body))
     cached = mono.names is not None or mono.source is not None
     tail = "\n".join(f'{n} = numba.njit(nogil=True, error_model="numpy", cache={cached})({n})' for n in names)
     mod: Any = None
@@ -136,7 +138,7 @@ class Stepper:
 
     Parameters
     ----------
-    algorithm : {"sba", "pba", "two_stacks", "slick_deque"}
+    algorithm : {"sba", "pba", "two_stacks", "slick_deque", "daba", "flatfat", "soe"}
     window : CountWindow or TimeWindow
     agg : str or Aggregation
     latency : bool
@@ -195,7 +197,18 @@ class Stepper:
             cap = 1 << max(2, (2 * q + 4 - 1).bit_length())
             arrays = [np.empty((cap,) + self._shape), np.zeros(cap, dtype=np.int64)]
             params += [cap - 1]
-        else:
+        elif self.alg is flatfat.ALGORITHM:
+            # the Python aggregator's first tree (ring_capacity(q + 2)); it doubles when full, so it
+            # holds at most q + 3 slices in fewer than 2 * pow2(q + 3) slots
+            init = 4
+            while init < q + 2 and init < 4096:
+                init <<= 1
+            most = max(init, 2 * (1 << (q + 3 - 1).bit_length()), flatfat.MIN_CAPACITY)
+            arrays = [np.empty((2 * most,) + self._shape), np.zeros(2 * most, dtype=np.int64),
+                      np.empty((most,) + self._shape)]
+            for name, v in (("fcap", init), ("d0", -1), ("d1", -1)):
+                self.si[self._int(name)] = v
+        else:  # two_stacks, daba: two rings of slice partials
             cap = 1 << max(2, (2 * q + 4 - 1).bit_length())
             arrays = [np.empty((cap,) + self._shape), np.empty((cap,) + self._shape)]
             params += [cap - 1]
@@ -298,6 +311,10 @@ class Stepper:
             st.update(flips=self.counter("flips"))
         elif self.alg is slick_deque.ALGORITHM:
             st.update(deque=self.counter("dt") - self.counter("dh"))
+        elif self.alg is daba.ALGORITHM:
+            st.update(flips=self.counter("flips"))
+        elif self.alg is flatfat.ALGORITHM:
+            st.update(capacity=self.counter("fcap"), resizes=self.counter("resizes"))
         return st
 
 
