@@ -36,7 +36,7 @@ from .windows import CountWindow, TimeWindow, validate_window
 
 __all__ = ["Replay", "replay", "REPLAY_ALGORITHMS"]
 
-REPLAY_ALGORITHMS = ("sba", "pba", "two_stacks", "slick_deque", "daba", "flatfat")
+REPLAY_ALGORITHMS = ("sba", "pba", "two_stacks", "slick_deque", "daba", "flatfat", "soe")
 
 @dataclass(frozen=True)
 class Replay:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import math
 import os
 import re
 import sys
@@ -37,7 +38,7 @@ import numpy as np
 
 from ...aggregations import Aggregation, get_aggregation
 from ...windows import TimeWindow
-from . import daba, flatfat, sba, slicing, slick_deque, two_stacks
+from . import daba, flatfat, sba, slicing, slick_deque, soe, two_stacks
 from .clock import ns_per_tick
 from .monoids import Monoid, monoid_of
 
@@ -51,7 +52,11 @@ ALGORITHMS: dict[str, tuple[slicing.Algorithm, bool]] = {
     "slick_deque": (slick_deque.ALGORITHM, False),
     "daba": (daba.ALGORITHM, False),
     "flatfat": (flatfat.ALGORITHM, False),
+    "soe": (soe.ALGORITHM, False),  # the merger is chosen by the aggregation: soe.EXACT for the built-in sums
 }
+
+#: what the Python SoE asks of an aggregation (its error message, word for word)
+SOE_NEEDS = "an invertible aggregation (sum, count, mean, std, geomean)"
 
 _modules: dict[tuple, Any] = {}
 _lock = threading.Lock()
@@ -81,19 +86,25 @@ def loop_module(alg: slicing.Algorithm, mono: Monoid, latency: bool, time: bool)
                           vector=mono.result == "vector", time=time)
     names = ("run",) + tuple(dict.fromkeys(n for n in ("build_lcs", "lcs_worker", "worker_loop", "wait_slot", "kept")
                                            + alg.helper_names if f"def {n}(" in body))
-    cached = mono.names is not None or mono.source is not None
+    inverse = "inverse(" in body
+    cached = (mono.names is not None or mono.source is not None) and (
+        not inverse or mono.inverse_name is not None or mono.inverse_source is not None)
     tail = "\n".join(f'{n} = numba.njit(nogil=True, error_model="numpy", cache={cached})({n})' for n in names)
     mod: Any = None
     d = _cache_dir() if cached else None
     if d is not None:
-        head = "import numba\nfrom pba_runtime.kernels.stepwise.clock import ticks, fence, relax, nap\n"
+        head = ("import math\nimport numba\nimport numpy as np\n"
+                "from pba_runtime.kernels.stepwise.clock import ticks, fence, relax, nap\n")
         if mono.names is not None:
             lift, combine, lower = mono.names
             head += (f"from pba_runtime.kernels.stepwise.monoids import {lift} as lift, {combine} as combine, "
                      f"{lower} as lower\n")
+            if inverse:
+                head += f"from pba_runtime.kernels.stepwise.monoids import {mono.inverse_name} as inverse\n"
         else:  # a user aggregation's module-level functions, by name; its fingerprint names the file
             head += f"# aggregation {mono.key}\n"
-            for role, (module, name) in zip(("lift", "combine", "lower"), mono.source):
+            roles = tuple(zip(("lift", "combine", "lower"), mono.source))
+            for role, (module, name) in roles + ((("inverse", mono.inverse_source),) if inverse else ()):
                 head += f"from {module} import {name} as _{role}_py\n{role} = numba.njit(_{role}_py)\n"
         text = head + body + "\n" + tail + "\n"
         digest = hashlib.sha256((text + _deps_digest()).encode()).hexdigest()[:16]
@@ -116,8 +127,9 @@ def loop_module(alg: slicing.Algorithm, mono: Monoid, latency: bool, time: bool)
         from .clock import fence, nap, relax, ticks
 
         mod = types.SimpleNamespace()
-        ns = {"numba": numba, "lift": mono.lift, "combine": mono.combine, "lower": mono.lower, "ticks": ticks,
-              "fence": fence, "relax": relax, "nap": nap}
+        ns = {"numba": numba, "np": np, "math": math, "lift": mono.lift, "combine": mono.combine,
+              "lower": mono.lower, "inverse": mono.inverse, "ticks": ticks, "fence": fence, "relax": relax,
+              "nap": nap}
         exec(compile(body + "\n" + tail.replace("cache=True", "cache=False"),
                      f"<pba_runtime stepwise {alg.name} {mono.name}>", "exec"), ns)
         for n in names:
@@ -159,6 +171,8 @@ class Stepper:
         self.agg = get_aggregation(agg)
         self.mono = monoid_of(self.agg)
         self.alg, parallel = ALGORITHMS[algorithm]
+        if algorithm == "soe":
+            self.alg = self._soe_merger()
         self.latency = latency
         self._is_time = isinstance(window, TimeWindow)
         self._mod = loop_module(self.alg, self.mono, latency, self._is_time)
@@ -208,6 +222,16 @@ class Stepper:
                       np.empty((most,) + self._shape)]
             for name, v in (("fcap", init), ("d0", -1), ("d1", -1)):
                 self.si[self._int(name)] = v
+        elif algorithm == "soe":
+            cap = 1 << max(2, (2 * q + 4 - 1).bit_length())
+            arrays = [np.empty((cap,) + self._shape)]
+            if self.alg is not soe.ALGORITHM:  # the exact accumulators and their scratch
+                arrays += [np.zeros(soe.N_LIMBS1, dtype=np.int64), np.zeros(soe.N_LIMBS2, dtype=np.int64),
+                           np.zeros(soe.N_TMP, dtype=np.int64), np.zeros(soe.N_TMP, dtype=np.int64),
+                           np.zeros(32, dtype=np.int64)]
+                for name, v in (("lo1", 1 << 30), ("hi1", -1), ("lo2", 1 << 30), ("hi2", -1)):
+                    self.si[self._int(name)] = v
+            params += [cap - 1]
         else:  # two_stacks, daba: two rings of slice partials
             cap = 1 << max(2, (2 * q + 4 - 1).bit_length())
             arrays = [np.empty((cap,) + self._shape), np.empty((cap,) + self._shape)]
@@ -217,6 +241,15 @@ class Stepper:
         self._worker: Future | None = None
         self.lcs_tasks = 0
         self.why = ""
+
+    def _soe_merger(self) -> slicing.Algorithm:
+        """SoE's merger for this aggregation: exact accumulators for the built-in sums (as the Python SoE),
+        the two-part total with the compiled ``inverse`` otherwise; the Python SoE's error if not invertible."""
+        if not self.agg.invertible:
+            raise ValueError(f"algorithm 'soe' needs {SOE_NEEDS}; aggregation {self.agg.name!r} is not invertible")
+        if self.mono.names is not None and self.agg.name in soe.EXACT:
+            return soe.EXACT[self.agg.name]
+        return soe.ALGORITHM
 
     def _int(self, name: str) -> int:
         return (slicing.COMMON_INTS + self.alg.ints).index(name)
@@ -315,6 +348,10 @@ class Stepper:
             st.update(flips=self.counter("flips"))
         elif self.alg is flatfat.ALGORITHM:
             st.update(capacity=self.counter("fcap"), resizes=self.counter("resizes"))
+        elif self.alg is soe.ALGORITHM:
+            st.update(held=self.counter("e") - self.counter("f"), refreshes=self.counter("refreshes"))
+        elif self.algorithm == "soe":
+            st.update(held=self.counter("e") - self.counter("f"), exact=True)
         return st
 
 

@@ -50,6 +50,9 @@ class Algorithm:
     arrays: tuple[str, ...] = ()  # arrays passed after ida, in this order
     params: tuple[str, ...] = ()  # read from pr_ after the common parameters
     after_tuple: str = ""  # may set `event` and `stop` (the loop breaks after the tuple)
+    #: a query that adds the head of a partial slice itself (``RES``, ``HEAD``, ``HAS``): for a merger whose
+    #: total takes the head in and out exactly (SoE's exact accumulators) instead of ``combine(query, head)``
+    query_head: str = ""
     helpers: str = ""  # module-level functions the snippets call (compiled with the loop)
     helper_names: tuple[str, ...] = ()  # more functions to compile (their source: ``helpers`` or widths)
     extra: dict = field(default_factory=dict)
@@ -222,7 +225,7 @@ def source(alg: Algorithm, w: int, *, positional: bool, latency: bool, vector: b
     for _ in range(4):
         src = _macro(src, "ADVANCE", lambda a: _ADVANCE.format(flush="True" if a.strip() == "1" else "False"))
         src = _macro(src, "START", lambda a: _START)
-        src = _macro(src, "EMIT", lambda a: _emit(a))
+        src = _macro(src, "EMIT", lambda a: _emit(a, alg))
         src = _macro(src, "PUSH", lambda a: _sub(alg.push, "P", a))
         src = _macro(src, "POP", lambda a: alg.pop)
         src = _macro(src, "QUERY", lambda a: _sub(alg.query, "RES", a))
@@ -262,9 +265,15 @@ def _sub(code: str, var: str, value: str) -> str:
     return re.sub(r"\b" + var + r"\b", value.strip(), code)
 
 
-def _emit(args: str) -> str:
+def _emit(args: str, alg: Algorithm) -> str:
     k, end, head, has_head = [a.strip() for a in _split(args)]
-    return _EMIT.format(k=k, end=end, head=head, has_head=has_head)
+    text = _EMIT.format(k=k, end=end, head=head, has_head=has_head)
+    if alg.query_head:
+        q = f"@QUERY(res)\nif {has_head}:\n    res = combine(res, {head})\n"
+        assert q in text
+        qh = _sub(_sub(_sub(alg.query_head, "RES", "res"), "HEAD", head), "HAS", f"({has_head})")
+        text = text.replace(q, qh.strip("\n") + "\n")
+    return text
 
 
 def _split(args: str) -> list[str]:
