@@ -9,6 +9,7 @@ rounding otherwise; compiled PBA equals compiled SBA bit for bit. The loops are 
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 
 import numpy as np
 import pytest
@@ -23,6 +24,9 @@ from pba_runtime.kernels.stepwise import Stepper
 
 SPREAD = pr.Aggregation(lift=U.pair, combine=U.pair_min_max, lower=U.spread, identity=(math.inf, -math.inf),
                         name="spread_stepwise", commutative=True, result="float")
+
+MEAN_USER = pr.Aggregation(lift=U.value_one, combine=U.pair_add, lower=U.ratio, identity=(0.0, 0.0), inverse=U.pair_sub,
+                           name="mean_stepwise", commutative=True, result="float")
 
 BUILTINS = ["max", "min", "sum", "count", "mean", "std", "geomean", "argmax", "moment_sketch"]
 WINDOWS = [
@@ -123,6 +127,53 @@ def test_flatfat_resizes_as_the_python_tree():
     assert out.stats["resizes"] >= 4
 
 
+@pytest.mark.parametrize("window", WINDOWS, ids=repr)
+@pytest.mark.parametrize("agg", ["sum", "count", "mean", "std", MEAN_USER], ids=lambda a: a if isinstance(a, str) else a.name)
+def test_soe_matches_python(agg, window):
+    """Bit for bit but std: the exact accumulators round the exact sum once (the Python SoE's integers
+    give the same correctly rounded float) and count/user aggregations take the Python steps; std
+    rounds ``n sum x**2 - (sum x)**2`` (exact) once and divides: the spec's rounding."""
+    vals, ts = _stream(12, 300, window, agg)
+    rng = np.random.default_rng(13)
+    vals[rng.integers(0, len(vals), 20)] = 1e-3
+    vals[rng.integers(0, len(vals), 3)] = -np.inf
+    vals[rng.integers(0, len(vals), 3)] = 1e-310  # subnormal
+    vals[rng.integers(0, len(vals), 3)] = -1e300
+    out = _check("soe", window, agg, vals, ts)
+    if agg != "std":
+        _, want = _python("soe", window, agg, vals, ts, None)
+        assert np.asarray(out.results, dtype=float).tobytes() == np.asarray(want, dtype=float).tobytes()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("window", WINDOWS, ids=repr)
+def test_soe_matches_python_geomean(window):
+    vals, ts = _stream(14, 300, window, "geomean")
+    vals[::17] = 0.0
+    out = _check("soe", window, "geomean", vals, ts)
+    _, want = _python("soe", window, "geomean", vals, ts, None)
+    assert out.results.tobytes() == np.asarray(want, dtype=float).tobytes()
+
+
+def test_soe_ill_conditioned():
+    """Runs of 1e12 (equal, then with noise) beside runs of 1e-3: the exact accumulators keep no trace of
+    evicted values; a window of equal values has std exactly 0."""
+    rng = np.random.default_rng(15)
+    vals = np.concatenate([np.full(200, 1e12), 1e12 + rng.random(200), np.full(100, 1e-3), rng.random(100) * 1e-3])
+    w = pr.CountWindow(range=50, slide=1)
+    for agg in ("sum", "std"):
+        out = _check("soe", w, agg, vals, None)  # result i: the window ending at i + 50
+        if agg == "std":
+            assert (out.results[:151] == 0.0).all() and (out.results[400:451] == 0.0).all()
+        else:  # 50 times the float 1e-3, exactly, rounded once
+            assert (out.results[400:451] == float(Fraction(1e-3) * 50)).all()
+
+
+def test_soe_needs_an_invertible_aggregation():
+    with pytest.raises(ValueError, match="needs an invertible aggregation .* 'max' is not invertible"):
+        pr.replay("soe", pr.CountWindow(range=2, slide=1), "max", [1.0])
+
+
 def test_slick_deque_needs_a_selective_aggregation():
     with pytest.raises(ValueError, match="selective"):
         pr.replay("slick_deque", pr.CountWindow(range=2, slide=1), "sum", [1.0])
@@ -185,6 +236,8 @@ def test_hypothesis_streams_count(values, r, s, alg):
     _check(alg, pr.CountWindow(range=r, slide=s), "max", vals, None)
     if alg != "slick_deque":
         _check(alg, pr.CountWindow(range=r, slide=s), "sum", np.nan_to_num(vals, posinf=0.0, neginf=0.0) % 1e6, None)
+    if alg in ("sba", "daba"):  # SoE: max is not invertible; its exact sum over the raw values
+        _check("soe", pr.CountWindow(range=r, slide=s), "sum", vals, None)
 
 
 @given(st.lists(st.tuples(st.floats(-1e6, 1e6), st.integers(0, 12)), max_size=60),
@@ -196,12 +249,15 @@ def test_hypothesis_streams_time(rows, r, s, offset, alg):
     ts = np.cumsum([d for _, d in rows]).astype(np.int64) if rows else np.zeros(0, dtype=np.int64)
     _check(alg, pr.TimeWindow(range=r, slide=s, offset=offset), "max", vals, ts)
     _check(alg, pr.TimeWindow(range=r, slide=s, offset=offset), "std", vals, ts)
+    if alg == "sba":
+        _check("soe", pr.TimeWindow(range=r, slide=s, offset=offset), "std", vals, ts)
+        _check("soe", pr.TimeWindow(range=r, slide=s, offset=offset), "sum", vals, ts)
 
 
-@pytest.mark.parametrize("alg", ["sba", "pba", "two_stacks", "slick_deque", "daba", "flatfat"])
+@pytest.mark.parametrize("alg", ["sba", "pba", "two_stacks", "slick_deque", "daba", "flatfat", "soe"])
 def test_latency_one_per_window(alg):
     vals = np.random.default_rng(6).random(5000)
-    out = _check(alg, pr.CountWindow(range=64, slide=1), "max", vals, None, latency=True)
+    out = _check(alg, pr.CountWindow(range=64, slide=1), "sum" if alg == "soe" else "max", vals, None, latency=True)
     assert out.latency_ns.shape == out.ends.shape
     assert out.latency_ns.dtype == np.int64 and (out.latency_ns >= 0).all()
     assert out.seconds > 0 and out.throughput > 0
