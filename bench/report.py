@@ -670,7 +670,8 @@ def stepwise_section(sw: dict) -> list[str]:
            f"{sw.get('tuples', 0):,} doubles, slide 1, {sw.get('repeats')} interleaved repeats, M tuples/s median "
            f"[min-max]; 1-min load {m.get('loadavg', [0])[0]:.1f} at the start. The Java columns are the paper's own "
            "implementation on this machine (`shared/anchors.md`), for scale.", ""]
-    algs = ("sba", "pba", "two_stacks", "slick_deque")
+    java_algs = ("sba", "pba", "two_stacks", "slick_deque")
+    algs = java_algs + ("daba", "flatfat", "soe")
     rows = []
     tp = sw.get("throughput", {})
     for label, row in tp.items():
@@ -678,13 +679,16 @@ def stepwise_section(sw: dict) -> list[str]:
         java = JAVA.get(rng, {}) if label.startswith("max") else {}
         cells = [f"{rate(row[a]['median'])} [{rate(row[a]['min'])}-{rate(row[a]['max'])}]" if a in row else "-"
                  for a in algs]
-        rows.append([label, *cells, *(rate(java.get(a)) if a in java else "-" for a in algs)])
-    out += table(["window", "SBA", "PBA", "Two-Stacks", "SlickDeque", "Java SBA", "Java PBA", "Java Two-Stacks",
-                  "Java SlickDeque"], rows)
+        rows.append([label, *cells, *(rate(java.get(a)) if a in java else "-" for a in java_algs)])
+    out += table(["window", "SBA", "PBA", "Two-Stacks", "SlickDeque", "DABA", "FlatFAT", "SoE", "Java SBA", "Java PBA",
+                  "Java Two-Stacks", "Java SlickDeque"], rows)
+    out += ["SlickDeque runs selective aggregations only (max), SoE invertible ones only (sum, std): `-` where an "
+            "algorithm cannot run the aggregation. FiBA has no compiled per-tuple loop (`docs/stepwise.md` says why).",
+            ""]
     lat = sw.get("latency", {})
     for label, row in lat.items():
         lrows = [[a, *(f"{row[a][k]['median'] / 1e3:.1f}" for k in ("max", "top100", "std", "std_below_1ms")),
-                  f"{row[a]['stalls']['median']:.0f}"] for a in ("pba", "two_stacks", "sba") if a in row]
+                  f"{row[a]['stalls']['median']:.0f}"] for a in ("pba", "two_stacks", "daba", "sba") if a in row]
         out += [f"Latency of the tuple that completes each window, {label}, wall clock inside the loop (us; medians "
                 "over repeats; `top100`: the 100th largest; `std < 1 ms`: preemptions left out):", ""]
         out += table(["algorithm", "max", "top100", "std", "std < 1 ms", "stalls"], lrows)

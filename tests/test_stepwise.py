@@ -287,7 +287,13 @@ def test_stepper_in_pieces_equals_one_run():
 
 
 @pytest.mark.parametrize("call, exc, words", [
-    (lambda: pr.replay("fiba", pr.CountWindow(range=2, slide=1), "max", [1.0]), ValueError, "algorithm"),
+    (lambda: pr.replay("fiba", pr.CountWindow(range=2, slide=1), "max", [1.0]), ValueError,
+     "'fiba' has no compiled per-tuple loop.*pr.create"),
+    (lambda: pr.replay("soe", pr.CountWindow(range=2, slide=1),
+                       pr.Aggregation(lift=U.value_one, combine=U.pair_add, lower=U.ratio, identity=(0.0, 0.0),
+                                      inverse=lambda t, a: [t[0] - a[0]], name="badinv_stepwise"),
+                       [1.0]), ValueError, "cannot compile its inverse|its inverse must return"),
+    (lambda: pr.replay("recal", pr.CountWindow(range=2, slide=1), "max", [1.0]), ValueError, "algorithm must be"),
     (lambda: pr.replay("sba", pr.CountWindow(range=2, slide=1), "collect", [1.0]), ValueError, "collect"),
     (lambda: pr.replay("sba", pr.CountWindow(range=2, slide=1), "max", ["a"]), TypeError, "values"),
     (lambda: pr.replay("sba", pr.CountWindow(range=2, slide=1), "max", [1.0], [0]), ValueError, "timestamps"),

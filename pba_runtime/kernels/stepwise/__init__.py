@@ -249,6 +249,21 @@ class Stepper:
             raise ValueError(f"algorithm 'soe' needs {SOE_NEEDS}; aggregation {self.agg.name!r} is not invertible")
         if self.mono.names is not None and self.agg.name in soe.EXACT:
             return soe.EXACT[self.agg.name]
+        if self.mono.names is None:  # a user aggregation: its inverse must compile (and agree with Python's)
+            ident = self.mono.identity
+            try:
+                got = self.mono.inverse(ident, ident)
+            except Exception as e:
+                raise ValueError(f"aggregation {self.agg.name!r} has no compiled subtract-on-evict: numba cannot "
+                                 f"compile its inverse ({type(e).__name__}: {str(e).splitlines()[0]})") from None
+            want = self.agg.inverse(self.agg.identity, self.agg.identity)
+            w = self.mono.width
+            if not (isinstance(got, float) if not w else isinstance(got, tuple) and len(got) == w):
+                raise ValueError(f"aggregation {self.agg.name!r}: its inverse must return a partial like its identity "
+                                 f"(a float or a tuple of {w} floats), got {got!r}")
+            if not np.array_equal(np.asarray(got, dtype=float), np.asarray(want, dtype=float), equal_nan=True):
+                raise ValueError(f"aggregation {self.agg.name!r}: its compiled inverse gives {got!r} on the identity, "
+                                 f"its Python inverse {want!r}")
         return soe.ALGORITHM
 
     def _int(self, name: str) -> int:
