@@ -89,7 +89,8 @@ def loop_module(alg: slicing.Algorithm, mono: Monoid, latency: bool, time: bool)
     inverse = "inverse(" in body
     cached = (mono.names is not None or mono.source is not None) and (
         not inverse or mono.inverse_name is not None or mono.inverse_source is not None)
-    tail = "\n".join(f'{n} = numba.njit(nogil=True, error_model="numpy", cache={cached})({n})' for n in names)
+    tail = "\n".join(f'{n} = numba.njit(nogil=True, error_model="numpy", cache={cached}'
+                     + (', inline="always"' if n in alg.inline else "") + f')({n})' for n in names)
     mod: Any = None
     d = _cache_dir() if cached else None
     if d is not None:
@@ -218,7 +219,7 @@ class Stepper:
             while init < q + 2 and init < 4096:
                 init <<= 1
             most = max(init, 2 * (1 << (q + 3 - 1).bit_length()), flatfat.MIN_CAPACITY)
-            arrays = [np.empty((2 * most,) + self._shape), np.zeros(2 * most, dtype=np.int64),
+            arrays = [np.empty((2 * most,) + self._shape), np.zeros(2 * most, dtype=np.uint8),
                       np.empty((most,) + self._shape)]
             for name, v in (("fcap", init), ("d0", -1), ("d1", -1)):
                 self.si[self._int(name)] = v
@@ -226,11 +227,10 @@ class Stepper:
             cap = 1 << max(2, (2 * q + 4 - 1).bit_length())
             arrays = [np.empty((cap,) + self._shape)]
             if self.alg is not soe.ALGORITHM:  # the exact accumulators and their scratch
+                # xs: the limbs in use (lo1, hi1, lo2, hi2), the NaN, +inf and -inf held, the count
                 arrays += [np.zeros(soe.N_LIMBS1, dtype=np.int64), np.zeros(soe.N_LIMBS2, dtype=np.int64),
                            np.zeros(soe.N_TMP, dtype=np.int64), np.zeros(soe.N_TMP, dtype=np.int64),
-                           np.zeros(32, dtype=np.int64)]
-                for name, v in (("lo1", 1 << 30), ("hi1", -1), ("lo2", 1 << 30), ("hi2", -1)):
-                    self.si[self._int(name)] = v
+                           np.zeros(32, dtype=np.int64), np.array([1 << 30, -1, 1 << 30, -1, 0, 0, 0, 0])]
             params += [cap - 1]
         else:  # two_stacks, daba: two rings of slice partials
             cap = 1 << max(2, (2 * q + 4 - 1).bit_length())

@@ -13,38 +13,47 @@ starts over at 8 slots: the Python aggregator's tree, node for node, so the same
 
 from __future__ import annotations
 
+import textwrap
+
 from .slicing import Algorithm
 
 __all__ = ["ALGORITHM"]
 
 MIN_CAPACITY = 8  # as pba_runtime.algorithms.flatfat.MIN_CAPACITY
 
+#: node ``V`` from its children (written out where it is used: a call per node, which passes the
+#: arrays, costs several times the node's own work)
+_NODE = """
+na = 2 * V
+nb = na + 1
+if tf[na] == 0:
+    tf[V] = tf[nb]
+    if tf[nb] != 0:
+        y = @L(tv, nb)
+        @S(tv, V, y)
+elif tf[nb] == 0:
+    tf[V] = 1
+    y = @L(tv, na)
+    @S(tv, V, y)
+else:
+    y = combine(@L(tv, na), @L(tv, nb))
+    @S(tv, V, y)
+    tf[V] = 1
+"""
+
+
+def _node(v: str, indent: str) -> str:
+    return textwrap.indent(_NODE.strip("\n").replace("V", v), indent)
+
+
 _HELPERS = '''
-def ff_node(tv, tf, v):
-    a = 2 * v
-    b = a + 1
-    if tf[a] == 0:
-        tf[v] = tf[b]
-        if tf[b] != 0:
-            y = @L(tv, b)
-            @S(tv, v, y)
-    elif tf[b] == 0:
-        tf[v] = 1
-        y = @L(tv, a)
-        @S(tv, v, y)
-    else:
-        y = combine(@L(tv, a), @L(tv, b))
-        @S(tv, v, y)
-        tf[v] = 1
-
-
 def ff_repair(tv, tf, cap, d0, d1):
     u = (cap + d0) >> 1
     v = u if d1 < 0 else (cap + d1) >> 1
     while u > 0:
-        ff_node(tv, tf, u)
+@NODE_U
         if v != u:
-            ff_node(tv, tf, v)
+@NODE_V
         u >>= 1
         v >>= 1
 
@@ -64,7 +73,7 @@ def ff_resize(tv, tf, tmp, cap, slot0, span, newcap):
         @S(tv, newcap + j, y)
         tf[newcap + j] = 1
     for v in range(newcap - 1, 0, -1):
-        ff_node(tv, tf, v)
+@NODE_R
     return n
 
 
@@ -100,7 +109,8 @@ def ff_suffix(tv, tf, cap, j):
                     has = True
         v >>= 1
     return acc
-'''
+'''.replace("@NODE_U", _node("u", " " * 8)).replace("@NODE_V", _node("v", " " * 12)).replace(
+    "@NODE_R", _node("v", " " * 8))
 
 _DIRTY = """
 if d1 >= 0:
@@ -129,7 +139,8 @@ ALGORITHM = Algorithm(
     ints=("fcap", "slot0", "span", "count", "d0", "d1", "resizes"),
     arrays=("tv", "tf", "tmp"),
     helpers=_HELPERS,
-    helper_names=("ff_node", "ff_repair", "ff_resize", "ff_prefix", "ff_suffix"),
+    helper_names=("ff_repair", "ff_resize", "ff_prefix", "ff_suffix"),
+    inline=("ff_repair",),
     push=_join("""
         if span == fcap:
             ff_resize(tv, tf, tmp, fcap, slot0, span, 2 * fcap)

@@ -55,6 +55,8 @@ class Algorithm:
     query_head: str = ""
     helpers: str = ""  # module-level functions the snippets call (compiled with the loop)
     helper_names: tuple[str, ...] = ()  # more functions to compile (their source: ``helpers`` or widths)
+    #: helpers numba inlines into their callers (a call that passes arrays costs their reference counts)
+    inline: tuple[str, ...] = ()
     extra: dict = field(default_factory=dict)
 
 

@@ -205,13 +205,17 @@ def x_top(d, n):
     return float(mant), lsb
 
 
-def x_sum(acc, lo, hi, tmp, nan, pinf, ninf):
+def x_sum(acc, xs, tmp):
     """The exact total, rounded once; numpy's sum when non-finite values are held."""
-    n, neg = x_digits(acc, lo, hi, tmp)
+    lo = xs[0]
+    n, neg = x_digits(acc, lo, xs[1], tmp)
     mant, lsb = x_top(tmp, n)
     fin = math.ldexp(mant, lsb + 30 * lo - 1074) if mant != 0.0 else 0.0
     if neg:
         fin = -fin
+    nan = xs[4]
+    pinf = xs[5]
+    ninf = xs[6]
     if nan == 0 and pinf == 0 and ninf == 0:
         return fin
     if nan != 0:
@@ -223,8 +227,68 @@ def x_sum(acc, lo, hi, tmp, nan, pinf, ninf):
     return math.inf if pos else -math.inf
 
 
-def x_std(acc1, lo1, hi1, acc2, lo2, hi2, tmp, xn, nan, cnt):
+def x_take(acc, xs, x, sgn):
+    """Add (sgn 1) or subtract (-1) the float x exactly; non-finite values counted aside."""
+    if x != 0.0:
+        if x - x == 0.0:
+            m, k = x_float(x)
+            lo, hi = x_add(acc, m, k + 1074, -sgn if x < 0.0 else sgn, xs[0], xs[1])
+            xs[0] = lo
+            xs[1] = hi
+        elif x > 0.0:
+            xs[5] += sgn
+        elif x < 0.0:
+            xs[6] += sgn
+        else:
+            xs[4] += sgn
+
+
+def x_take_std(acc1, acc2, xs, scr, n, mean, m2, sgn):
+    """std's partial (n, mean, M2) as the exact n, sum x = n mean and sum x**2 = M2 + n mean**2."""
+    if n == 0.0:
+        return
+    k = np.int64(n)
+    xs[7] += sgn * k
+    if not (mean - mean == 0.0 and m2 - m2 == 0.0):
+        xs[4] += sgn  # np.std of a window holding NaN or an infinity is NaN
+        return
+    if mean != 0.0:
+        mm, me = x_float(mean)
+        lo, hi = x_addmul(acc1, scr, mm, k, 1, me + 1074, -sgn if mean < 0.0 else sgn, xs[0], xs[1])
+        xs[0] = lo
+        xs[1] = hi
+        lo, hi = x_addmul(acc2, scr, mm, mm, k, 2 * me + 2148, sgn, xs[2], xs[3])
+        xs[2] = lo
+        xs[3] = hi
+    if m2 != 0.0:
+        mm, me = x_float(m2)
+        lo, hi = x_add(acc2, mm, me + 2148, -sgn if m2 < 0.0 else sgn, xs[2], xs[3])
+        xs[2] = lo
+        xs[3] = hi
+
+
+def x_clear(acc1, acc2, xs):
+    """The window is empty: every total is exactly zero again."""
+    for i in range(xs[0], xs[1] + 1):
+        acc1[i] = 0
+    for i in range(xs[2], xs[3] + 1):
+        acc2[i] = 0
+    xs[0] = 1 << 30
+    xs[1] = -1
+    xs[2] = 1 << 30
+    xs[3] = -1
+    for i in range(4, 8):
+        xs[i] = 0
+
+
+def x_std(acc1, acc2, xs, tmp, xn):
     """(n, mean, M2) of the window from the exact sum x and sum x**2: M2 = (n sum x**2 - (sum x)**2) / n."""
+    lo1 = xs[0]
+    hi1 = xs[1]
+    lo2 = xs[2]
+    hi2 = xs[3]
+    nan = xs[4]
+    cnt = xs[7]
     if cnt == 0:
         return (0.0, 0.0, 0.0)
     fn = float(cnt)
@@ -270,89 +334,47 @@ def x_std(acc1, lo1, hi1, acc2, lo2, hi2, tmp, xn, nan, cnt):
     return (fn, mean, -m2 if negn else m2)
 '''
 
-_NAMES = ("x_add", "x_addmul", "x_float", "x_norm", "x_digits", "x_top", "x_sum", "x_std")
+_NAMES = ("x_add", "x_addmul", "x_float", "x_norm", "x_digits", "x_top", "x_sum", "x_take", "x_take_std", "x_clear",
+          "x_std")
+#: small helpers inlined into the ones the loop calls (the loop itself makes one call per push, pop or query:
+#: its own code stays small, which keeps numba's loop fast)
+_INLINE = ("x_add", "x_float", "x_norm", "x_digits", "x_top")
 
 
-def _take_sum(x: str, sgn: str) -> str:
-    return f"""
-if {x} != 0.0:
-    if {x} - {x} == 0.0:
-        xm, xe = x_float({x})
-        if {x} < 0.0:
-            lo1, hi1 = x_add(acc1, xm, xe + 1074, -({sgn}), lo1, hi1)
-        else:
-            lo1, hi1 = x_add(acc1, xm, xe + 1074, {sgn}, lo1, hi1)
-    elif {x} > 0.0:
-        xpinf += {sgn}
-    elif {x} < 0.0:
-        xninf += {sgn}
-    else:
-        xnan += {sgn}
-"""
+def _take_sum(p: str, sgn: str) -> str:
+    return f"x_take(acc1, xs, {p}, {sgn})\n"
 
 
 def _take_pair(p: str, sgn: str) -> str:
-    return _take_sum(f"{p}[0]", sgn) + f"xcnt += ({sgn}) * np.int64({p}[1])\n"
+    return f"x_take(acc1, xs, {p}[0], {sgn})\nxs[7] += ({sgn}) * np.int64({p}[1])\n"
 
 
 def _take_std(p: str, sgn: str) -> str:
-    return f"""
-if {p}[0] != 0.0:
-    xcnt += ({sgn}) * np.int64({p}[0])
-    if not ({p}[1] - {p}[1] == 0.0 and {p}[2] - {p}[2] == 0.0):
-        xnan += {sgn}
-    else:
-        xk = np.int64({p}[0])
-        if {p}[1] != 0.0:
-            xm, xe = x_float({p}[1])
-            xs = -({sgn}) if {p}[1] < 0.0 else {sgn}
-            lo1, hi1 = x_addmul(acc1, xscr, xm, xk, 1, xe + 1074, xs, lo1, hi1)
-            lo2, hi2 = x_addmul(acc2, xscr, xm, xm, xk, 2 * xe + 2148, {sgn}, lo2, hi2)
-        if {p}[2] != 0.0:
-            xm, xe = x_float({p}[2])
-            xs = -({sgn}) if {p}[2] < 0.0 else {sgn}
-            lo2, hi2 = x_add(acc2, xm, xe + 2148, xs, lo2, hi2)
-"""
-
-
-_CLEAR = """
-for xi in range(lo1, hi1 + 1):
-    acc1[xi] = 0
-for xi in range(lo2, hi2 + 1):
-    acc2[xi] = 0
-lo1 = 1 << 30
-hi1 = -1
-lo2 = 1 << 30
-hi2 = -1
-xnan = 0
-xpinf = 0
-xninf = 0
-xcnt = 0
-"""
+    return f"x_take_std(acc1, acc2, xs, xscr, {p}[0], {p}[1], {p}[2], {sgn})\n"
 
 
 def _exact(name: str, take, query: str) -> Algorithm:
-    d = textwrap.dedent
+    ind = textwrap.indent
     return Algorithm(
         name=name,
-        ints=("f", "e", "xnan", "xpinf", "xninf", "xcnt", "lo1", "hi1", "lo2", "hi2"),
-        arrays=("vals", "acc1", "acc2", "xt", "xn", "xscr"),
+        ints=("f", "e"),
+        arrays=("vals", "acc1", "acc2", "xt", "xn", "xscr", "xs"),
         params=("vmask",),
         helpers=_HELPERS,
         helper_names=_NAMES,
+        inline=_INLINE,
         push="@S(vals, e & vmask, P)\ne += 1\n" + take("P", "1"),
-        pop=("jo = f & vmask\npo = @L(vals, jo)\nf += 1\nif f == e:\n" + textwrap.indent(d(_CLEAR).strip(), "    ")
-             + "\nelse:\n" + textwrap.indent(d(take("po", "-1")).strip(), "    ")),
+        pop=("jo = f & vmask\npo = @L(vals, jo)\nf += 1\nif f == e:\n    x_clear(acc1, acc2, xs)\nelse:\n"
+             + ind(take("po", "-1"), "    ")),
         query=query,
-        query_head=("if HAS:\n" + textwrap.indent(d(take("HEAD", "1")).strip(), "    ") + "\n" + query
-                    + "\nif HAS:\n" + textwrap.indent(d(take("HEAD", "-1")).strip(), "    ")),
-        reset="f = 0\ne = 0\n" + d(_CLEAR).strip(),
+        query_head=("if HAS:\n" + ind(take("HEAD", "1"), "    ") + query + "\nif HAS:\n" + ind(take("HEAD", "-1"), "    ")),
+        reset="f = 0\ne = 0\nx_clear(acc1, acc2, xs)\n",
     )
 
 
-SUM = _exact("soe_sum", _take_sum, "RES = x_sum(acc1, lo1, hi1, xt, xnan, xpinf, xninf)")
-PAIR = _exact("soe_pair", _take_pair, "RES = (x_sum(acc1, lo1, hi1, xt, xnan, xpinf, xninf), float(xcnt))")
-STD = _exact("soe_std", _take_std, "RES = x_std(acc1, lo1, hi1, acc2, lo2, hi2, xt, xn, xnan, xcnt)")
+SUM = _exact("soe_sum", _take_sum, "RES = x_sum(acc1, xs, xt)")
+PAIR = _exact("soe_pair", _take_pair, "RES = (x_sum(acc1, xs, xt), float(xs[7]))")
+STD = _exact("soe_std", _take_std, "RES = x_std(acc1, acc2, xs, xt, xn)")
 
 #: the built-ins the Python SoE keeps in exact accumulators, and their mergers here
 EXACT = {"sum": SUM, "mean": PAIR, "geomean": PAIR, "std": STD}
