@@ -103,6 +103,7 @@ def test_daba_flatfat_match_python(alg, agg, window):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(600)  # a cold compile of the 23-wide moment_sketch loop takes minutes on a loaded machine
 @pytest.mark.parametrize("window", WINDOWS, ids=repr)
 @pytest.mark.parametrize("agg", ["min", "count", "mean", "std", "geomean", "moment_sketch"])
 @pytest.mark.parametrize("alg", ["daba", "flatfat"])

@@ -206,13 +206,63 @@ def x_top(d, n):
 
 
 def x_sum(acc, xs, tmp):
-    """The exact total, rounded once; numpy's sum when non-finite values are held."""
+    """The exact total, rounded once to nearest even; numpy's sum when non-finite values are held.
+
+    The limbs in use are carried in place; the top 62 bits go to an int64 whose last bit is set when
+    any bit below them is (sticky), so ``float()`` rounds it once, correctly, and ``ldexp`` scales it
+    exactly (a subnormal total has fewer than 53 bits: nothing to round).
+    """
     lo = xs[0]
-    n, neg = x_digits(acc, lo, xs[1], tmp)
-    mant, lsb = x_top(tmp, n)
-    fin = math.ldexp(mant, lsb + 30 * lo - 1074) if mant != 0.0 else 0.0
-    if neg:
-        fin = -fin
+    hi = xs[1]
+    fin = 0.0
+    if hi >= lo:
+        for i in range(lo, hi):
+            cy = acc[i] >> 30
+            acc[i] -= cy << 30
+            acc[i + 1] += cy
+        neg = acc[hi] < 0
+        if neg:  # |total| in tmp[0 .. n)
+            n = hi - lo + 1
+            for i in range(n):
+                tmp[i] = -acc[lo + i]
+            for i in range(n - 1):
+                cy = tmp[i] >> 30
+                tmp[i] -= cy << 30
+                tmp[i + 1] += cy
+            d = tmp
+            b = 0
+            h = n - 1
+        else:
+            d = acc
+            b = lo
+            h = hi
+        while h >= b and d[h] == 0:
+            h -= 1
+        if h >= b:
+            mant = d[h]
+            room = 62 - math.frexp(float(mant))[1]
+            lsb = 30 * (h - b)
+            j = h - 1
+            sticky = False
+            while room > 0 and j >= b:
+                if room >= 30:
+                    mant = (mant << 30) | d[j]
+                    room -= 30
+                    lsb -= 30
+                else:
+                    mant = (mant << room) | (d[j] >> (30 - room))
+                    sticky = (d[j] & ((np.int64(1) << (30 - room)) - 1)) != 0
+                    lsb -= room
+                    room = 0
+                j -= 1
+            while not sticky and j >= b:
+                sticky = d[j] != 0
+                j -= 1
+            if sticky:
+                mant |= 1
+            fin = math.ldexp(float(mant), lsb + 30 * lo - 1074)
+            if neg:
+                fin = -fin
     nan = xs[4]
     pinf = xs[5]
     ninf = xs[6]
@@ -338,7 +388,7 @@ _NAMES = ("x_add", "x_addmul", "x_float", "x_norm", "x_digits", "x_top", "x_sum"
           "x_std")
 #: small helpers inlined into the ones the loop calls (the loop itself makes one call per push, pop or query:
 #: its own code stays small, which keeps numba's loop fast)
-_INLINE = ("x_add", "x_float", "x_norm", "x_digits", "x_top")
+_INLINE = ("x_add", "x_float", "x_norm", "x_digits", "x_top", "x_take", "x_sum")
 
 
 def _take_sum(p: str, sgn: str) -> str:
