@@ -666,7 +666,8 @@ def stepwise_section(sw: dict) -> list[str]:
     """Issue 18: the paper's per-tuple claims judged on the compiled per-tuple engine (bench_stepwise.py)."""
     m = sw.get("machine", {})
     out = ["## The paper's claims on the compiled per-tuple engine (issue 18)", "",
-           f"`python bench/bench_stepwise.py`: `pr.replay` (one tuple at a time, in machine code), "
+           f"`python bench/bench_stepwise.py{' --short' if sw.get('short') else ''}`: `pr.replay` (one tuple at a "
+           "time, in machine code), "
            f"{sw.get('tuples', 0):,} doubles, slide 1, {sw.get('repeats')} interleaved repeats, M tuples/s median "
            f"[min-max]; 1-min load {m.get('loadavg', [0])[0]:.1f} at the start. The Java columns are the paper's own "
            "implementation on this machine (`shared/anchors.md`), for scale.", ""]
