@@ -313,3 +313,16 @@ def test_stepper_in_pieces_equals_one_run():
 def test_bad_input(call, exc, words):
     with pytest.raises(exc, match=words):
         call()
+
+
+def test_snippets_cannot_clobber_the_template():
+    """A merger's snippet that assigned a slicing-layer local (FlatFAT's query once named one ``last``)
+    would compile to a silently wrong loop: ``slicing.source`` refuses it."""
+    import dataclasses
+
+    from pba_runtime.kernels.stepwise import ALGORITHMS, slicing, soe
+
+    for alg in [a for a, _ in ALGORITHMS.values()] + list(soe.EXACT.values()):
+        slicing.check_names(alg)
+    with pytest.raises(ValueError, match="assign last"):
+        slicing.check_names(dataclasses.replace(ALGORITHMS["flatfat"][0], query="last = 1\nRES = ident"))

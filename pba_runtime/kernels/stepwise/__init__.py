@@ -2,7 +2,8 @@
 
 Not the vectorised batch path: every tuple goes through the slicing layer and the algorithm's
 ``push``/``pop``/``query`` exactly as the Python operators do (:mod:`.slicing`, written once, and one
-module per algorithm: :mod:`.sba` for SBA and PBA, :mod:`.two_stacks`), over the built-in
+module per algorithm: :mod:`.sba` for SBA and PBA, :mod:`.two_stacks`, :mod:`.slick_deque`, :mod:`.daba`,
+:mod:`.flatfat`, :mod:`.soe`; FiBA has none, see ``docs/stepwise.md``), over the built-in
 aggregations and the user aggregations numba compiles (:mod:`.monoids`). PBA's lcs are built by
 ``lcs_worker`` on a pool thread, compiled with the GIL released, while the main loop goes on.
 
