@@ -143,6 +143,8 @@ ALGORITHM = Algorithm(
     inline=("ff_repair",),
     push=_join("""
         if span == fcap:
+            if 4 * fcap > tf.shape[0]:  # never: the driver allocates for the most slices a window holds
+                raise RuntimeError("flatfat: the tree outgrew its arrays")
             ff_resize(tv, tf, tmp, fcap, slot0, span, 2 * fcap)
             fcap = 2 * fcap
             slot0 = 0
