@@ -4,12 +4,13 @@
 algorithm's push/pop/query, one tuple at a time: not the vectorised batch path), over count windows
 with slide 1 and float64 values, as the paper's harness does:
 
-* **throughput** (tuples/s) of SBA, PBA (its lcs on a pool thread), Two-Stacks and SlickDeque (max only) at W[2^10, 1],
-  W[2^13, 1], W[2^14, 1], W[2^17, 1] for max, and at 2^10 and 2^14 for sum and std; algorithms
-  interleaved, shuffled per round, repeated; the median with min and max of the repeats;
+* **throughput** (tuples/s) of SBA, PBA (its lcs on a pool thread), Two-Stacks, SlickDeque (max only), DABA,
+  FlatFAT and SoE (invertible aggregations only: sum and std here) at W[2^10, 1], W[2^13, 1], W[2^14, 1],
+  W[2^17, 1] for max, and at 2^10 and 2^14 for sum and std (``--short``: max and sum at 2^10 and 2^14 only);
+  algorithms interleaved, shuffled per round, repeated; the median with min and max of the repeats;
 * **latency** at W[2^14, 1] max: the time of each window-completing tuple measured inside the
   compiled loop (the TSC, calibrated to ns), per repeat its Max, p99, Std and mean, then the median
-  over repeats; and PBA/Two-Stacks ratios of Max and Std (the paper's Table 2 asks Max <= 1/5 and
+  over repeats, for PBA, Two-Stacks and DABA; and PBA/Two-Stacks ratios of Max and Std (the paper's Table 2 asks Max <= 1/5 and
   Std <= 1/3). Wall clock: on a shared machine a Max is often a preemption (milliseconds), whatever
   the algorithm, so the 10th and 100th largest latencies, the Std of the samples below 1 ms and the
   number of windows above 5 us are reported beside them (Two-Stacks flips once per range: 305 flips
@@ -20,6 +21,7 @@ with other work: ratios in one run matter more than absolute figures).
 
     python bench/bench_stepwise.py            # 5M values, 5 repeats
     python bench/bench_stepwise.py --quick    # 1M values, 3 repeats
+    python bench/bench_stepwise.py --short    # 2M values, 5 repeats, W[2^10,1] and W[2^14,1] only
     python bench/bench_stepwise.py --smoke --out-dir /tmp/x   # tiny, for tests/test_bench_stepwise.py
 """
 
@@ -40,7 +42,10 @@ import numpy as np
 import pba_runtime as pr
 
 RESULTS = Path(__file__).resolve().parent / "results"
-ALGS = ["sba", "pba", "two_stacks", "slick_deque"]
+ALGS = ["sba", "pba", "two_stacks", "slick_deque", "daba", "flatfat", "soe"]
+LAT_ALGS = ["pba", "two_stacks", "daba"]
+#: SlickDeque needs a selective aggregation, SoE an invertible one
+ONLY = {"slick_deque": ("max", "min", "argmax"), "soe": ("sum", "count", "mean", "std", "geomean")}
 
 
 def machine() -> dict:
@@ -53,8 +58,8 @@ def spread(xs: list[float]) -> dict:
 
 
 def algs_for(agg: str) -> list[str]:
-    """SlickDeque needs a selective aggregation (max here)."""
-    return [a for a in ALGS if a != "slick_deque" or agg == "max"]
+    """The algorithms that run ``agg`` (SlickDeque: max here; SoE: sum and std)."""
+    return [a for a in ALGS if agg in ONLY.get(a, (agg,))]
 
 
 def run(alg: str, r: int, agg: str, values: np.ndarray, pool: pr.WorkerPool, latency: bool = False) -> pr.Replay:
@@ -66,26 +71,31 @@ def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--smoke", action="store_true")
+    ap.add_argument("--short", action="store_true")
     ap.add_argument("--out-dir", default=str(RESULTS))
     args = ap.parse_args(argv)
     if args.smoke:
         n, repeats, lat_repeats = 20_000, 1, 1
         points = [(16, "max"), (64, "max"), (64, "std")]
         lat_range = 64
+    elif args.short:
+        n, repeats, lat_repeats = 2_000_000, 5, 3
+        points = [(r, a) for a in ("max", "sum") for r in (1 << 10, 1 << 14)]
+        lat_range = 1 << 14
     else:
         n, repeats, lat_repeats = (1_000_000, 3, 3) if args.quick else (5_000_000, 5, 5)
         points = [(1 << k, "max") for k in (10, 13, 14, 17)] + [(r, a) for r in (1 << 10, 1 << 14)
                                                                   for a in ("sum", "std")]
         lat_range = 1 << 14
     values = np.random.default_rng(0).random(n)
-    out: dict = {"machine": machine(), "tuples": n, "repeats": repeats, "smoke": args.smoke, "throughput": {},
-                 "latency": {}}
+    out: dict = {"machine": machine(), "tuples": n, "repeats": repeats, "smoke": args.smoke, "short": args.short,
+                 "throughput": {}, "latency": {}}
     with pr.WorkerPool("thread", 1) as pool:
         # compile (or load from the disk cache) every loop first
         for r, agg in points:
             for alg in algs_for(agg):
                 run(alg, r, agg, values[: 2 * r], pool)
-        for alg in ("pba", "two_stacks"):
+        for alg in LAT_ALGS:
             run(alg, lat_range, "max", values[: 2 * lat_range], pool, latency=True)
         samples: dict = {f"{agg} W[{r},1]": {alg: [] for alg in algs_for(agg)} for r, agg in points}
         stats: dict = {key: {} for key in samples}
@@ -102,15 +112,19 @@ def main(argv: list[str] | None = None) -> dict:
             row = {alg: spread(xs) for alg, xs in by_alg.items()}
             row["pba_over_sba"] = row["pba"]["median"] / row["sba"]["median"]
             row["sba_over_two_stacks"] = row["sba"]["median"] / row["two_stacks"]["median"]
+            for alg in ("daba", "flatfat", "soe"):
+                if alg in row:
+                    row[f"{alg}_over_sba"] = row[alg]["median"] / row["sba"]["median"]
+                    row[f"{alg}_over_two_stacks"] = row[alg]["median"] / row["two_stacks"]["median"]
             row["stats_last_repeat"] = stats[key]
             out["throughput"][key] = row
             print(f"{key:>16}: " + "  ".join(f"{alg} {row[alg]['median'] / 1e6:6.1f}M/s "
                                              f"[{row[alg]['min'] / 1e6:.1f}-{row[alg]['max'] / 1e6:.1f}]"
                                              for alg in by_alg), flush=True)
         keys = ("max", "top10", "top100", "p99", "std", "std_below_1ms", "over_5us", "mean", "stalls")
-        lat: dict = {alg: {k: [] for k in keys} for alg in ("pba", "two_stacks")}
+        lat: dict = {alg: {k: [] for k in keys} for alg in LAT_ALGS}
         for _ in range(lat_repeats):
-            for alg in rnd.sample(["pba", "two_stacks"], 2):
+            for alg in rnd.sample(LAT_ALGS, len(LAT_ALGS)):
                 res = run(alg, lat_range, "max", values, pool, latency=True)
                 ns = res.latency_ns[lat_range:]  # after the first window's warm-up
                 lat[alg]["max"].append(float(ns.max()))
@@ -126,12 +140,14 @@ def main(argv: list[str] | None = None) -> dict:
         row = {alg: {k: spread(v) for k, v in d.items()} for alg, d in lat.items()}
         row["pba_over_two_stacks"] = {k: row["pba"][k]["median"] / row["two_stacks"][k]["median"]
                                       for k in ("max", "top10", "top100", "p99", "std", "std_below_1ms", "mean")}
+        row["daba_over_two_stacks"] = {k: row["daba"][k]["median"] / row["two_stacks"][k]["median"]
+                                       for k in ("max", "top10", "top100", "p99", "std", "std_below_1ms", "mean")}
         out["latency"][f"max W[{lat_range},1]"] = row
         print(f"latency max W[{lat_range},1] (ns, median of {lat_repeats}): " + "  ".join(
             f"{alg}: max {row[alg]['max']['median']:.0f} p99 {row[alg]['p99']['median']:.0f} "
             f"std {row[alg]['std']['median']:.0f} 10th largest {row[alg]['top10']['median']:.0f} "
             f"100th largest {row[alg]['top100']['median']:.0f} std<1ms {row[alg]['std_below_1ms']['median']:.0f} "
-            f">5us {row[alg]['over_5us']['median']:.0f}" for alg in ("pba", "two_stacks"))
+            f">5us {row[alg]['over_5us']['median']:.0f}" for alg in LAT_ALGS)
             + "  PBA/TS " + " ".join(f"{k} {v:.2f}" for k, v in row["pba_over_two_stacks"].items()))
     out["machine"]["loadavg_end"] = list(os.getloadavg())
     d = Path(args.out_dir)

@@ -36,7 +36,7 @@ from .windows import CountWindow, TimeWindow, validate_window
 
 __all__ = ["Replay", "replay", "REPLAY_ALGORITHMS"]
 
-REPLAY_ALGORITHMS = ("sba", "pba", "two_stacks", "slick_deque")
+REPLAY_ALGORITHMS = ("sba", "pba", "two_stacks", "slick_deque", "daba", "flatfat", "soe")
 
 @dataclass(frozen=True)
 class Replay:
@@ -68,11 +68,13 @@ def replay(algorithm: str, window: CountWindow | TimeWindow, agg: str | Aggregat
 
     Parameters
     ----------
-    algorithm : {"sba", "pba", "two_stacks", "slick_deque"}
+    algorithm : {"sba", "pba", "two_stacks", "slick_deque", "daba", "flatfat", "soe"}
+        ``"fiba"`` raises a ``ValueError`` saying why it has no compiled loop.
     window : CountWindow or TimeWindow
     agg : str or Aggregation
         A built-in but ``collect``, or a user aggregation whose Python ``lift``/``combine``/``lower``
-        numba compiles (a ``ValueError`` says why not otherwise).
+        numba compiles (a ``ValueError`` says why not otherwise). ``slick_deque`` needs a selective
+        aggregation, ``soe`` an invertible one (for a user aggregation, an ``inverse`` numba compiles).
     values : array-like of real numbers
     timestamps : array-like of int, optional
         Time windows only; non-decreasing.
@@ -86,6 +88,12 @@ def replay(algorithm: str, window: CountWindow | TimeWindow, agg: str | Aggregat
         worker are both compiled, so they pay the same per combine, Theorem 1's assumption, and the
         hand-off is a store and a fence) and Theorem 2 for time windows, as the operators plan it.
     """
+    if algorithm == "fiba":
+        raise ValueError("algorithm 'fiba' has no compiled per-tuple loop: its finger B-tree (nodes of variable "
+                         "arity with parent pointers and two fingers, split/merge/move repairs, out-of-order keys) is "
+                         "not a merger behind the slicing layer (docs/stepwise.md); run the Python operator, "
+                         "pr.create('fiba', window, agg), or pick one of "
+                         + ", ".join(map(repr, REPLAY_ALGORITHMS)))
     if algorithm not in REPLAY_ALGORITHMS:
         raise ValueError(f"algorithm must be one of {', '.join(map(repr, REPLAY_ALGORITHMS))} for replay, "
                          f"got {algorithm!r}")

@@ -9,6 +9,7 @@ rounding otherwise; compiled PBA equals compiled SBA bit for bit. The loops are 
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 
 import numpy as np
 import pytest
@@ -23,6 +24,9 @@ from pba_runtime.kernels.stepwise import Stepper
 
 SPREAD = pr.Aggregation(lift=U.pair, combine=U.pair_min_max, lower=U.spread, identity=(math.inf, -math.inf),
                         name="spread_stepwise", commutative=True, result="float")
+
+MEAN_USER = pr.Aggregation(lift=U.value_one, combine=U.pair_add, lower=U.ratio, identity=(0.0, 0.0), inverse=U.pair_sub,
+                           name="mean_stepwise", commutative=True, result="float")
 
 BUILTINS = ["max", "min", "sum", "count", "mean", "std", "geomean", "argmax", "moment_sketch"]
 WINDOWS = [
@@ -86,6 +90,101 @@ def test_slick_deque_matches_python(agg, window):
     _check("slick_deque", window, agg, vals, ts)
 
 
+# FlatFAT's loops take the longest to compile (20-30 s each, cold, on the loaded machine): its argmax and user
+# aggregation run with the slow tests; DABA's compile fast
+FAST_PAIRS = [(a, g) for a in ("daba", "flatfat") for g in ("max", "sum")] + [("daba", "argmax"), ("daba", SPREAD)]
+
+
+@pytest.mark.parametrize("window", WINDOWS, ids=repr)
+@pytest.mark.parametrize("alg, agg", FAST_PAIRS, ids=lambda a: a if isinstance(a, str) else a.name)
+def test_daba_flatfat_match_python(alg, agg, window):
+    """Bit for bit: the same combines in the same order as the Python algorithms (DABA's fixup steps,
+    FlatFAT's tree node for node), so even the float sums have the Python results' bits."""
+    vals, ts = _stream(9, 300, window, agg)
+    out = _check(alg, window, agg, vals, ts)
+    _, want = _python(alg, window, agg, vals, ts, None)
+    assert np.asarray(out.results, dtype=float).tobytes() == np.asarray(want, dtype=float).tobytes()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)  # a cold compile of the 23-wide moment_sketch loop takes minutes on a loaded machine
+@pytest.mark.parametrize("window", WINDOWS, ids=repr)
+@pytest.mark.parametrize("alg, agg", [(a, g) for a in ("daba", "flatfat")
+                                      for g in ("min", "count", "mean", "std", "geomean", "moment_sketch", "argmax",
+                                                SPREAD) if (a, g) not in FAST_PAIRS],
+                         ids=lambda a: a if isinstance(a, str) else a.name)
+def test_daba_flatfat_match_python_other_aggregations(alg, agg, window):
+    vals, ts = _stream(10, 300, window, agg)
+    out = _check(alg, window, agg, vals, ts)
+    if agg in ("argmax", SPREAD):  # bit for bit
+        _, want = _python(alg, window, agg, vals, ts, None)
+        assert np.asarray(out.results, dtype=float).tobytes() == np.asarray(want, dtype=float).tobytes()
+
+
+def test_flatfat_resizes_as_the_python_tree():
+    """Gaps longer than the range empty the window (the tree starts over at 8 slots), then it grows
+    and shrinks: the same capacities as the Python aggregator, so the same sums, bit for bit."""
+    rng = np.random.default_rng(11)
+    n = 3000
+    vals = rng.random(n) * 10
+    vals[::97] = 1e12
+    steps = rng.integers(0, 3, n) + (rng.random(n) < 0.004) * 200 + (rng.random(n) < 0.01) * 30
+    ts = np.cumsum(steps)
+    w = pr.TimeWindow(range=90, slide=1)
+    out = pr.replay("flatfat", w, "sum", vals, ts)
+    _, want = _python("flatfat", w, "sum", vals, ts, None)
+    assert out.results.tobytes() == np.asarray(want, dtype=float).tobytes()
+    assert out.stats["resizes"] >= 4
+
+
+@pytest.mark.parametrize("window", WINDOWS, ids=repr)
+@pytest.mark.parametrize("agg", ["sum", "count", pytest.param("mean", marks=pytest.mark.slow), "std", MEAN_USER],
+                         ids=lambda a: a if isinstance(a, str) else a.name)
+def test_soe_matches_python(agg, window):
+    """Bit for bit but std: the exact accumulators round the exact sum once (the Python SoE's integers
+    give the same correctly rounded float) and count/user aggregations take the Python steps; std
+    rounds ``n sum x**2 - (sum x)**2`` (exact) once and divides: the spec's rounding."""
+    vals, ts = _stream(12, 300, window, agg)
+    rng = np.random.default_rng(13)
+    vals[rng.integers(0, len(vals), 20)] = 1e-3
+    vals[rng.integers(0, len(vals), 3)] = -np.inf
+    vals[rng.integers(0, len(vals), 3)] = 1e-310  # subnormal
+    vals[rng.integers(0, len(vals), 3)] = -1e300
+    out = _check("soe", window, agg, vals, ts)
+    if agg != "std":
+        _, want = _python("soe", window, agg, vals, ts, None)
+        assert np.asarray(out.results, dtype=float).tobytes() == np.asarray(want, dtype=float).tobytes()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("window", WINDOWS, ids=repr)
+def test_soe_matches_python_geomean(window):
+    vals, ts = _stream(14, 300, window, "geomean")
+    vals[::17] = 0.0
+    out = _check("soe", window, "geomean", vals, ts)
+    _, want = _python("soe", window, "geomean", vals, ts, None)
+    assert out.results.tobytes() == np.asarray(want, dtype=float).tobytes()
+
+
+def test_soe_ill_conditioned():
+    """Runs of 1e12 (equal, then with noise) beside runs of 1e-3: the exact accumulators keep no trace of
+    evicted values; a window of equal values has std exactly 0."""
+    rng = np.random.default_rng(15)
+    vals = np.concatenate([np.full(200, 1e12), 1e12 + rng.random(200), np.full(100, 1e-3), rng.random(100) * 1e-3])
+    w = pr.CountWindow(range=50, slide=1)
+    for agg in ("sum", "std"):
+        out = _check("soe", w, agg, vals, None)  # result i: the window ending at i + 50
+        if agg == "std":
+            assert (out.results[:151] == 0.0).all() and (out.results[400:451] == 0.0).all()
+        else:  # 50 times the float 1e-3, exactly, rounded once
+            assert (out.results[400:451] == float(Fraction(1e-3) * 50)).all()
+
+
+def test_soe_needs_an_invertible_aggregation():
+    with pytest.raises(ValueError, match="needs an invertible aggregation .* 'max' is not invertible"):
+        pr.replay("soe", pr.CountWindow(range=2, slide=1), "max", [1.0])
+
+
 def test_slick_deque_needs_a_selective_aggregation():
     with pytest.raises(ValueError, match="selective"):
         pr.replay("slick_deque", pr.CountWindow(range=2, slide=1), "sum", [1.0])
@@ -141,29 +240,36 @@ def test_pba_with_a_closed_pool_builds_on_the_main_loop():
 
 @given(st.lists(st.one_of(st.floats(allow_nan=True, allow_infinity=True, width=64),
                           st.sampled_from([0.0, -0.0, 1e12, 1e-3])), max_size=80),
-       st.integers(1, 9), st.integers(1, 4), st.sampled_from(["sba", "two_stacks", "slick_deque"]))
+       st.integers(1, 9), st.integers(1, 4), st.sampled_from(["sba", "two_stacks", "slick_deque", "daba", "flatfat"]))
 def test_hypothesis_streams_count(values, r, s, alg):
     s = min(s, r)
     vals = np.array(values, dtype=float)
     _check(alg, pr.CountWindow(range=r, slide=s), "max", vals, None)
     if alg != "slick_deque":
         _check(alg, pr.CountWindow(range=r, slide=s), "sum", np.nan_to_num(vals, posinf=0.0, neginf=0.0) % 1e6, None)
+    if alg in ("sba", "daba"):  # SoE: max is not invertible; its exact sum over the raw values
+        _check("soe", pr.CountWindow(range=r, slide=s), "sum", vals, None)
 
 
 @given(st.lists(st.tuples(st.floats(-1e6, 1e6), st.integers(0, 12)), max_size=60),
-       st.integers(1, 9), st.integers(1, 4), st.integers(-5, 5), st.sampled_from(["sba", "two_stacks"]))
+       st.integers(1, 9), st.integers(1, 4), st.integers(-5, 5),
+       st.sampled_from(["sba", "two_stacks", "daba", "flatfat"]))
 def test_hypothesis_streams_time(rows, r, s, offset, alg):
     s = min(s, r)
     vals = np.array([v for v, _ in rows], dtype=float)
     ts = np.cumsum([d for _, d in rows]).astype(np.int64) if rows else np.zeros(0, dtype=np.int64)
     _check(alg, pr.TimeWindow(range=r, slide=s, offset=offset), "max", vals, ts)
-    _check(alg, pr.TimeWindow(range=r, slide=s, offset=offset), "std", vals, ts)
+    _check(alg, pr.TimeWindow(range=r, slide=s, offset=offset), "std" if alg in ("sba", "two_stacks") else "sum",
+           vals, ts)
+    if alg == "sba":
+        _check("soe", pr.TimeWindow(range=r, slide=s, offset=offset), "std", vals, ts)
+        _check("soe", pr.TimeWindow(range=r, slide=s, offset=offset), "sum", vals, ts)
 
 
-@pytest.mark.parametrize("alg", ["sba", "pba", "two_stacks", "slick_deque"])
+@pytest.mark.parametrize("alg", ["sba", "pba", "two_stacks", "slick_deque", "daba", "flatfat", "soe"])
 def test_latency_one_per_window(alg):
     vals = np.random.default_rng(6).random(5000)
-    out = _check(alg, pr.CountWindow(range=64, slide=1), "max", vals, None, latency=True)
+    out = _check(alg, pr.CountWindow(range=64, slide=1), "sum" if alg == "soe" else "max", vals, None, latency=True)
     assert out.latency_ns.shape == out.ends.shape
     assert out.latency_ns.dtype == np.int64 and (out.latency_ns >= 0).all()
     assert out.seconds > 0 and out.throughput > 0
@@ -181,19 +287,28 @@ def test_no_latency_without_asking():
     assert pr.replay("sba", pr.CountWindow(range=2, slide=1), "max", [1.0, 2.0, 3.0]).latency_ns is None
 
 
-def test_stepper_in_pieces_equals_one_run():
+@pytest.mark.parametrize("alg, agg", [("sba", "std"), ("daba", "sum"), ("flatfat", "sum"), ("soe", "sum")])
+def test_stepper_in_pieces_equals_one_run(alg, agg):
     """The state lives between calls: a stream fed in pieces gives one run's windows."""
     vals = np.random.default_rng(7).random(3000)
+    vals[::50] = 1e12
     w = pr.CountWindow(range=100, slide=3)
-    one = Stepper("sba", w, "std", chunk_size=20).run(vals)
-    st_ = Stepper("sba", w, "std", chunk_size=20)
+    kw = {"chunk_size": 20} if alg == "sba" else {}
+    one = Stepper(alg, w, agg, **kw).run(vals)
+    st_ = Stepper(alg, w, agg, **kw)
     parts = [st_.run(vals[lo:lo + 700]) for lo in range(0, 3000, 700)]
     assert np.concatenate([p[0] for p in parts]).tolist() == one[0].tolist()
     assert np.concatenate([p[1] for p in parts]).tobytes() == one[1].tobytes()
 
 
 @pytest.mark.parametrize("call, exc, words", [
-    (lambda: pr.replay("fiba", pr.CountWindow(range=2, slide=1), "max", [1.0]), ValueError, "algorithm"),
+    (lambda: pr.replay("fiba", pr.CountWindow(range=2, slide=1), "max", [1.0]), ValueError,
+     "'fiba' has no compiled per-tuple loop.*pr.create"),
+    (lambda: pr.replay("soe", pr.CountWindow(range=2, slide=1),
+                       pr.Aggregation(lift=U.value_one, combine=U.pair_add, lower=U.ratio, identity=(0.0, 0.0),
+                                      inverse=lambda t, a: [t[0] - a[0]], name="badinv_stepwise"),
+                       [1.0]), ValueError, "cannot compile its inverse|its inverse must return"),
+    (lambda: pr.replay("recal", pr.CountWindow(range=2, slide=1), "max", [1.0]), ValueError, "algorithm must be"),
     (lambda: pr.replay("sba", pr.CountWindow(range=2, slide=1), "collect", [1.0]), ValueError, "collect"),
     (lambda: pr.replay("sba", pr.CountWindow(range=2, slide=1), "max", ["a"]), TypeError, "values"),
     (lambda: pr.replay("sba", pr.CountWindow(range=2, slide=1), "max", [1.0], [0]), ValueError, "timestamps"),
@@ -212,3 +327,16 @@ def test_stepper_in_pieces_equals_one_run():
 def test_bad_input(call, exc, words):
     with pytest.raises(exc, match=words):
         call()
+
+
+def test_snippets_cannot_clobber_the_template():
+    """A merger's snippet that assigned a slicing-layer local (FlatFAT's query once named one ``last``)
+    would compile to a silently wrong loop: ``slicing.source`` refuses it."""
+    import dataclasses
+
+    from pba_runtime.kernels.stepwise import ALGORITHMS, slicing, soe
+
+    for alg in [a for a, _ in ALGORITHMS.values()] + list(soe.EXACT.values()):
+        slicing.check_names(alg)
+    with pytest.raises(ValueError, match="assign last"):
+        slicing.check_names(dataclasses.replace(ALGORITHMS["flatfat"][0], query="last = 1\nRES = ident"))

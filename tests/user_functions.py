@@ -32,3 +32,19 @@ def pair_min_max(a, b):
 
 def spread(p):
     return p[1] - p[0]
+
+
+def pair_add(a, b):
+    return (a[0] + b[0], a[1] + b[1])
+
+
+def pair_sub(t, a):
+    return (t[0] - a[0], t[1] - a[1])
+
+
+def ratio(p):
+    return p[0] / p[1] if p[1] else float("nan")
+
+
+def value_one(v):
+    return (v, 1.0)

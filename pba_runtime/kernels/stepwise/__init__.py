@@ -2,7 +2,8 @@
 
 Not the vectorised batch path: every tuple goes through the slicing layer and the algorithm's
 ``push``/``pop``/``query`` exactly as the Python operators do (:mod:`.slicing`, written once, and one
-module per algorithm: :mod:`.sba` for SBA and PBA, :mod:`.two_stacks`), over the built-in
+module per algorithm: :mod:`.sba` for SBA and PBA, :mod:`.two_stacks`, :mod:`.slick_deque`, :mod:`.daba`,
+:mod:`.flatfat`, :mod:`.soe`; FiBA has none, see ``docs/stepwise.md``), over the built-in
 aggregations and the user aggregations numba compiles (:mod:`.monoids`). PBA's lcs are built by
 ``lcs_worker`` on a pool thread, compiled with the GIL released, while the main loop goes on.
 
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import math
 import os
 import re
 import sys
@@ -37,7 +39,7 @@ import numpy as np
 
 from ...aggregations import Aggregation, get_aggregation
 from ...windows import TimeWindow
-from . import sba, slicing, slick_deque, two_stacks
+from . import daba, flatfat, sba, slicing, slick_deque, soe, two_stacks
 from .clock import ns_per_tick
 from .monoids import Monoid, monoid_of
 
@@ -49,7 +51,13 @@ ALGORITHMS: dict[str, tuple[slicing.Algorithm, bool]] = {
     "pba": (sba.ALGORITHM, True),
     "two_stacks": (two_stacks.ALGORITHM, False),
     "slick_deque": (slick_deque.ALGORITHM, False),
+    "daba": (daba.ALGORITHM, False),
+    "flatfat": (flatfat.ALGORITHM, False),
+    "soe": (soe.ALGORITHM, False),  # the merger is chosen by the aggregation: soe.EXACT for the built-in sums
 }
+
+#: what the Python SoE asks of an aggregation (its error message, word for word)
+SOE_NEEDS = "an invertible aggregation (sum, count, mean, std, geomean)"
 
 _modules: dict[tuple, Any] = {}
 _lock = threading.Lock()
@@ -77,21 +85,28 @@ def loop_module(alg: slicing.Algorithm, mono: Monoid, latency: bool, time: bool)
         return hit
     body = slicing.source(alg, mono.width, positional=mono.positional, latency=latency,
                           vector=mono.result == "vector", time=time)
-    names = ("run",) + tuple(n for n in ("build_lcs", "lcs_worker", "worker_loop", "wait_slot", "kept")
-                          if f"def {n}(" in body)
-    cached = mono.names is not None or mono.source is not None
-    tail = "\n".join(f'{n} = numba.njit(nogil=True, error_model="numpy", cache={cached})({n})' for n in names)
+    names = ("run",) + tuple(dict.fromkeys(n for n in ("build_lcs", "lcs_worker", "worker_loop", "wait_slot", "kept")
+                                           + alg.helper_names if f"def {n}(" in body))
+    inverse = "inverse(" in body
+    cached = (mono.names is not None or mono.source is not None) and (
+        not inverse or mono.inverse_name is not None or mono.inverse_source is not None)
+    tail = "\n".join(f'{n} = numba.njit(nogil=True, error_model="numpy", cache={cached}'
+                     + (', inline="always"' if n in alg.inline else "") + f')({n})' for n in names)
     mod: Any = None
     d = _cache_dir() if cached else None
     if d is not None:
-        head = "import numba\nfrom pba_runtime.kernels.stepwise.clock import ticks, fence, relax, nap\n"
+        head = ("import math\nimport numba\nimport numpy as np\n"
+                "from pba_runtime.kernels.stepwise.clock import ticks, fence, relax, nap\n")
         if mono.names is not None:
             lift, combine, lower = mono.names
             head += (f"from pba_runtime.kernels.stepwise.monoids import {lift} as lift, {combine} as combine, "
                      f"{lower} as lower\n")
+            if inverse:
+                head += f"from pba_runtime.kernels.stepwise.monoids import {mono.inverse_name} as inverse\n"
         else:  # a user aggregation's module-level functions, by name; its fingerprint names the file
             head += f"# aggregation {mono.key}\n"
-            for role, (module, name) in zip(("lift", "combine", "lower"), mono.source):
+            roles = tuple(zip(("lift", "combine", "lower"), mono.source))
+            for role, (module, name) in roles + ((("inverse", mono.inverse_source),) if inverse else ()):
                 head += f"from {module} import {name} as _{role}_py\n{role} = numba.njit(_{role}_py)\n"
         text = head + body + "\n" + tail + "\n"
         digest = hashlib.sha256((text + _deps_digest()).encode()).hexdigest()[:16]
@@ -114,8 +129,9 @@ def loop_module(alg: slicing.Algorithm, mono: Monoid, latency: bool, time: bool)
         from .clock import fence, nap, relax, ticks
 
         mod = types.SimpleNamespace()
-        ns = {"numba": numba, "lift": mono.lift, "combine": mono.combine, "lower": mono.lower, "ticks": ticks,
-              "fence": fence, "relax": relax, "nap": nap}
+        ns = {"numba": numba, "np": np, "math": math, "lift": mono.lift, "combine": mono.combine,
+              "lower": mono.lower, "inverse": mono.inverse, "ticks": ticks, "fence": fence, "relax": relax,
+              "nap": nap}
         exec(compile(body + "\n" + tail.replace("cache=True", "cache=False"),
                      f"<pba_runtime stepwise {alg.name} {mono.name}>", "exec"), ns)
         for n in names:
@@ -136,7 +152,7 @@ class Stepper:
 
     Parameters
     ----------
-    algorithm : {"sba", "pba", "two_stacks", "slick_deque"}
+    algorithm : {"sba", "pba", "two_stacks", "slick_deque", "daba", "flatfat", "soe"}
     window : CountWindow or TimeWindow
     agg : str or Aggregation
     latency : bool
@@ -157,6 +173,8 @@ class Stepper:
         self.agg = get_aggregation(agg)
         self.mono = monoid_of(self.agg)
         self.alg, parallel = ALGORITHMS[algorithm]
+        if algorithm == "soe":
+            self.alg = self._soe_merger()
         self.latency = latency
         self._is_time = isinstance(window, TimeWindow)
         self._mod = loop_module(self.alg, self.mono, latency, self._is_time)
@@ -195,7 +213,27 @@ class Stepper:
             cap = 1 << max(2, (2 * q + 4 - 1).bit_length())
             arrays = [np.empty((cap,) + self._shape), np.zeros(cap, dtype=np.int64)]
             params += [cap - 1]
-        else:
+        elif self.alg is flatfat.ALGORITHM:
+            # the Python aggregator's first tree (ring_capacity(q + 2)); it doubles when full, so it
+            # holds at most q + 3 slices in fewer than 2 * pow2(q + 3) slots
+            init = 4
+            while init < q + 2 and init < 4096:
+                init <<= 1
+            most = max(init, 2 * (1 << (q + 3 - 1).bit_length()), flatfat.MIN_CAPACITY)
+            arrays = [np.empty((2 * most,) + self._shape), np.zeros(2 * most, dtype=np.uint8),
+                      np.empty((most,) + self._shape)]
+            for name, v in (("fcap", init), ("d0", -1), ("d1", -1)):
+                self.si[self._int(name)] = v
+        elif algorithm == "soe":
+            cap = 1 << max(2, (2 * q + 4 - 1).bit_length())
+            arrays = [np.empty((cap,) + self._shape)]
+            if self.alg is not soe.ALGORITHM:  # the exact accumulators and their scratch
+                # xs: the limbs in use (lo1, hi1, lo2, hi2), the NaN, +inf and -inf held, the count
+                arrays += [np.zeros(soe.N_LIMBS1, dtype=np.int64), np.zeros(soe.N_LIMBS2, dtype=np.int64),
+                           np.zeros(soe.N_TMP, dtype=np.int64), np.zeros(soe.N_TMP, dtype=np.int64),
+                           np.zeros(32, dtype=np.int64), np.array([1 << 30, -1, 1 << 30, -1, 0, 0, 0, 0])]
+            params += [cap - 1]
+        else:  # two_stacks, daba: two rings of slice partials
             cap = 1 << max(2, (2 * q + 4 - 1).bit_length())
             arrays = [np.empty((cap,) + self._shape), np.empty((cap,) + self._shape)]
             params += [cap - 1]
@@ -204,6 +242,30 @@ class Stepper:
         self._worker: Future | None = None
         self.lcs_tasks = 0
         self.why = ""
+
+    def _soe_merger(self) -> slicing.Algorithm:
+        """SoE's merger for this aggregation: exact accumulators for the built-in sums (as the Python SoE),
+        the two-part total with the compiled ``inverse`` otherwise; the Python SoE's error if not invertible."""
+        if not self.agg.invertible:
+            raise ValueError(f"algorithm 'soe' needs {SOE_NEEDS}; aggregation {self.agg.name!r} is not invertible")
+        if self.mono.names is not None and self.agg.name in soe.EXACT:
+            return soe.EXACT[self.agg.name]
+        if self.mono.names is None:  # a user aggregation: its inverse must compile (and agree with Python's)
+            ident = self.mono.identity
+            try:
+                got = self.mono.inverse(ident, ident)
+            except Exception as e:
+                raise ValueError(f"aggregation {self.agg.name!r} has no compiled subtract-on-evict: numba cannot "
+                                 f"compile its inverse ({type(e).__name__}: {str(e).splitlines()[0]})") from None
+            want = self.agg.inverse(self.agg.identity, self.agg.identity)
+            w = self.mono.width
+            if not (isinstance(got, float) if not w else isinstance(got, tuple) and len(got) == w):
+                raise ValueError(f"aggregation {self.agg.name!r}: its inverse must return a partial like its identity "
+                                 f"(a float or a tuple of {w} floats), got {got!r}")
+            if not np.array_equal(np.asarray(got, dtype=float), np.asarray(want, dtype=float), equal_nan=True):
+                raise ValueError(f"aggregation {self.agg.name!r}: its compiled inverse gives {got!r} on the identity, "
+                                 f"its Python inverse {want!r}")
+        return soe.ALGORITHM
 
     def _int(self, name: str) -> int:
         return (slicing.COMMON_INTS + self.alg.ints).index(name)
@@ -298,6 +360,14 @@ class Stepper:
             st.update(flips=self.counter("flips"))
         elif self.alg is slick_deque.ALGORITHM:
             st.update(deque=self.counter("dt") - self.counter("dh"))
+        elif self.alg is daba.ALGORITHM:
+            st.update(flips=self.counter("flips"))
+        elif self.alg is flatfat.ALGORITHM:
+            st.update(capacity=self.counter("fcap"), resizes=self.counter("resizes"))
+        elif self.alg is soe.ALGORITHM:
+            st.update(held=self.counter("e") - self.counter("f"), refreshes=self.counter("refreshes"))
+        elif self.algorithm == "soe":
+            st.update(held=self.counter("e") - self.counter("f"), exact=True)
         return st
 
 

@@ -68,6 +68,12 @@ def count_lift(x):
     return 1.0
 
 
+@jit
+def sub_inverse(t, a):
+    """``count``'s inverse (subtract-on-evict): ``t - a``, as ``operator.sub``."""
+    return t - a
+
+
 # ----------------------------------------------------------------- pairs: mean, geomean
 @jit
 def mean_lift(x):
@@ -186,6 +192,11 @@ class Monoid:
     #: ``(module, name)``, so the generated loops can import them and be cached on disk too
     source: tuple[tuple[str, str], ...] | None = None
     non_negative: bool = False
+    #: subtract-on-evict: the compiled ``inverse(total, older)`` (``None``: not invertible), and as
+    #: ``names``/``source`` say for the others, its name here (built-ins) or ``(module, name)`` (users)
+    inverse: Any = None
+    inverse_name: str | None = None
+    inverse_source: tuple[str, str] | None = None
 
     def identity_array(self) -> np.ndarray:
         return np.asarray(self.identity, dtype=np.float64).reshape((1,) + ((self.width,) if self.width else ()))
@@ -230,9 +241,11 @@ def monoid_of(agg: Aggregation) -> Monoid:
     if spec is not None and BUILTIN_AGGREGATIONS.get(agg.name) is agg:
         w, lift, combine, lower, result = spec
         g = globals()
+        inv = "sub_inverse" if agg.name == "count" else None  # sum, mean, geomean, std: exact (stepwise.soe)
         return Monoid(agg.name, w, agg.identity, agg.positional, result, g[lift], g[combine], g[lower],
                       key=f"builtin:{agg.name}", names=(lift, combine, lower),
-                      non_negative=agg.name in ("geomean", "moment_sketch"))
+                      non_negative=agg.name in ("geomean", "moment_sketch"),
+                      inverse=g[inv] if inv else None, inverse_name=inv)
     if BUILTIN_AGGREGATIONS.get(agg.name) is agg:
         raise ValueError(f"aggregation {agg.name!r} has no compiled per-tuple form (its partials are lists)")
     key = agg.fingerprint
@@ -247,8 +260,11 @@ def monoid_of(agg: Aggregation) -> Monoid:
             j = kernel.jitted
             w = _width(agg.identity)
             ident = float(agg.identity) if w == 0 else tuple(float(x) for x in agg.identity)
+            inv = numba.njit(agg.inverse) if agg.inverse is not None else None  # compiled when a loop needs it
+            isrc = _importable(agg.inverse) if agg.inverse is not None else None
             mono = Monoid(agg.name, w, ident, agg.positional, "object", j["lift"], j["combine"], j["lower"],
-                          key=f"user:{key}", source=_importable(agg.lift, agg.combine, agg.lower))
+                          key=f"user:{key}", source=_importable(agg.lift, agg.combine, agg.lower),
+                          inverse=inv, inverse_source=isrc[0] if isrc else None)
         hit = _user[key] = (mono, why)
     if hit[0] is None:
         raise ValueError(f"aggregation {agg.name!r} has no compiled per-tuple form: {hit[1]}")

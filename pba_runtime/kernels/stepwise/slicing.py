@@ -50,8 +50,13 @@ class Algorithm:
     arrays: tuple[str, ...] = ()  # arrays passed after ida, in this order
     params: tuple[str, ...] = ()  # read from pr_ after the common parameters
     after_tuple: str = ""  # may set `event` and `stop` (the loop breaks after the tuple)
+    #: a query that adds the head of a partial slice itself (``RES``, ``HEAD``, ``HAS``): for a merger whose
+    #: total takes the head in and out exactly (SoE's exact accumulators) instead of ``combine(query, head)``
+    query_head: str = ""
     helpers: str = ""  # module-level functions the snippets call (compiled with the loop)
     helper_names: tuple[str, ...] = ()  # more functions to compile (their source: ``helpers`` or widths)
+    #: helpers numba inlines into their callers (a call that passes arrays costs their reference counts)
+    inline: tuple[str, ...] = ()
     extra: dict = field(default_factory=dict)
 
 
@@ -70,9 +75,9 @@ def run(values, ts, lo, hi, si, sp, ida, @ARRAYS, out_ends, out_res, lat, no, fi
     event = 0
     stop = False
     @LAT if lat_lo < lat_hi:
-    @LAT     dt = ticks() - lat_t
+    @LAT     lat_dt = ticks() - lat_t
     @LAT     for w in range(lat_lo, lat_hi):
-    @LAT         lat[w] += dt
+    @LAT         lat[w] += lat_dt
     @LAT     lat_lo = lat_hi
     i = lo
     if final and is_time and has_slice:
@@ -214,15 +219,44 @@ def _macro(src: str, name: str, fn) -> str:
     return pat.sub(lambda m: _indent(fn(m.group(2)), m.group(1)), src)
 
 
+_ASSIGNED = re.compile(r"^[ \t]*(?:for[ \t]+)?([A-Za-z_]\w*(?:[ \t]*,[ \t]*[A-Za-z_]\w*)*)[ \t]*(?:[-+*/|&^]|<<|>>|//)?=(?!=)",
+                       re.M)
+_FOR = re.compile(r"^[ \t]*for[ \t]+(\w+)[ \t]+in\b", re.M)
+
+
+def _assigned(code: str) -> set[str]:
+    """Names a snippet assigns (``x = ``, ``x += ``, ``a, b = ``, ``for x in``)."""
+    names = {n.strip() for m in _ASSIGNED.finditer(code) for n in m.group(1).split(",")}
+    return names | set(_FOR.findall(code))
+
+
+#: the template's own locals: a snippet that assigned one would corrupt the slicing layer
+TEMPLATE_LOCALS = frozenset(
+    _assigned(_TEMPLATE + _EMIT + _START + _ADVANCE) | set(COMMON_INTS) | set(COMMON_PARTS)
+    | {"r", "s", "q", "m", "off", "is_time", "ident", "cap", "event", "stop", "i", "no", "lo", "hi", "final",
+       "w", "w0", "t0", "t1", "lat_dt", "v"})  # the @LAT lines' and the vector output's
+
+
+def check_names(alg: Algorithm) -> None:
+    """Refuse an algorithm whose snippets assign one of the template's locals (a silent, wrong loop otherwise)."""
+    snippets = (alg.push, alg.pop, alg.query, alg.reset, alg.query_head)
+    clash = (set().union(*map(_assigned, snippets)) | _assigned(alg.after_tuple) - {"event", "stop"}) & TEMPLATE_LOCALS
+    clash = sorted(clash)
+    if clash:
+        raise ValueError(f"algorithm {alg.name!r}: its snippets assign {', '.join(clash)}, locals of the slicing "
+                         "template; rename them")
+
+
 def source(alg: Algorithm, w: int, *, positional: bool, latency: bool, vector: bool, time: bool) -> str:
     """The loop of ``alg`` for partials of ``w`` floats (module source; expects ``lift``,
     ``combine``, ``lower``, ``ticks``, ``fence``, ``relax`` among its globals)."""
+    check_names(alg)
     src = _TEMPLATE.replace("@ISTIME", "True" if time else "False")
     # the macros expand into each other: a few passes
     for _ in range(4):
         src = _macro(src, "ADVANCE", lambda a: _ADVANCE.format(flush="True" if a.strip() == "1" else "False"))
         src = _macro(src, "START", lambda a: _START)
-        src = _macro(src, "EMIT", lambda a: _emit(a))
+        src = _macro(src, "EMIT", lambda a: _emit(a, alg))
         src = _macro(src, "PUSH", lambda a: _sub(alg.push, "P", a))
         src = _macro(src, "POP", lambda a: alg.pop)
         src = _macro(src, "QUERY", lambda a: _sub(alg.query, "RES", a))
@@ -262,9 +296,15 @@ def _sub(code: str, var: str, value: str) -> str:
     return re.sub(r"\b" + var + r"\b", value.strip(), code)
 
 
-def _emit(args: str) -> str:
+def _emit(args: str, alg: Algorithm) -> str:
     k, end, head, has_head = [a.strip() for a in _split(args)]
-    return _EMIT.format(k=k, end=end, head=head, has_head=has_head)
+    text = _EMIT.format(k=k, end=end, head=head, has_head=has_head)
+    if alg.query_head:
+        q = f"@QUERY(res)\nif {has_head}:\n    res = combine(res, {head})\n"
+        assert q in text
+        qh = _sub(_sub(_sub(alg.query_head, "RES", "res"), "HEAD", head), "HAS", f"({has_head})")
+        text = text.replace(q, qh.strip("\n") + "\n")
+    return text
 
 
 def _split(args: str) -> list[str]:
