@@ -130,6 +130,19 @@ def _put_int(buf, pos, x, pow10u, digits2):  # pragma: no cover - compiled
     return pos + n
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _put_head(buf, pos, prefix, p0, p1, e, range_, pow10u, digits2):  # pragma: no cover - compiled
+    """A line's head, ``prefix[p0:p1] start "," end ","``, at ``pos``; the position after it."""
+    for j in range(p0, p1):
+        buf[pos] = prefix[j]
+        pos += 1
+    pos = _put_int(buf, pos, e - range_, pow10u, digits2)
+    buf[pos] = 44  # ','
+    pos = _put_int(buf, pos + 1, e, pow10u, digits2)
+    buf[pos] = 44
+    return pos + 1
+
+
 @njit(cache=True, nogil=True)
 def _write(prefix, prefix_off, counts, ends, range_, is_float, fvals, ivals, kind, digits, decimals,
            words, word_off, extra, extra_off, pow10u, digits2, bound):  # pragma: no cover - compiled
@@ -141,15 +154,7 @@ def _write(prefix, prefix_off, counts, ends, range_, is_float, fvals, ivals, kin
     for p in range(counts.shape[0]):
         p0, p1 = prefix_off[p], prefix_off[p + 1]
         for _ in range(counts[p]):
-            for j in range(p0, p1):
-                buf[pos] = prefix[j]
-                pos += 1
-            e = ends[row]
-            pos = _put_int(buf, pos, e - range_, pow10u, digits2)
-            buf[pos] = 44  # ','
-            pos = _put_int(buf, pos + 1, e, pow10u, digits2)
-            buf[pos] = 44
-            pos += 1
+            pos = _put_head(buf, pos, prefix, p0, p1, ends[row], range_, pow10u, digits2)
             if not is_float:
                 pos = _put_int(buf, pos, ivals[row], pow10u, digits2)
             else:
@@ -197,15 +202,7 @@ def _write_fast(prefix, prefix_off, counts, ends, range_, values, pow10, pow10u,
     for p in range(counts.shape[0]):
         p0, p1 = prefix_off[p], prefix_off[p + 1]
         for _ in range(counts[p]):
-            for j in range(p0, p1):
-                buf[pos] = prefix[j]
-                pos += 1
-            e = ends[row]
-            pos = _put_int(buf, pos, e - range_, pow10u, digits2)
-            buf[pos] = 44  # ','
-            pos = _put_int(buf, pos + 1, e, pow10u, digits2)
-            buf[pos] = 44
-            pos += 1
+            pos = _put_head(buf, pos, prefix, p0, p1, ends[row], range_, pow10u, digits2)
             v = values[row]
             a = abs(v)
             if not (a >= 1e-4 and a < 1e16):  # nan, inf, 0.0, -0.0, the exponent layouts: the two-pass path
