@@ -30,6 +30,11 @@ import exp_common as C  # noqa: E402
 
 HAS_MPL = importlib.util.find_spec("matplotlib") is not None
 
+#: the experiments' smoke run compiles every per-tuple engine of pr.replay's registry (7 algorithms, count and
+#: time windows, max and moment_sketch): on a fresh machine with a cold numba cache that takes minutes, not
+#: the suite's default 120 s; a hang still fails, after 15 minutes
+pytestmark = pytest.mark.timeout(900)
+
 
 @pytest.fixture(scope="module")
 def smoke_dir(tmp_path_factory):
