@@ -131,6 +131,22 @@ def _put_int(buf, pos, x, pow10u, digits2):  # pragma: no cover - compiled
 
 
 @njit(cache=True, nogil=True, inline="always")
+def _put_decimal(buf, pos, k, d, pow10u, digits2):  # pragma: no cover - compiled
+    """The digits ``k`` (uint64) with ``d`` of them after the point (``"k.0"`` when ``d`` is 0) at ``pos``;
+    the position after them."""
+    if d == 0:
+        pos = _put_int(buf, pos, np.int64(k), pow10u, digits2)
+        buf[pos] = 46  # '.'
+        buf[pos + 1] = 48  # '0'
+        return pos + 2
+    ip = k // pow10u[d]
+    pos = _put_int(buf, pos, np.int64(ip), pow10u, digits2)
+    buf[pos] = 46
+    _put_digits(buf, pos + 1 + d, k - ip * pow10u[d], d, pow10u, digits2)
+    return pos + 1 + d
+
+
+@njit(cache=True, nogil=True, inline="always")
 def _put_head(buf, pos, prefix, p0, p1, e, range_, pow10u, digits2):  # pragma: no cover - compiled
     """A line's head, ``prefix[p0:p1] start "," end ","``, at ``pos``; the position after it."""
     for j in range(p0, p1):
@@ -163,19 +179,7 @@ def _write(prefix, prefix_off, counts, ends, range_, is_float, fvals, ivals, kin
                     if fvals[row] < 0:
                         buf[pos] = 45
                         pos += 1
-                    k = np.uint64(digits[row])
-                    d = decimals[row]
-                    if d == 0:
-                        pos = _put_int(buf, pos, digits[row], pow10u, digits2)
-                        buf[pos] = 46  # '.'
-                        buf[pos + 1] = 48  # '0'
-                        pos += 2
-                    else:
-                        ip = k // pow10u[d]
-                        pos = _put_int(buf, pos, np.int64(ip), pow10u, digits2)
-                        buf[pos] = 46
-                        _put_digits(buf, pos + 1 + d, k - ip * pow10u[d], d, pow10u, digits2)
-                        pos += 1 + d
+                    pos = _put_decimal(buf, pos, np.uint64(digits[row]), decimals[row], pow10u, digits2)
                 elif kd == _REPR:
                     for j in range(extra_off[n_extra], extra_off[n_extra + 1]):
                         buf[pos] = extra[j]
@@ -226,18 +230,7 @@ def _write_fast(prefix, prefix_off, counts, ends, range_, values, pow10, pow10u,
             if v < 0:
                 buf[pos] = 45
                 pos += 1
-            ku = np.uint64(k)
-            if d == 0:
-                pos = _put_int(buf, pos, np.int64(ku), pow10u, digits2)
-                buf[pos] = 46  # '.'
-                buf[pos + 1] = 48  # '0'
-                pos += 2
-            else:
-                ip = ku // pow10u[d]
-                pos = _put_int(buf, pos, np.int64(ip), pow10u, digits2)
-                buf[pos] = 46
-                _put_digits(buf, pos + 1 + d, ku - ip * pow10u[d], d, pow10u, digits2)
-                pos += 1 + d
+            pos = _put_decimal(buf, pos, np.uint64(k), d, pow10u, digits2)
             buf[pos] = 10  # '\n'
             pos += 1
             row += 1
