@@ -130,35 +130,6 @@ def _put_int(buf, pos, x, pow10u, digits2):  # pragma: no cover - compiled
     return pos + n
 
 
-@njit(cache=True, nogil=True, inline="always")
-def _put_decimal(buf, pos, k, d, pow10u, digits2):  # pragma: no cover - compiled
-    """The digits ``k`` (uint64) with ``d`` of them after the point (``"k.0"`` when ``d`` is 0) at ``pos``;
-    the position after them."""
-    if d == 0:
-        pos = _put_int(buf, pos, np.int64(k), pow10u, digits2)
-        buf[pos] = 46  # '.'
-        buf[pos + 1] = 48  # '0'
-        return pos + 2
-    ip = k // pow10u[d]
-    pos = _put_int(buf, pos, np.int64(ip), pow10u, digits2)
-    buf[pos] = 46
-    _put_digits(buf, pos + 1 + d, k - ip * pow10u[d], d, pow10u, digits2)
-    return pos + 1 + d
-
-
-@njit(cache=True, nogil=True, inline="always")
-def _put_head(buf, pos, prefix, p0, p1, e, range_, pow10u, digits2):  # pragma: no cover - compiled
-    """A line's head, ``prefix[p0:p1] start "," end ","``, at ``pos``; the position after it."""
-    for j in range(p0, p1):
-        buf[pos] = prefix[j]
-        pos += 1
-    pos = _put_int(buf, pos, e - range_, pow10u, digits2)
-    buf[pos] = 44  # ','
-    pos = _put_int(buf, pos + 1, e, pow10u, digits2)
-    buf[pos] = 44
-    return pos + 1
-
-
 @njit(cache=True, nogil=True)
 def _write(prefix, prefix_off, counts, ends, range_, is_float, fvals, ivals, kind, digits, decimals,
            words, word_off, extra, extra_off, pow10u, digits2, bound):  # pragma: no cover - compiled
@@ -170,7 +141,15 @@ def _write(prefix, prefix_off, counts, ends, range_, is_float, fvals, ivals, kin
     for p in range(counts.shape[0]):
         p0, p1 = prefix_off[p], prefix_off[p + 1]
         for _ in range(counts[p]):
-            pos = _put_head(buf, pos, prefix, p0, p1, ends[row], range_, pow10u, digits2)
+            for j in range(p0, p1):
+                buf[pos] = prefix[j]
+                pos += 1
+            e = ends[row]
+            pos = _put_int(buf, pos, e - range_, pow10u, digits2)
+            buf[pos] = 44  # ','
+            pos = _put_int(buf, pos + 1, e, pow10u, digits2)
+            buf[pos] = 44
+            pos += 1
             if not is_float:
                 pos = _put_int(buf, pos, ivals[row], pow10u, digits2)
             else:
@@ -179,7 +158,19 @@ def _write(prefix, prefix_off, counts, ends, range_, is_float, fvals, ivals, kin
                     if fvals[row] < 0:
                         buf[pos] = 45
                         pos += 1
-                    pos = _put_decimal(buf, pos, np.uint64(digits[row]), decimals[row], pow10u, digits2)
+                    k = np.uint64(digits[row])
+                    d = decimals[row]
+                    if d == 0:
+                        pos = _put_int(buf, pos, digits[row], pow10u, digits2)
+                        buf[pos] = 46  # '.'
+                        buf[pos + 1] = 48  # '0'
+                        pos += 2
+                    else:
+                        ip = k // pow10u[d]
+                        pos = _put_int(buf, pos, np.int64(ip), pow10u, digits2)
+                        buf[pos] = 46
+                        _put_digits(buf, pos + 1 + d, k - ip * pow10u[d], d, pow10u, digits2)
+                        pos += 1 + d
                 elif kd == _REPR:
                     for j in range(extra_off[n_extra], extra_off[n_extra + 1]):
                         buf[pos] = extra[j]
@@ -206,7 +197,15 @@ def _write_fast(prefix, prefix_off, counts, ends, range_, values, pow10, pow10u,
     for p in range(counts.shape[0]):
         p0, p1 = prefix_off[p], prefix_off[p + 1]
         for _ in range(counts[p]):
-            pos = _put_head(buf, pos, prefix, p0, p1, ends[row], range_, pow10u, digits2)
+            for j in range(p0, p1):
+                buf[pos] = prefix[j]
+                pos += 1
+            e = ends[row]
+            pos = _put_int(buf, pos, e - range_, pow10u, digits2)
+            buf[pos] = 44  # ','
+            pos = _put_int(buf, pos + 1, e, pow10u, digits2)
+            buf[pos] = 44
+            pos += 1
             v = values[row]
             a = abs(v)
             if not (a >= 1e-4 and a < 1e16):  # nan, inf, 0.0, -0.0, the exponent layouts: the two-pass path
@@ -230,7 +229,18 @@ def _write_fast(prefix, prefix_off, counts, ends, range_, values, pow10, pow10u,
             if v < 0:
                 buf[pos] = 45
                 pos += 1
-            pos = _put_decimal(buf, pos, np.uint64(k), d, pow10u, digits2)
+            ku = np.uint64(k)
+            if d == 0:
+                pos = _put_int(buf, pos, np.int64(ku), pow10u, digits2)
+                buf[pos] = 46  # '.'
+                buf[pos + 1] = 48  # '0'
+                pos += 2
+            else:
+                ip = ku // pow10u[d]
+                pos = _put_int(buf, pos, np.int64(ip), pow10u, digits2)
+                buf[pos] = 46
+                _put_digits(buf, pos + 1 + d, ku - ip * pow10u[d], d, pow10u, digits2)
+                pos += 1 + d
             buf[pos] = 10  # '\n'
             pos += 1
             row += 1
