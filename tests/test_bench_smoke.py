@@ -66,6 +66,7 @@ def _check_cells(cells: list, xs: list) -> None:
     assert all(c is None or (c["median"] > 0 and c["min"] <= c["median"] <= c["max"]) for c in cells)
 
 
+@pytest.mark.slow  # the module's smoke_dir compiles every replay engine (minutes, cold)
 def test_throughput_smoke(smoke_dir):
     replay_module = importlib.import_module("pba_runtime.replay")  # the module: pba_runtime.replay is the function
     res = _load(smoke_dir, "exp_throughput.json")
@@ -96,6 +97,7 @@ def test_throughput_smoke(smoke_dir):
         assert all((smoke_dir / f).stat().st_size > 0 for f in res["plots"])
 
 
+@pytest.mark.slow  # the module's smoke_dir compiles every replay engine (minutes, cold)
 def test_latency_smoke(smoke_dir):
     res = _load(smoke_dir, "exp_latency.json")
     _check_machine(res)
@@ -128,6 +130,7 @@ def test_latency_smoke(smoke_dir):
         assert set(res["plots"]) == {"exp_latency_fig7_wall.png"}
 
 
+@pytest.mark.slow  # the module's smoke_dir compiles every replay engine (minutes, cold)
 def test_scaling_runtime_smoke(smoke_dir):
     res = _load(smoke_dir, "exp_scaling.json")
     _check_machine(res)
@@ -136,6 +139,7 @@ def test_scaling_runtime_smoke(smoke_dir):
     assert set(res["speedup_p2_over_p1"]) == {"runtime_pba", "runtime_sba"}
 
 
+@pytest.mark.slow  # its own JVM, local[1] and local[2]: ~30-70 s
 @pytest.mark.spark
 def test_scaling_spark_smoke(tmp_path):
     if not (shutil.which("java") or os.environ.get("JAVA_HOME")):
@@ -154,6 +158,7 @@ def test_scaling_spark_smoke(tmp_path):
     assert {"spark_ours", "spark_native_segtree", "spark_ceiling"} <= set(res["speedup_p2_over_p1"])
 
 
+@pytest.mark.slow  # the module's smoke_dir compiles every replay engine (minutes, cold)
 def test_report_smoke(smoke_dir, tmp_path):
     import report
 

@@ -37,6 +37,21 @@ WINDOWS = [
 ]
 
 
+def _name(agg) -> str:
+    return agg if isinstance(agg, str) else agg.name
+
+
+def matrix(aggs, keep_time=("max",)):
+    """(agg, window) cases: every aggregation on the count windows; on the time windows only ``keep_time`` in
+    the default run, the rest with the slow tests (each compiles its own time-window loop: 5-30 s cold)."""
+    cases = []
+    for agg in aggs:
+        for w in WINDOWS:
+            slow = isinstance(w, pr.TimeWindow) and _name(agg) not in keep_time
+            cases.append(pytest.param(agg, w, id=f"{_name(agg)}-{w!r}", marks=[pytest.mark.slow] if slow else []))
+    return cases
+
+
 def _stream(seed: int, n: int, window, agg, special: bool = True):
     rng = np.random.default_rng(seed)
     vals = rng.random(n) * 10
@@ -68,23 +83,19 @@ def _check(alg, window, agg, vals, ts, *, latency=False):
     return out
 
 
-@pytest.mark.parametrize("window", WINDOWS, ids=repr)
-@pytest.mark.parametrize("agg", BUILTINS + [SPREAD], ids=lambda a: a if isinstance(a, str) else a.name)
+@pytest.mark.parametrize("agg, window", matrix(BUILTINS + [SPREAD], keep_time=("max", "std", "spread_stepwise")))
 def test_sba_matches_python(agg, window):
     vals, ts = _stream(1, 300, window, agg)
     _check("sba", window, agg, vals, ts)
 
 
-@pytest.mark.parametrize("window", WINDOWS, ids=repr)
-@pytest.mark.parametrize("agg", ["max", "sum", "std", "argmax", SPREAD],
-                         ids=lambda a: a if isinstance(a, str) else a.name)
+@pytest.mark.parametrize("agg, window", matrix(["max", "sum", "std", "argmax", SPREAD]))
 def test_two_stacks_matches_python(agg, window):
     vals, ts = _stream(2, 300, window, agg)
     _check("two_stacks", window, agg, vals, ts)
 
 
-@pytest.mark.parametrize("window", WINDOWS, ids=repr)
-@pytest.mark.parametrize("agg", ["max", "min", "argmax"])
+@pytest.mark.parametrize("agg, window", matrix(["max", "min", "argmax"]))
 def test_slick_deque_matches_python(agg, window):
     vals, ts = _stream(8, 300, window, agg)
     _check("slick_deque", window, agg, vals, ts)
@@ -95,8 +106,9 @@ def test_slick_deque_matches_python(agg, window):
 FAST_PAIRS = [(a, g) for a in ("daba", "flatfat") for g in ("max", "sum")] + [("daba", "argmax"), ("daba", SPREAD)]
 
 
-@pytest.mark.parametrize("window", WINDOWS, ids=repr)
-@pytest.mark.parametrize("alg, agg", FAST_PAIRS, ids=lambda a: a if isinstance(a, str) else a.name)
+@pytest.mark.parametrize("alg, agg, window", [
+    pytest.param(alg, *case.values, id=f"{alg}-{case.id}", marks=case.marks)
+    for alg, agg in FAST_PAIRS for case in matrix([agg])])
 def test_daba_flatfat_match_python(alg, agg, window):
     """Bit for bit: the same combines in the same order as the Python algorithms (DABA's fixup steps,
     FlatFAT's tree node for node), so even the float sums have the Python results' bits."""
@@ -137,9 +149,8 @@ def test_flatfat_resizes_as_the_python_tree():
     assert out.stats["resizes"] >= 4
 
 
-@pytest.mark.parametrize("window", WINDOWS, ids=repr)
-@pytest.mark.parametrize("agg", ["sum", "count", pytest.param("mean", marks=pytest.mark.slow), "std", MEAN_USER],
-                         ids=lambda a: a if isinstance(a, str) else a.name)
+@pytest.mark.parametrize("agg, window", matrix(["sum", "count", "std", MEAN_USER], keep_time=("sum",))
+                         + [pytest.param(*c.values, id=c.id, marks=pytest.mark.slow) for c in matrix(["mean"])])
 def test_soe_matches_python(agg, window):
     """Bit for bit but std: the exact accumulators round the exact sum once (the Python SoE's integers
     give the same correctly rounded float) and count/user aggregations take the Python steps; std
