@@ -215,7 +215,7 @@ def result_table(parts: list, range_: int) -> Any:
                                 names=list(RESULT_COLUMNS))
 
 
-def format_csv_batch(parts: list, range_: int) -> bytes:
+def format_csv_batch(parts: list, range_: int, ring: Any = None) -> bytes | tuple[int, int]:
     """CSV lines of a batch's windows ``[(key, ends, results), ...]``, from its columns in one compiled pass.
 
     Scalar float64 or int64 results (every part of one dtype) go through
@@ -223,19 +223,38 @@ def format_csv_batch(parts: list, range_: int) -> bytes:
     keys quoted as CSV needs, as :func:`format_results` quotes them); any other
     batch (vector results, lists) through :func:`format_results`, the readable
     slow reference, which writes the same bytes.
+
+    With ``ring`` (a task slot's :class:`~pba_runtime.runtime.byte_ring.ByteRing`)
+    the lines are written into it and their region ``(position, length)`` is
+    returned; bytes are returned when they cannot fit in the ring.
     """
     parts = [p for p in parts if len(p[1])]
     if not parts:
         return b""
     kinds = {r.dtype.kind if isinstance(r, np.ndarray) and r.ndim == 1 else None for _, _, r in parts}
     if len(kinds) != 1 or kinds.pop() not in ("f", "i"):
-        return "".join(format_results("csv", k, e, r, range_) for k, e, r in parts).encode()
-    from .csv_text import csv_lines
+        data = "".join(format_results("csv", k, e, r, range_) for k, e, r in parts).encode()
+        ref = None if ring is None else ring.put(data)
+        return data if ref is None else ref
+    from .csv_text import csv_lines, csv_lines_into
 
     prefixes = [(_csv_field(k) + ",").encode() for k, _, _ in parts]
     counts = np.fromiter((len(e) for _, e, _ in parts), np.int64, len(parts))
     ends = np.concatenate([e for _, e, _ in parts]) if len(parts) > 1 else parts[0][1]
     values = np.concatenate([r for _, _, r in parts]) if len(parts) > 1 else parts[0][2]
+    if ring is not None:
+        last: list = [None]  # the buffer of the last call, None if it is the ring's
+
+        def alloc(n: int) -> np.ndarray:
+            buf = ring.reserve(n)
+            last[0] = np.empty(n, np.uint8) if buf is None else None  # larger than the ring: private memory
+            return buf if buf is not None else last[0]
+
+        n = csv_lines_into(alloc, prefixes, counts, ends, range_, values)
+        if last[0] is None:
+            return ring.commit(n)
+        ring.cancel()
+        return last[0][:n].tobytes()
     return csv_lines(prefixes, counts, ends, range_, values)
 
 
