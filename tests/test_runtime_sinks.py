@@ -138,6 +138,20 @@ def test_part_writer_rolls_whole_files_in_row_groups(tmp_path, fmt):
         commit_parts(str(tmp_path), [f"part-000009-0000.{fmt}"])
 
 
+@pytest.mark.parametrize("durable", [True, False])
+def test_a_part_is_fsynced_only_when_a_checkpoint_will_name_it(tmp_path, monkeypatch, durable):
+    """With checkpoints a closed part must survive a crash (fsync); without, it is flushed only, as the CSV file."""
+    from pba_runtime.runtime import part_files
+
+    synced = []
+    monkeypatch.setattr(part_files, "fsync_path", synced.append)
+    w = PartWriter(str(tmp_path), "parquet", slot=0, epoch=1, durable=durable)
+    w.write(table(3))
+    names = w.roll()
+    assert (synced == [str(tmp_path / f".{names[0]}.inprogress")]) if durable else synced == []
+    assert pq.read_table(tmp_path / f".{names[0]}.inprogress").num_rows == 3
+
+
 def test_prepare_part_dir_keeps_exactly_the_committed_output(tmp_path):
     d = str(tmp_path / "out")
     names = ["part-000001-0000.parquet", "part-000002-0001.parquet", ".part-000003-0000.parquet.inprogress",

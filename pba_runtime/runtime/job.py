@@ -244,7 +244,8 @@ class Job:
         return SlotSpec(index=index, window=self.window, agg=self.agg_spec, algorithm=self.algorithm,
                         engine=self.engine, allowed_lateness=self.allowed_lateness, sink_format=self.sink_format,
                         sink_path=self.sink_path, epoch=epoch, late_format=self.late_format, profile_path=profile,
-                        ring=ring, log_config=logs.current_config(), cores=self.cores_per_slot())
+                        durable=self.checkpoint_dir is not None, ring=ring, log_config=logs.current_config(),
+                        cores=self.cores_per_slot())
 
     def cores_per_slot(self) -> int:
         """Cores each task slot may use: the cores this process may run on, shared by the slots (at least 1).

@@ -102,13 +102,18 @@ class PartWriter:
         The epoch of the first part: the id of the checkpoint resumed from, plus 1.
     rows_per_group : int
         Rows buffered before they are written as one row group / record batch.
+    durable : bool
+        Fsync each part when it is closed: a checkpoint names it, so it must survive a crash. A job
+        without checkpoints (``False``) only flushes its parts, as the CSV sink only flushes its file.
     """
 
-    def __init__(self, directory: str, fmt: str, slot: int, epoch: int, rows_per_group: int = ROWS_PER_GROUP):
+    def __init__(self, directory: str, fmt: str, slot: int, epoch: int, rows_per_group: int = ROWS_PER_GROUP,
+                 durable: bool = True):
         if fmt not in SUFFIXES:
             raise ValueError(f"part files are parquet or arrow, got {fmt!r}")
         self.directory, self.fmt, self.slot, self.epoch = directory, fmt, slot, epoch
         self.rows_per_group = rows_per_group
+        self.durable = durable
         self._buffer: list[Any] = []
         self._buffered = 0
         self._writer: Any = None
@@ -163,7 +168,7 @@ class PartWriter:
             self._writer = pa.ipc.new_file(self._file, schema)
 
     def roll(self, next_epoch: int | None = None) -> list[str]:
-        """Close the current part (flushed and fsynced) and start epoch ``next_epoch``.
+        """Close the current part (flushed, and fsynced if ``durable``) and start epoch ``next_epoch``.
 
         Returns the committed names of the parts closed (none if this epoch had no results).
         """
@@ -175,7 +180,8 @@ class PartWriter:
                 self._writer.close()
                 if self._file is not None:
                     self._file.close()
-                fsync_path(path)
+                if self.durable:
+                    fsync_path(path)
             except OSError as exc:
                 raise JobError(f"cannot write the part file {path}: {exc.strerror or exc}") from None
             self._writer = self._file = None

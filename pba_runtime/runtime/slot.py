@@ -125,6 +125,8 @@ class SlotSpec:
         only take turns with its main loop); ``None``: unknown.
     profile_path : str, optional
         Write a cProfile of the slot's loop there.
+    durable : bool
+        The job checkpoints: a part file is fsynced when it is closed (a checkpoint names it).
     ring : str, optional
         The CSV sink's shared-memory ring of this slot (:mod:`~pba_runtime.runtime.byte_ring`), made by
         the coordinator: the slot writes its result lines into it and sends their region.
@@ -146,6 +148,7 @@ class SlotSpec:
     pool_workers: int = 1
     cores: int | None = None
     profile_path: str | None = None
+    durable: bool = True
     ring: str | None = None
     log_config: tuple | None = None
 
@@ -203,7 +206,8 @@ class TaskSlot:
         self.parts = None
         self.output: Any = None  # the OutputStage, when slot_main runs one
         if spec.sink_format in PART_FORMATS:
-            self.parts = PartWriter(spec.sink_path, spec.sink_format, spec.index, spec.epoch)
+            self.parts = PartWriter(spec.sink_path, spec.sink_format, spec.index, spec.epoch,
+                                    durable=spec.durable)
         self.ring = None if spec.ring is None else ByteRing.attach(spec.ring, on_wait=_check_parent)
         if states:
             self.host.restore(states)
