@@ -813,12 +813,20 @@ def runtime_sinks_section(rs: dict) -> list[str]:
         out += table(["sink", *cats, "total"],
                      [[name, *(f"{v[c]:.0f}" for c in cats), f"{sum(v.values()):.0f}"]
                       for name, v in per_tuple.items()])
-    qs = {k: v["ratio_to_no_sink"]["median"] for k, v in res.items() if v.get("ratio_to_no_sink")}
+    qs = {k: v["ratio_to_no_sink"] for k, v in res.items() if v.get("ratio_to_no_sink")}
+    stream = {k: sum(v.values()) - v.get("other", 0.0) for k, v in per_tuple.items()}
+    cpu_q = {k: stream["none"] / v for k, v in stream.items() if k != "none" and "none" in stream}
     if qs:
-        out += table(["goal", "measured", ""], [[
+        out += ["The ratio of wall-clock rates swings with the machine's load (other jobs take the cores at random "
+                "moments of a run); the ratio of the CPU each job spends on its stream (all stages but `other`) is "
+                "the steadier one, and the one the wall ratio tends to when the job is bound by CPU. The goal is "
+                "judged on both.", ""]
+        goal = [k for k in ("csv", "parquet") if k in qs]
+        out += table(["goal", "wall ratio, median [min-max]", "stream CPU ratio", ""], [[
             "with a CSV or Parquet sink, the default job >= 0.7x the job without one",
-            ", ".join(f"{k} {v:.2f}x" for k, v in qs.items() if k in ("csv", "parquet")),
-            met(all(v >= 0.7 for k, v in qs.items() if k in ("csv", "parquet")))]])
+            ", ".join(f"{k} {qs[k]['median']:.2f}x [{qs[k]['min']:.2f}-{qs[k]['max']:.2f}]" for k in goal),
+            ", ".join(f"{k} {cpu_q[k]:.2f}x" for k in goal if k in cpu_q) or "-",
+            met(all(qs[k]["median"] >= 0.7 and cpu_q.get(k, 0.0) >= 0.7 for k in goal))]])
     return out
 
 
