@@ -18,9 +18,9 @@ own :class:`pba_runtime.runtime.metrics.PhaseClock` (thread CPU time), grouped:
 One more run per parallelism is profiled with cProfile (every process) and
 the top functions by own time are kept in the JSON.
 
-``--sinks`` measures the sinks instead: the default job (parallelism 2) with no
-sink, ``csv:``, ``parquet:`` and ``arrow:`` interleaved in a shuffled order per
-repetition; per configuration the median and min-max of tuples/s, each sink's
+``--sinks`` measures the sinks instead: the default job (``--algorithm auto``, which
+runs SBA at W[1024, 1]; parallelism 2) with no sink, ``csv:``, ``parquet:`` and
+``arrow:`` interleaved in a shuffled order per repetition; per configuration the median and min-max of tuples/s, each sink's
 ratio to the run without a sink *of the same repetition* (median and min-max
 over the repetitions), CPU seconds per category, and one cProfile run of each
 sink (``bench/results/runtime_sinks.json``).
@@ -99,26 +99,26 @@ def sinks_main(args: argparse.Namespace) -> None:
     """The default job with no sink, a CSV, a Parquet and an Arrow sink, interleaved (see the module doc)."""
     runs: dict[str, list[dict]] = {k: [] for k in SINKS}
     load = [list(os.getloadavg())]
-    run(200_000, 2)  # warm-up: forkserver, imports
+    run(200_000, 2, algorithm="auto")  # warm-up: forkserver, imports
     order = random.Random(0)
     with tempfile.TemporaryDirectory() as tmp:
         def spec(name: str) -> str:
             return "none" if name == "none" else f"{name}:{os.path.join(tmp, 'out.' + name)}"
 
         for name in SINKS[1:]:
-            run(200_000, 2, sink=spec(name))  # warm-up: each sink's modules and compiled loops (numba's cache)
+            run(200_000, 2, algorithm="auto", sink=spec(name))  # warm-up: each sink's modules and compiled loops (numba's cache)
         for rep in range(args.repeats):
             names = list(SINKS)
             order.shuffle(names)
             for name in names:
-                s = run(args.tuples, 2, sink=spec(name))
+                s = run(args.tuples, 2, algorithm="auto", sink=spec(name))
                 runs[name].append(s)
                 print(f"[{rep + 1}/{args.repeats}] {name:8s} {s['tuples_per_s'] / 1e6:6.2f} M tuples/s", flush=True)
             load.append(list(os.getloadavg()))
         profiles = {}
         for name in SINKS[1:]:
             d = os.path.join(tmp, f"prof-{name}")
-            run(args.tuples, 2, sink=spec(name), profile_dir=d)
+            run(args.tuples, 2, algorithm="auto", sink=spec(name), profile_dir=d)
             profiles[name] = {f[:-5]: top_functions(os.path.join(d, f)) for f in sorted(os.listdir(d))
                               if f.endswith(".prof")}
     results = {}
@@ -129,11 +129,14 @@ def sinks_main(args: argparse.Namespace) -> None:
             "ratio_to_no_sink": None if name == "none" else spread(
                 [s["tuples_per_s"] / n["tuples_per_s"] for s, n in zip(rs, runs["none"])]),
             "cpu_s_median": {k: statistics.median(c[k] for c in cats) for k in cats[0]},
+            "cpu_ns_per_tuple_median": {k: 1e9 * statistics.median(c[k] for c in cats) / args.tuples
+                                        for k in cats[0]},
             "cpu_total_s_median": statistics.median(sum(c.values()) for c in cats),
             "slot_format_cpu_s_median": statistics.median(s["time_s"]["slots"]["cpu"].get("format", 0.0) for s in rs),
             "sink_thread_cpu_s_median": statistics.median(s["time_s"]["sink_thread"]["thread_cpu"] for s in rs),
         }
-    out = {"what": "pba-run default job (DEBS'14-like, 84 plugs, count W[1024, 1], max, PBA, parallelism 2): "
+    out = {"what": "pba-run default job (DEBS'14-like, 84 plugs, count W[1024, 1], max, algorithm auto (SBA), "
+                   "parallelism 2): "
                    "no sink vs csv vs parquet vs arrow, interleaved",
            "tuples": args.tuples, "repeats": args.repeats, "date": time.strftime("%Y-%m-%d %H:%M:%S"),
            "machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0], "platform": platform.platform(),

@@ -789,8 +789,9 @@ def runtime_sinks_section(rs: dict) -> list[str]:
     loads = [round(x[0], 1) for x in rs.get("machine", {}).get("loadavg_per_repetition", [])]
     out = ["## pba-run's sinks (issue 18)", "",
            f"`python bench/bench_runtime.py --sinks`: the default job ({rs.get('tuples', 0):,} tuples, 84 keys, "
-           f"`W[1024, 1]` max, parallelism 2: one result per tuple) with no sink, a CSV, a Parquet and an Arrow IPC "
-           f"sink, interleaved in a shuffled order, {rs.get('repeats')} repetitions; M tuples/s median [min-max], "
+           "`W[1024, 1]` max, `--algorithm auto` (SBA here), parallelism 2: one result per tuple) with no sink, "
+           f"a CSV, a Parquet and an Arrow IPC sink, interleaved in a shuffled order, {rs.get('repeats')} repetitions; "
+           "M tuples/s median [min-max], "
            "and each sink over the run without a sink of the same repetition. 1-min load at each repetition: "
            f"{', '.join(map(str, loads))} (2 cores).", ""]
     rows = []
@@ -802,12 +803,30 @@ def runtime_sinks_section(rs: dict) -> list[str]:
                      f"{r['sink_thread_cpu_s_median']:.2f}"])
     out += table(["sink", "M tuples/s", "over no sink (same repetition)", "CPU s (all processes)",
                   "of it: format and write in the slots", "coordinator's sink thread"], rows)
-    qs = {k: v["ratio_to_no_sink"]["median"] for k, v in res.items() if v.get("ratio_to_no_sink")}
+    per_tuple = {k: v["cpu_ns_per_tuple_median"] for k, v in res.items() if v.get("cpu_ns_per_tuple_median")}
+    if per_tuple:
+        cats = list(next(iter(per_tuple.values())))
+        out += ["Where the CPU goes, ns per tuple (one result row per tuple; medians over the repetitions; "
+                "`sink`: formatting and writing in the slots plus the coordinator's sink thread; `queues`: "
+                "pickling, pipes and the queue feeder threads on both sides; `other`: mostly each slot's "
+                "start-up before the stream, imports and the compiled writer's load):", ""]
+        out += table(["sink", *cats, "total"],
+                     [[name, *(f"{v[c]:.0f}" for c in cats), f"{sum(v.values()):.0f}"]
+                      for name, v in per_tuple.items()])
+    qs = {k: v["ratio_to_no_sink"] for k, v in res.items() if v.get("ratio_to_no_sink")}
+    stream = {k: sum(v.values()) - v.get("other", 0.0) for k, v in per_tuple.items()}
+    cpu_q = {k: stream["none"] / v for k, v in stream.items() if k != "none" and "none" in stream}
     if qs:
-        out += table(["goal", "measured", ""], [[
+        out += ["The ratio of wall-clock rates swings with the machine's load (other jobs take the cores at random "
+                "moments of a run); the ratio of the CPU each job spends on its stream (all stages but `other`) is "
+                "the steadier one, and the one the wall ratio tends to when the job is bound by CPU. The goal is "
+                "judged on both.", ""]
+        goal = [k for k in ("csv", "parquet") if k in qs]
+        out += table(["goal", "wall ratio, median [min-max]", "stream CPU ratio", ""], [[
             "with a CSV or Parquet sink, the default job >= 0.7x the job without one",
-            ", ".join(f"{k} {v:.2f}x" for k, v in qs.items() if k in ("csv", "parquet")),
-            met(all(v >= 0.7 for k, v in qs.items() if k in ("csv", "parquet")))]])
+            ", ".join(f"{k} {qs[k]['median']:.2f}x [{qs[k]['min']:.2f}-{qs[k]['max']:.2f}]" for k in goal),
+            ", ".join(f"{k} {cpu_q[k]:.2f}x" for k in goal if k in cpu_q) or "-",
+            met(all(qs[k]["median"] >= 0.7 and cpu_q.get(k, 0.0) >= 0.7 for k in goal))]])
     return out
 
 

@@ -61,6 +61,8 @@ def kill_after_checkpoint(args: list[str], ckpt_dir: str, min_id: int = 2, timeo
             proc.wait()
         proc.stderr.close()
     wait_gone(proc.pid)
+    left = [n for n in os.listdir("/dev/shm") if n.startswith(f"pba_{proc.pid}_")]
+    assert not left, f"the killed job left shared memory behind: {left}"  # the CSV sink's rings, the pool's blocks
 
 
 def rows_by_key(path) -> dict[str, list[tuple[str, ...]]]:

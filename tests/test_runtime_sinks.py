@@ -60,6 +60,21 @@ def test_csv_lines_are_the_per_line_formatters_bytes(parts, range_):
     assert format_csv_batch(ints, range_) == slow_csv(ints, range_)
 
 
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from([0.5, -2.25, 123.456, 1e-3, 7.0, 0.1 + 0.2, 0.0, -0.0, float("nan"), 1e-9]),
+                          st.integers(1, 6)), min_size=1, max_size=12),
+       st.integers(1, 4))
+def test_csv_lines_repeat_the_text_of_a_repeated_value_as_the_reference_writes_it(runs, n_keys):
+    """A sliding max repeats its value from window to window: the writer copies the row before's text. Runs of
+    equal values (zeros of either sign and nan among them, which must not be copied for one another), across
+    parts, before and after a value that sends the batch to the two-pass path: the reference's bytes."""
+    values = np.array([v for v, n in runs for _ in range(n)])
+    cuts = np.linspace(0, len(values), n_keys + 1).astype(int)
+    parts = [(k, np.arange(cuts[k], cuts[k + 1], dtype=np.int64) + 9, values[cuts[k]:cuts[k + 1]])
+             for k in range(n_keys)]
+    assert format_csv_batch(parts, 3) == slow_csv(parts, 3)
+
+
 def test_csv_lines_checks_its_lengths():
     with pytest.raises(ValueError, match="counts must sum"):
         csv_lines([b"1,"], np.array([3]), np.array([1, 2]), 1, np.array([1.0, 2.0]))
@@ -121,6 +136,20 @@ def test_part_writer_rolls_whole_files_in_row_groups(tmp_path, fmt):
     w.close()
     with pytest.raises(JobError, match="it was not written"):
         commit_parts(str(tmp_path), [f"part-000009-0000.{fmt}"])
+
+
+@pytest.mark.parametrize("durable", [True, False])
+def test_a_part_is_fsynced_only_when_a_checkpoint_will_name_it(tmp_path, monkeypatch, durable):
+    """With checkpoints a closed part must survive a crash (fsync); without, it is flushed only, as the CSV file."""
+    from pba_runtime.runtime import part_files
+
+    synced = []
+    monkeypatch.setattr(part_files, "fsync_path", synced.append)
+    w = PartWriter(str(tmp_path), "parquet", slot=0, epoch=1, durable=durable)
+    w.write(table(3))
+    names = w.roll()
+    assert (synced == [str(tmp_path / f".{names[0]}.inprogress")]) if durable else synced == []
+    assert pq.read_table(tmp_path / f".{names[0]}.inprogress").num_rows == 3
 
 
 def test_prepare_part_dir_keeps_exactly_the_committed_output(tmp_path):

@@ -31,10 +31,12 @@ Examples
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 from numba import njit
 
-__all__ = ["csv_lines", "float_text", "compile_now"]
+__all__ = ["csv_lines", "csv_lines_into", "float_text", "compile_now"]
 
 _MAX_K = float(1 << 50)
 #: ``_POW10[d] == 10.0 ** d``, exact for d <= 22
@@ -131,10 +133,10 @@ def _put_int(buf, pos, x, pow10u, digits2):  # pragma: no cover - compiled
 
 
 @njit(cache=True, nogil=True)
-def _write(prefix, prefix_off, counts, ends, range_, is_float, fvals, ivals, kind, digits, decimals,
-           words, word_off, extra, extra_off, pow10u, digits2, bound):  # pragma: no cover - compiled
-    """The lines' bytes: per row ``prefix[part] start "," end "," value "\n"`` (``bound``: bytes enough)."""
-    buf = np.empty(bound, np.uint8)
+def _write(buf, prefix, prefix_off, counts, ends, range_, is_float, fvals, ivals, kind, digits, decimals,
+           words, word_off, extra, extra_off, pow10u, digits2):  # pragma: no cover - compiled
+    """Write the lines into ``buf`` (bytes enough: :func:`_bound`), per row ``prefix[part] start "," end ","
+    value "\n"``; returns their length."""
     pos = 0
     row = 0
     n_extra = 0
@@ -183,17 +185,19 @@ def _write(prefix, prefix_off, counts, ends, range_, is_float, fvals, ivals, kin
             buf[pos] = 10  # '\n'
             pos += 1
             row += 1
-    return buf[:pos]
+    return pos
 
 
 @njit(cache=True, nogil=True)
-def _write_fast(prefix, prefix_off, counts, ends, range_, values, pow10, pow10u, digits2, bound):  # pragma: no cover
+def _write_fast(buf, prefix, prefix_off, counts, ends, range_, values, pow10, pow10u, digits2):  # pragma: no cover
     """:func:`_write` of float values in one pass, each value's shortest decimal found as it is written;
-    ``(buf, True)``, or ``(buf, False)`` at the first value that needs Python's ``repr`` (the caller then
-    takes the two-pass path)."""
-    buf = np.empty(bound, np.uint8)
+    returns the length written, or -1 at the first value that needs Python's ``repr`` (the caller then
+    takes the two-pass path). A value equal to the row before's (zeros, which differ in sign, and nan
+    never reach that test) copies that row's text: most rows of a sliding max or min."""
     pos = 0
     row = 0
+    prev = np.nan  # the last value written here (never equal to a value: nan), and where its text is
+    prev_lo = prev_hi = 0
     for p in range(counts.shape[0]):
         p0, p1 = prefix_off[p], prefix_off[p + 1]
         for _ in range(counts[p]):
@@ -207,9 +211,18 @@ def _write_fast(prefix, prefix_off, counts, ends, range_, values, pow10, pow10u,
             buf[pos] = 44
             pos += 1
             v = values[row]
+            if v == prev:  # the row before's value (a sliding max or min repeats): its text again
+                for j in range(prev_lo, prev_hi):
+                    buf[pos] = buf[j]
+                    pos += 1
+                buf[pos] = 10  # '\n'
+                pos += 1
+                row += 1
+                continue
             a = abs(v)
             if not (a >= 1e-4 and a < 1e16):  # nan, inf, 0.0, -0.0, the exponent layouts: the two-pass path
-                return buf[:0], False
+                return -1
+            prev_lo = pos
             ulp = np.spacing(a)
             found = False
             k = 0.0
@@ -225,7 +238,7 @@ def _write_fast(prefix, prefix_off, counts, ends, range_, values, pow10, pow10u,
                     found = True
                     break
             if not found:
-                return buf[:0], False
+                return -1
             if v < 0:
                 buf[pos] = 45
                 pos += 1
@@ -241,10 +254,11 @@ def _write_fast(prefix, prefix_off, counts, ends, range_, values, pow10, pow10u,
                 buf[pos] = 46
                 _put_digits(buf, pos + 1 + d, ku - ip * pow10u[d], d, pow10u, digits2)
                 pos += 1 + d
+            prev, prev_hi = v, pos
             buf[pos] = 10  # '\n'
             pos += 1
             row += 1
-    return buf[:pos], True
+    return pos
 
 
 def _blob(items: list[bytes]) -> tuple[np.ndarray, np.ndarray]:
@@ -280,6 +294,33 @@ def csv_lines(prefixes: list[bytes], counts: np.ndarray, ends: np.ndarray, range
     values : 1-D float64 or int64 array
         Every row's result (floats spelled as ``repr``).
     """
+    buf = None
+
+    def alloc(n: int) -> np.ndarray:
+        nonlocal buf
+        buf = np.empty(n, np.uint8)
+        return buf
+
+    n = csv_lines_into(alloc, prefixes, counts, ends, range_, values)
+    return buf[:n].tobytes()
+
+
+def csv_lines_into(alloc: Callable[[int], np.ndarray], prefixes: list[bytes], counts: np.ndarray, ends: np.ndarray,
+                   range_: int, values: np.ndarray) -> int:
+    """:func:`csv_lines` written into a buffer of the caller's: returns the bytes written.
+
+    ``alloc(n)`` returns a writable uint8 array of at least ``n`` bytes (``n`` bounds the
+    lines' length; called once, or twice when a value needs Python's ``repr``: the second
+    buffer is written afresh). A task slot passes a region of its shared-memory ring
+    (:mod:`~pba_runtime.runtime.byte_ring`), so the lines are written where the sink reads them.
+
+    Examples
+    --------
+    >>> out = np.zeros(64, np.uint8)
+    >>> n = csv_lines_into(lambda size: out, [b"k,"], np.array([1]), np.array([5]), 2, np.array([0.25]))
+    >>> out[:n].tobytes()
+    b'k,3,5,0.25\\n'
+    """
     ends = np.ascontiguousarray(ends, dtype=np.int64)
     counts = np.ascontiguousarray(counts, dtype=np.int64)
     if len(ends) != int(counts.sum()) or len(values) != len(ends):
@@ -290,14 +331,15 @@ def csv_lines(prefixes: list[bytes], counts: np.ndarray, ends: np.ndarray, range
     bound = int(np.dot(np.diff(prefix_off), counts)) + len(ends) * _ROW_BOUND
     if is_float:
         fvals = np.ascontiguousarray(values, dtype=np.float64)
-        buf, ok = _write_fast(prefix, prefix_off, counts, ends, np.int64(range_), fvals, _POW10, _POW10U, _DIGITS2,
-                              bound)
-        if ok:
-            return buf.tobytes()
+        n = _write_fast(alloc(bound), prefix, prefix_off, counts, ends, np.int64(range_), fvals, _POW10, _POW10U,
+                        _DIGITS2)
+        if n >= 0:
+            return n
         kind, digits, decimals = _classify(fvals)
         ivals = np.zeros(0, np.int64)
         slow = np.flatnonzero(kind == _REPR)
         extra, extra_off = _blob([repr(x).encode() for x in fvals[slow].tolist()])
+        bound += len(extra)
     else:
         fvals = np.zeros(0, np.float64)
         ivals = np.ascontiguousarray(values, dtype=np.int64)
@@ -305,8 +347,8 @@ def csv_lines(prefixes: list[bytes], counts: np.ndarray, ends: np.ndarray, range
         digits = decimals = np.zeros(0, np.int64)
         extra, extra_off = _blob([])
     words, word_off = _WORD_BLOB
-    return _write(prefix, prefix_off, counts, ends, np.int64(range_), is_float, fvals, ivals, kind, digits,
-                  decimals, words, word_off, extra, extra_off, _POW10U, _DIGITS2, bound + len(extra)).tobytes()
+    return _write(alloc(bound), prefix, prefix_off, counts, ends, np.int64(range_), is_float, fvals, ivals, kind,
+                  digits, decimals, words, word_off, extra, extra_off, _POW10U, _DIGITS2)
 
 
 def float_text(values: np.ndarray) -> list[str]:

@@ -49,6 +49,7 @@ import pba_runtime as pr
 
 from .. import logs
 from ..host import KeyedHost
+from .byte_ring import ByteRing, ring_capacity
 from .checkpoint import (
     CHECKPOINT_FILE,
     BarrierAligner,
@@ -238,12 +239,13 @@ class Job:
             "late_output": [self.late_format, os.path.abspath(self.late_path)],
         }
 
-    def _slot_spec(self, index: int, epoch: int = 1) -> SlotSpec:
+    def _slot_spec(self, index: int, epoch: int = 1, ring: str | None = None) -> SlotSpec:
         profile = os.path.join(self.profile_dir, f"slot{index}.prof") if self.profile_dir else None
         return SlotSpec(index=index, window=self.window, agg=self.agg_spec, algorithm=self.algorithm,
                         engine=self.engine, allowed_lateness=self.allowed_lateness, sink_format=self.sink_format,
                         sink_path=self.sink_path, epoch=epoch, late_format=self.late_format, profile_path=profile,
-                        log_config=logs.current_config(), cores=self.cores_per_slot())
+                        durable=self.checkpoint_dir is not None, ring=ring, log_config=logs.current_config(),
+                        cores=self.cores_per_slot())
 
     def cores_per_slot(self) -> int:
         """Cores each task slot may use: the cores this process may run on, shared by the slots (at least 1).
@@ -292,6 +294,7 @@ class _Run:
         self.procs: list[Any] = []
         self.in_qs: list[Any] = []
         self.out_q: Any = None
+        self.rings: list[ByteRing] = []  # the CSV sink's: one per slot, result bytes without the pipe
         self.sink: FileSink | None = None
         self.late_sink: FileSink | None = None
         self.positions: dict[int, tuple[Any, int]] = {}
@@ -362,13 +365,17 @@ class _Run:
         ctx = job._ctx
         epoch = (0 if ckpt is None else ckpt["id"]) + 1
         self.out_q = ctx.Queue(maxsize=job.queue_size * P)
+        if job.sink_format == "csv":
+            capacity = ring_capacity(job.batch_size, job.queue_size)
+            self.rings = [ByteRing.create(capacity) for _ in range(P)]
         old_env = os.environ.get(WARM_ENV)
         if isinstance(job.agg_spec, str):  # read by pba_runtime.runtime.preload, if this starts the forkserver
             os.environ[WARM_ENV] = f"{job.agg_spec}:{job.engine}"
         try:
             for i in range(P):
                 q = ctx.Queue(maxsize=job.queue_size)
-                p = ctx.Process(target=slot_main, args=(job._slot_spec(i, epoch), q, self.out_q, states[i]),
+                ring = self.rings[i].name if self.rings else None
+                p = ctx.Process(target=slot_main, args=(job._slot_spec(i, epoch, ring), q, self.out_q, states[i]),
                                 name=f"pba-slot-{i}", daemon=True)
                 p.start()
                 self.in_qs.append(q)
@@ -394,6 +401,8 @@ class _Run:
             if msg[0] != "ready":
                 raise JobError(f"task slot {msg[1]} sent {msg[0]!r} before it was ready")
             ready.add(msg[1])
+        for ring in self.rings:  # every slot has mapped its ring: no name is left to leak
+            ring.unlink()
 
     # ------------------------------------------------------------------ sink thread
     def _sink_loop(self) -> None:
@@ -462,7 +471,11 @@ class _Run:
         if kind == "out":
             _, _, data, n_win, arrival, late, n_late = msg
             self.sink_clock.mark()
-            if data:
+            if type(data) is tuple:  # a region of the slot's ring
+                ring = self.rings[slot]
+                self.sink.write(ring.view(data))
+                ring.release(data)
+            elif data:
                 self.sink.write(data)
             if late:
                 self.late_sink.write(late)
@@ -684,6 +697,9 @@ class _Run:
                         close_error = close_error or exc
             job.source.close()
             self._close_queues()
+            for ring in self.rings:  # after the sink thread and the slots: nothing reads or writes them now
+                ring.close()
+            self.rings = []
         if close_error is not None:
             raise close_error
         return self.metrics.summary()

@@ -74,6 +74,7 @@ from ..batch import COMPILED_SPLIT_MIN, PARALLEL_BATCH_MIN
 from ..host import HostSpec, KeyedHost
 from ..kernels import warm_in_background
 from ..pool import ORPHAN_EXIT_CODE, exit_with_parent
+from .byte_ring import ByteRing
 from .metrics import PhaseClock
 from .output_stage import OutputStage
 from .part_files import PartWriter
@@ -124,6 +125,11 @@ class SlotSpec:
         only take turns with its main loop); ``None``: unknown.
     profile_path : str, optional
         Write a cProfile of the slot's loop there.
+    durable : bool
+        The job checkpoints: a part file is fsynced when it is closed (a checkpoint names it).
+    ring : str, optional
+        The CSV sink's shared-memory ring of this slot (:mod:`~pba_runtime.runtime.byte_ring`), made by
+        the coordinator: the slot writes its result lines into it and sends their region.
     log_config : tuple, optional
         The coordinator's :func:`pba_runtime.configure_logging` setting
         (``pba_runtime.logs.current_config()``): the slot logs to the same file.
@@ -142,6 +148,8 @@ class SlotSpec:
     pool_workers: int = 1
     cores: int | None = None
     profile_path: str | None = None
+    durable: bool = True
+    ring: str | None = None
     log_config: tuple | None = None
 
     def host_spec(self) -> HostSpec:
@@ -198,7 +206,9 @@ class TaskSlot:
         self.parts = None
         self.output: Any = None  # the OutputStage, when slot_main runs one
         if spec.sink_format in PART_FORMATS:
-            self.parts = PartWriter(spec.sink_path, spec.sink_format, spec.index, spec.epoch)
+            self.parts = PartWriter(spec.sink_path, spec.sink_format, spec.index, spec.epoch,
+                                    durable=spec.durable)
+        self.ring = None if spec.ring is None else ByteRing.attach(spec.ring, on_wait=_check_parent)
         if states:
             self.host.restore(states)
 
@@ -223,7 +233,7 @@ class TaskSlot:
         out = None
         if fmt is not None and n_win:
             if fmt == "csv":
-                out = format_csv_batch(parts, self._range)
+                out = format_csv_batch(parts, self._range, self.ring)
             elif self.parts is not None:
                 self.parts.write(result_table(parts, self._range))
             else:
@@ -386,6 +396,8 @@ class TaskSlot:
             self.output.abandon()  # a no-op once closed; after a failure it no longer touches the part file
         if self.parts is not None:
             self.parts.close()
+        if self.ring is not None:
+            self.ring.close()
         self.host.close()
         self.pool.close(wait=False)
         if self._warm is not None:
@@ -404,6 +416,12 @@ class _ParentGone(Exception):
 def _parent_alive() -> bool:
     parent = multiprocessing.parent_process()
     return parent is None or parent.is_alive()
+
+
+def _check_parent() -> None:
+    """Raise :class:`_ParentGone` if the coordinator died (the output stage waiting for room in its ring)."""
+    if not _parent_alive():
+        raise _ParentGone
 
 
 def _get(q: Any, slot: TaskSlot) -> Any:
