@@ -683,20 +683,21 @@ class PBA(SlicedAggregator):
         # every window emitted here starts in [first_k, last slice]: that many, at most, and at most
         # q + 1 per tuple; beyond 4 per tuple, the array grows when it fills
         bound = ((int(ts[-1]) - off) // s - first_k + 1 if N else 0) + q + 2
-        cap = max(q + 2, min(bound, N * (q + 1) + q + 2, 4 * N + 2 * q + 4))
+        # the kernel stops when fewer than 2q + 2 rows are left (an event computes at most 2q windows)
+        cap = max(2 * q + 4, min(bound, N * (q + 1) + q + 2, 4 * N + 2 * q + 4))
         run = TF.runner(engine.layout, engine.ops)
         ops = engine._ops_array if engine.layout in ("scalar", "columns") else np.zeros(2, dtype=np.int64)
-        ring, lcs, csa = np.empty((2 * q,) + row), np.empty((q,) + row), np.empty((q,) + row)
+        ring, lcs, hd = np.empty((2 * q,) + row), np.empty((q,) + row), np.empty((q,) + row)
         hist_out = np.empty((q + 1,) + row)
         outs, ends_parts = [], []
         while True:
             out, ends = _results(cap, row, np.float64, True)
-            run(P2, ts, s, off, r, q, m, hist, flush, ident, st, cur, head, ring, lcs, csa, out, ends,
+            run(P2, ts, s, off, r, q, m, hist, flush, ident, st, cur, head, ring, lcs, hd, out, ends,
                 hist_out, ops)
             w = int(st[TF.WINDOWS])
             outs.append(out[:w])
             ends_parts.append(ends[:w])
-            if st[TF.NEXT_TUPLE] >= N and not (flush and st[TF.HAVE]):
+            if st[TF.DONE]:
                 break
             cap *= 2
         out = outs[0] if len(outs) == 1 else np.concatenate(outs)

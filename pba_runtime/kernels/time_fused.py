@@ -40,11 +40,11 @@ from numba import njit
 from .compiled import _JIT, ADD, FMAX, MAX, MIN, MUL, _argmax, _chan
 
 __all__ = ["runner", "run_scalar", "run_pair", "run_argmax", "run_std", "STATE", "HAVE", "SLICE", "NEXT_K", "BASE", "WINDOWS",
-           "NEXT_TUPLE", "HIST"]
+           "NEXT_TUPLE", "HIST", "DONE"]
 
 # the int64 state vector a call reads and writes
-HAVE, SLICE, NEXT_K, BASE, COL, WINDOWS, NEXT_TUPLE, HIST = range(8)
-STATE = 8
+HAVE, SLICE, NEXT_K, BASE, RO, FR, LR, WINDOWS, NEXT_TUPLE, HIST, RESUME, DONE = range(12)
+STATE = 12
 
 
 @njit(inline="always", cache=True)
@@ -121,89 +121,101 @@ def comb_std(a, b, c0, c1):
 
 
 @njit(inline="always", cache=True)
-def _flush(out, pw, pj, pn, lcs, csa, m, load, store, comb, c0, c1):
-    """The ``pn`` windows recorded at ``out[pw:]``, columns ``pj ..`` of the row before the current one:
-    ``lcs[j] (+) csa[j - 1]`` (``lcs[0]`` for column 0), ``(+)`` the head recorded in ``out`` (``m > 0``).
-    One loop over contiguous rows, without a branch (it vectorises for scalar partials)."""
-    k = 0
-    if pn > 0 and pj == 0:
+def _fill(a, i0, i1, v, store):
+    """``a[i0:i1] = v``, through a view: an index from ``range(0, ...)`` is known not negative, so
+    numba adds no wraparound to it and the loop vectorises (with ``range(i0, i1)`` it became a scatter)."""
+    seg = a[i0:i1]
+    for e in range(seg.shape[0]):
+        store(seg, e, v)
+
+
+@njit(inline="always", cache=True)
+def _emit(out, ends, w, k0, jn, j_end, lcs, ring, ro, hd, m, lr, end0, s, load, store, comb, c0, c1):
+    """Windows ``k0 + j``, ``j`` in ``[jn, j_end)``, of the previous row, into ``out[w:]``: ``lcs[j] (+)
+    csa[j - 1]`` (``lcs[0]`` for column 0) ``(+) hd[j]`` (``m > 0``), the csa over the current row (at
+    ``ring[ro:]``) as a chain. Columns ``>= lr`` of the current row are the identity, and ``a (+) ident``
+    is idempotent (``(a (+) ident) (+) ident == a (+) ident``, bit for bit, for every covered layout):
+    from column ``lr + 1`` on the csa is a constant, and the windows there are one loop without a chain.
+    Returns ``w`` after them."""
+    j = max(jn, 0)
+    if j >= j_end:
+        return w
+    if j == 0:
         v = load(lcs, 0)
-        store(out, pw, comb(v, load(out, pw), c0, c1) if m else v)
-        k = 1
-    o = pw - pj  # out index of column j is o + j
+        store(out, w, comb(v, load(hd, 0), c0, c1) if m else v)
+        ends[w] = end0 + k0 * s
+        w += 1
+        j = 1
+    jc = max(lr, 0) + 2  # the csa before column j is constant for j >= jc
+    run = load(ring, ro)  # the csa up to column j - 1 (resumed past column 0: jn > 1 is rare)
+    for c in range(1, min(j - 1, jc - 1) + 1):
+        run = comb(run, load(ring, ro + c), c0, c1)
+    jj = min(j_end, jc)
+    o = w - j  # out index of column j is o + j
+    e0 = end0 + k0 * s
     if m:
-        for j in range(pj + k, pj + pn):
-            store(out, o + j, comb(comb(load(lcs, j), load(csa, j - 1), c0, c1), load(out, o + j), c0, c1))
+        while j < jj:
+            store(out, o + j, comb(comb(load(lcs, j), run, c0, c1), load(hd, j), c0, c1))
+            ends[o + j] = e0 + j * s
+            run = comb(run, load(ring, ro + j), c0, c1)
+            j += 1
     else:
-        for j in range(pj + k, pj + pn):
-            store(out, o + j, comb(load(lcs, j), load(csa, j - 1), c0, c1))
-
-
-@njit(inline="always", cache=True)
-def _push(x, real, ring, lcs, csa, run, col, ri, q, out, pw, pj, pn, m, fr, lr, load, store, comb, c0, c1):
-    """Push slice partial ``x``: into the ring at ``ri`` and the row's csa (``run``: its last value); a
-    full row first finishes the windows recorded over the previous one, then builds its own lcs.
-
-    ``[fr, lr)``: the columns of the row that may hold a tuple (``real`` pushes; the others are empty
-    slices, the identity): the lcs is a chain over those only, the identity after them and a constant
-    before (``ident (+) a`` is ``a``, up to the sign of a zero sum). Returns ``(run, col, ri, pn, fr, lr)``."""
-    store(ring, ri, x)
-    run = x if col == 0 else comb(run, x, c0, c1)
-    store(csa, col, run)
-    if real:
-        if fr == q:
-            fr = col
-        lr = col + 1
-    col += 1
-    if col == q:  # the row is ring[ri - q + 1 .. ri] (rows start at 0 or q in the ring)
-        _flush(out, pw, pj, pn, lcs, csa, m, load, store, comb, c0, c1)
-        pn = 0
-        r0 = ri - (q - 1)
-        for jj in range(lr, q):
-            store(lcs, jj, load(ring, r0 + jj))  # the identity
-        if lr == 0:  # no slice of the row holds a tuple
-            fr = 0
-            lr = 1
-        acc = load(ring, r0 + lr - 1)
-        store(lcs, lr - 1, acc)
-        for jj in range(lr - 2, fr - 1, -1):
-            acc = comb(load(ring, r0 + jj), acc, c0, c1)
-            store(lcs, jj, acc)
-        for jj in range(fr):
-            store(lcs, jj, acc)
-        col = 0
-        fr = q
-        lr = 0
-    ri += 1
-    if ri == 2 * q:
-        ri = 0
-    return run, col, ri, pn, fr, lr
-
-
-@njit(inline="always", cache=True)
-def _record(out, ends, w, k, head, col, pw, pj, pn, m, end0, s, store):
-    """Window ``k`` is complete: its end now, its value at the next flush (the head kept in ``out``).
-    Returns ``(w, k, pw, pj, pn)`` after it."""
-    if pn == 0:
-        pw = w
-        pj = col
+        while j < jj:
+            store(out, o + j, comb(load(lcs, j), run, c0, c1))
+            ends[o + j] = e0 + j * s
+            run = comb(run, load(ring, ro + j), c0, c1)
+            j += 1
+    # the rest: no chain, through views (see _fill)
+    j = min(j, j_end)
+    ov = out[o + j : o + j_end]
+    lv = lcs[j:j_end]
     if m:
-        store(out, w, head)
-    ends[w] = end0 + k * s
-    return w + 1, k + 1, pw, pj, pn + 1
+        hv = hd[j:j_end]
+        for u in range(ov.shape[0]):
+            store(ov, u, comb(comb(load(lv, u), run, c0, c1), load(hv, u), c0, c1))
+    else:
+        for u in range(ov.shape[0]):
+            store(ov, u, comb(load(lv, u), run, c0, c1))
+    ev = ends[o + j : o + j_end]
+    e1 = e0 + j * s
+    for u in range(ev.shape[0]):
+        ev[u] = e1 + u * s
+    return o + j_end
 
 
 @njit(inline="always", cache=True)
-def _drive(P, ts, s, off, r, q, m, hist, flush, ident_a, st, cur_a, head_a, ring, lcs, csa, out, ends, hist_out,
+def _lcs(ring, ro, lcs, fr, lr, q, load, store, comb, c0, c1):
+    """The lcs of the full row at ``ring[ro:]`` into ``lcs``. ``[fr, lr)``: the columns that may hold
+    a tuple; the lcs is a chain over those only, the identity after them and a constant before
+    (``ident (+) a`` is ``a``, up to the sign of a zero sum)."""
+    lv = lcs[lr:q]  # the identity (views: see _fill)
+    rv = ring[ro + lr : ro + q]
+    for u in range(lv.shape[0]):
+        store(lv, u, load(rv, u))
+    if lr == 0:  # no column holds a tuple
+        fr = 0
+        lr = 1
+    acc = load(ring, ro + lr - 1)
+    store(lcs, lr - 1, acc)
+    for jj in range(lr - 2, fr - 1, -1):
+        acc = comb(load(ring, ro + jj), acc, c0, c1)
+        store(lcs, jj, acc)
+    for jj in range(fr):
+        store(lcs, jj, acc)
+
+
+@njit(inline="always", cache=True)
+def _drive(P, ts, s, off, r, q, m, hist, flush, ident_a, st, cur_a, head_a, ring, lcs, hd, out, ends, hist_out,
            load, store, comb, c0, c1):
     """The loop (see the module doc). ``st``: the state vector (``HAVE``, ``SLICE``, ...); ``cur_a``,
-    ``head_a`` (row 0): the open slice's rest and head; ``ring``: the last ``2q`` slices pushed (slice
-    ``x`` at ``(x - base) % 2q``); ``lcs``: the last full row's lcs; ``csa``: the current row's.
-    ``hist`` (slices ``next_k ..``) is pushed first when ``st[NEXT_TUPLE] == 0``.
+    ``head_a`` (row 0): the open slice's rest and head; ``ring``: two rows of slices (the previous
+    and the current one, at ``ring[q - ro:]`` and ``ring[ro:]``); ``lcs``: the previous row's;
+    ``hd``: the current row's heads (``m > 0``). ``hist`` (slices ``next_k ..``) is the first row
+    when the call starts a batch.
 
-    A window is recorded when it completes (its end, and its head in ``out``) and computed when
-    the row after its first is full, or at the end of the call (:func:`_flush`): the windows of a
-    row in one loop."""
+    Blocked: the tuples of a row fold into its slices with no window work (a slice boundary is a
+    store and a counter); the windows are computed at the row's *events* (the row full, the
+    episode's end, the batch's end), from the previous row's lcs and a chain over the current row."""
     cap = out.shape[0]
     ident = load(ident_a, 0)
     cur = load(cur_a, 0)
@@ -211,229 +223,199 @@ def _drive(P, ts, s, off, r, q, m, hist, flush, ident_a, st, cur_a, head_a, ring
     have = st[HAVE] != 0
     S = st[SLICE]
     next_k = st[NEXT_K]
-    base = st[BASE]
-    col = st[COL]
-    q2 = 2 * q
-    ri = (S - base) % q2 if have else 0
-    run = load(csa, col - 1) if col > 0 else ident
-    fr = 0  # the current row's columns that may hold a tuple: [fr, lr) (resumed: all so far)
-    lr = col
-    end0 = off + r  # window k ends at end0 + k*s
-    w = 0
-    pw = 0  # windows recorded, not yet computed: out[pw:pw+pn], columns pj..
-    pj = 0
-    pn = 0
     n = ts.shape[0]
     i = st[NEXT_TUPLE]
-    if i == 0 and have:  # a new batch: rows re-aligned at the first pending window
-        base = next_k
-        col = 0
-        ri = 0
-        # the pending windows' slices, [next_k, S), fill row 0 (at most q of them): copied, not pushed
-        # one by one (row 0's csa is never read: no window starts in a row before it)
-        L = hist.shape[0]
-        for j in range(L):
-            store(ring, j, load(hist, j))
-        fr = 0
-        lr = L
-        if L == q:  # row 0 is full: its lcs
-            acc = load(ring, q - 1)
-            store(lcs, q - 1, acc)
-            for jj in range(q - 2, -1, -1):
-                acc = comb(load(ring, jj), acc, c0, c1)
-                store(lcs, jj, acc)
-            L = 0
-            fr = q
-            lr = 0
-        col = L
-        ri = hist.shape[0]
-        run = ident
+    if st[RESUME]:  # a call that stopped for room in ``out``: the row as it was
+        B = st[BASE]
+        ro = st[RO]
+        fr = st[FR]
+        lr = st[LR]
+    else:
+        B = next_k
+        ro = 0
+        fr = q
+        lr = 0
+        if have:  # a new batch: rows re-aligned at the first pending window, its slices [next_k, S) row 0
+            L = hist.shape[0]
+            for j in range(L):
+                store(ring, j, load(hist, j))
+            fr = 0
+            lr = L
+            if L == q:  # row 0 is full: its lcs
+                _lcs(ring, 0, lcs, 0, q, q, load, store, comb, c0, c1)
+                B += q
+                ro = q
+                fr = q
+                lr = 0
+    st[RESUME] = 0
+    end0 = off + r  # window k ends at end0 + k*s
+    w = 0
+    col = S - B
     lo = S * s  # the open slice is [lo, lo + s) (relative to off)
     hi = lo + s
+    done = False
     while True:
-        if have:  # fold the tuples of the open slice (no division: timestamps are sorted)
-            if m:
-                while i < n:
-                    t = ts[i] - off
-                    if t >= hi:
-                        break
-                    if t - lo < m:
-                        head = comb(head, load(P, i), c0, c1)
-                    else:
-                        if next_k == S - q:  # window S-q ends inside slice S, at or before t
-                            w, next_k, pw, pj, pn = _record(out, ends, w, next_k, head, col, pw, pj, pn, m, end0,
-                                                            s, store)
-                        cur = comb(cur, load(P, i), c0, c1)
-                    i += 1
-            else:
-                fast = r >= 2 * s  # a tuple in the next slice never ends the episode
-                while i < n:
-                    t = ts[i] - off
-                    if t >= hi:
-                        if not fast or t >= hi + s or cap - w < q + 2:
-                            break
-                        # the next slice: close this one and its window here, the common step (the
-                        # loop below does the same, for any distance)
-                        run, col, ri, pn, fr, lr = _push(cur, True, ring, lcs, csa, run, col, ri, q, out, pw, pj, pn,
-                                                         m, fr, lr, load, store, comb, c0, c1)
-                        S += 1
-                        lo = hi
-                        hi += s
-                        if next_k == S - q:
-                            w, next_k, pw, pj, pn = _record(out, ends, w, next_k, head, col, pw, pj, pn, m, end0,
-                                                            s, store)
-                        cur = comb(ident, load(P, i), c0, c1)
-                    else:
-                        cur = comb(cur, load(P, i), c0, c1)
-                    i += 1
-        # a tuple past the open slice (or the end of stream): at most q + 1 windows complete
-        if i < n:
-            if cap - w < q + 2:
+        if not have:  # the first tuple of an episode: its first window starts the rows
+            if i >= n:
+                done = True
                 break
             t = ts[i] - off
-            fresh = not have or t >= lo + r
-        elif flush and have:
-            if cap - w < q + 2:
-                break
-            t = hi
-            fresh = True
-        else:
-            break
-        if have:
-            # close slices from S on, emitting windows as they complete: up to t's slice, or (fresh:
-            # the episode ends) until every window holding the last tuple is out
-            last = S
-            g = S + 1
-            if not fresh and t >= hi + s:
-                g = t // s  # one division per gap, not per slice
-            first = True
-            while True:
-                if m and next_k == S - q:
-                    w, next_k, pw, pj, pn = _record(out, ends, w, next_k, head, col, pw, pj, pn, m, end0, s, store)
-                x = comb(head, cur, c0, c1) if m else cur
-                head = ident
-                cur = ident
-                run, col, ri, pn, fr, lr = _push(x, first, ring, lcs, csa, run, col, ri, q, out, pw, pj, pn, m, fr, lr,
-                                         load, store, comb, c0, c1)
-                first = False
-                S += 1
-                lo = hi
-                hi += s
-                if not m and next_k == S - q:
-                    w, next_k, pw, pj, pn = _record(out, ends, w, next_k, head, col, pw, pj, pn, m, end0, s, store)
-                if fresh:
-                    if next_k > last:
-                        have = False
-                        break
-                elif t < hi:
-                    break
-                # empty slices follow, each with one window (in lockstep since the first push): all of
-                # them up to the row's last column at once
-                rem = last - next_k + 1 if fresh else g - S
-                E = min(rem, q - 1 - col)
-                if E > 0:
-                    if col == 0:  # the row's first slice: its csa is the empty slice
-                        run = ident
-                    for e in range(E):
-                        store(ring, ri + e, ident)
-                        store(csa, col + e, run)
-                    c1st = col if m else col + 1  # the column of the first window
-                    if pn == 0:
-                        pw = w
-                        pj = c1st
-                    for e in range(E):
-                        if m:
-                            store(out, w + e, ident)
-                        ends[w + e] = end0 + (next_k + e) * s
-                    w += E
-                    pn += E
-                    next_k += E
-                    col += E
-                    ri += E
-                    S += E
-                    lo += E * s
-                    hi += E * s
-                    if fresh:
-                        if next_k > last:
-                            have = False
-                            break
-                    elif t < hi:
-                        break
-        if i >= n:  # the flush's drain
-            break
-        if not have:  # the first tuple of an episode: its first window starts the rows
-            _flush(out, pw, pj, pn, lcs, csa, m, load, store, comb, c0, c1)
-            pn = 0
             S = t // s
-            lo = S * s
-            hi = lo + s
             next_k = (t - r) // s + 1
-            base = next_k
-            head = ident
-            cur = ident
-            run = ident
+            B = next_k
+            ro = 0
+            col = S - B
             # the slices before the tuple's are empty (at most q of them); no window completes
-            E = S - next_k
-            for e in range(E):
-                store(ring, e, ident)
-                store(csa, e, ident)
-            col = E
-            ri = E
+            _fill(ring, 0, col, ident, store)
+            if m:
+                _fill(hd, 0, col, ident, store)
             fr = q
             lr = 0
-            if E == q:  # row 0 is full (of empty slices): its lcs is the identity
-                for e in range(q):
-                    store(lcs, e, ident)
+            if col == q:  # row 0 is full (of empty slices): its lcs is the identity
+                _fill(lcs, 0, q, ident, store)
+                B += q
+                ro = q
                 col = 0
+            lo = S * s
+            hi = lo + s
+            cur = ident
+            head = ident
             have = True
-        # t's slice is now the open one: the fold above takes it
-    _flush(out, pw, pj, pn, lcs, csa, m, load, store, comb, c0, c1)
+        # the row's tuples: fold into the open slice; a tuple in the next slice of the row closes it
+        while i < n:
+            t = ts[i] - off
+            if t >= hi:
+                if t >= hi + s or col + 1 == q:  # (the next slice is never a new episode: r >= 2s when q > 1)
+                    break
+                store(ring, ro + col, comb(head, cur, c0, c1) if m else cur)
+                if m:
+                    store(hd, col, head)
+                if fr > col:
+                    fr = col
+                lr = col + 1
+                col += 1
+                lo = hi
+                hi += s
+                cur = ident
+                head = ident
+            if m and t - lo < m:
+                head = comb(head, load(P, i), c0, c1)
+            else:
+                cur = comb(cur, load(P, i), c0, c1)
+            i += 1
+        # an event: a tuple past the row, or after a gap, or starting a new episode; or the end of the batch
+        if cap - w < 2 * q + 2:  # at most 2q windows: stop here, the caller gives more room
+            st[RESUME] = 1
+            break
+        batch_end = i >= n and not flush
+        if i < n:
+            t = ts[i] - off
+            fresh = t >= lo + r  # its first window starts after the last tuple's slice
+        else:
+            t = hi
+            fresh = True
+        k0 = B - q  # the previous row's windows are k0 + j
+        if batch_end:  # the windows the last tuple completed (all in the previous row)
+            if m:
+                store(hd, col, head)
+            if n > 0:
+                j_end = min(q, (ts[n - 1] - off - m) // s - B + 1)
+                w = _emit(out, ends, w, k0, next_k - k0, j_end, lcs, ring, ro, hd, m, lr, end0, s, load, store,
+                          comb, c0, c1)
+                next_k = max(next_k, k0 + j_end)
+            done = True
+            break
+        # close the open slice
+        store(ring, ro + col, comb(head, cur, c0, c1) if m else cur)
+        if m:
+            store(hd, col, head)
+        if fr > col:
+            fr = col
+        lr = col + 1
+        g = t // s
+        if not fresh and g - B < q:  # a gap inside the row: its slices are empty
+            _fill(ring, ro + col + 1, ro + g - B, ident, store)
+            if m:
+                _fill(hd, col + 1, g - B, ident, store)
+        else:  # the row is full (its rest empty): the previous row's windows, then its lcs
+            last = B + col
+            _fill(ring, ro + col + 1, ro + q, ident, store)
+            if m:
+                _fill(hd, col + 1, q, ident, store)
+            w = _emit(out, ends, w, k0, next_k - k0, q, lcs, ring, ro, hd, m, lr, end0, s, load, store, comb, c0, c1)
+            next_k = max(next_k, B)
+            _lcs(ring, ro, lcs, fr, lr, q, load, store, comb, c0, c1)
+            ro = q - ro
+            B += q
+            fr = q
+            lr = 0
+            if fresh:  # the episode ends: its windows up to the last tuple's slice, over an empty row
+                cnt = last - B + q + 1
+                _fill(ring, ro, ro + min(cnt, 2), ident, store)  # (the windows read no column past 1: lr = 0)
+                if m:
+                    _fill(hd, 0, cnt, ident, store)
+                w = _emit(out, ends, w, B - q, next_k - (B - q), cnt, lcs, ring, ro, hd, m, 0, end0, s, load, store,
+                          comb, c0, c1)
+                next_k = last + 1
+                have = False
+                continue
+            _fill(ring, ro, ro + g - B, ident, store)
+            if m:
+                _fill(hd, 0, g - B, ident, store)
+        col = g - B
+        lo = g * s
+        hi = lo + s
+        cur = ident
+        head = ident
+    S = B + col
     store(cur_a, 0, cur)
     store(head_a, 0, head)
     st[HAVE] = 1 if have else 0
     st[SLICE] = S
     st[NEXT_K] = next_k
-    st[BASE] = base
-    st[COL] = col
+    st[BASE] = B
+    st[RO] = ro
+    st[FR] = fr
+    st[LR] = lr
     st[WINDOWS] = w
     st[NEXT_TUPLE] = i
+    st[DONE] = 1 if done else 0
     L = 0
-    if have:  # the slices of the pending windows, [next_k, S), for the operator's state
-        j = (next_k - base) % q2
-        for _x in range(next_k, S):
-            store(hist_out, L, load(ring, j))
+    if done and have:  # the slices of the pending windows, [next_k, S), for the operator's state
+        for x in range(next_k, S):
+            if x < B:
+                store(hist_out, L, load(ring, q - ro + x - (B - q)))
+            else:
+                store(hist_out, L, load(ring, ro + x - B))
             L += 1
-            j += 1
-            if j == q2:
-                j = 0
     st[HIST] = L
 
 
 @njit(**_JIT, _nrt=False)
-def run_scalar(P, ts, s, off, r, q, m, hist, flush, ident, st, cur, head, ring, lcs, csa, out, ends, hist_out, ops):
+def run_scalar(P, ts, s, off, r, q, m, hist, flush, ident, st, cur, head, ring, lcs, hd, out, ends, hist_out, ops):
     """Scalar partials (1-D arrays) combined by code ``ops[0]``: see :func:`_drive`."""
-    _drive(P, ts, s, off, r, q, m, hist, flush, ident, st, cur, head, ring, lcs, csa, out, ends, hist_out,
+    _drive(P, ts, s, off, r, q, m, hist, flush, ident, st, cur, head, ring, lcs, hd, out, ends, hist_out,
            load_scalar, store_scalar, comb_scalar, ops[0], ops[0])
 
 
 @njit(**_JIT, _nrt=False)
-def run_pair(P, ts, s, off, r, q, m, hist, flush, ident, st, cur, head, ring, lcs, csa, out, ends, hist_out, ops):
+def run_pair(P, ts, s, off, r, q, m, hist, flush, ident, st, cur, head, ring, lcs, hd, out, ends, hist_out, ops):
     """Two-column partials whose columns both add (``mean``, ``geomean``)."""
-    _drive(P, ts, s, off, r, q, m, hist, flush, ident, st, cur, head, ring, lcs, csa, out, ends, hist_out,
+    _drive(P, ts, s, off, r, q, m, hist, flush, ident, st, cur, head, ring, lcs, hd, out, ends, hist_out,
            load_pair, store_pair, comb_pair, ops[0], ops[1])
 
 
 @njit(**_JIT, _nrt=False)
-def run_argmax(P, ts, s, off, r, q, m, hist, flush, ident, st, cur, head, ring, lcs, csa, out, ends, hist_out, ops):
+def run_argmax(P, ts, s, off, r, q, m, hist, flush, ident, st, cur, head, ring, lcs, hd, out, ends, hist_out, ops):
     """``argmax`` partials ``(value, position)``."""
-    _drive(P, ts, s, off, r, q, m, hist, flush, ident, st, cur, head, ring, lcs, csa, out, ends, hist_out,
+    _drive(P, ts, s, off, r, q, m, hist, flush, ident, st, cur, head, ring, lcs, hd, out, ends, hist_out,
            load_pair, store_pair, comb_argmax, 0, 0)
 
 
 @njit(**_JIT, _nrt=False)
-def run_std(P, ts, s, off, r, q, m, hist, flush, ident, st, cur, head, ring, lcs, csa, out, ends, hist_out, ops):
+def run_std(P, ts, s, off, r, q, m, hist, flush, ident, st, cur, head, ring, lcs, hd, out, ends, hist_out, ops):
     """``std`` partials ``(n, mean, M2)``, merged by Chan et al.'s update."""
-    _drive(P, ts, s, off, r, q, m, hist, flush, ident, st, cur, head, ring, lcs, csa, out, ends, hist_out,
+    _drive(P, ts, s, off, r, q, m, hist, flush, ident, st, cur, head, ring, lcs, hd, out, ends, hist_out,
            load_triple, store_triple, comb_std, 0, 0)
 
 
