@@ -579,3 +579,39 @@ def test_argmax_from_values_long_rows_look_values_up():
             values_range(eng, v, q, 0, a0, part, none, 0, 1, 11)
             values_range(eng, v, q, a0, nwin, part, none, 0, 1, 11)
             np.testing.assert_array_equal(part, got)
+
+
+@settings(max_examples=25, deadline=None)
+@given(data=st.data())
+@pytest.mark.parametrize("agg", ["max", "sum", "std", "argmax"])
+def test_fused_time_windows_insert_and_flush_in_one_call(agg, data):
+    """``sliding_aggregate`` on the fused path runs the batch and the end of stream in the same compiled
+    call (``PBA._insert_and_flush``: more calls only when the result array fills up), and gives what
+    ``insert_many`` then ``flush`` on the episode path (the reference) give; an empty stream gives nothing."""
+    from pba_runtime.kernels import time_fused as TF
+
+    window, ts, _, rng = _time_case(data)
+    v = _values(rng, len(ts), agg)
+    calls = []
+    runner = TF.runner
+
+    def counted(layout, ops):
+        run = runner(layout, ops)
+
+        def call(*args):
+            calls.append(args[8])  # flush
+            return run(*args)
+
+        return call
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(TF, "runner", counted)
+        ends, res = pr.sliding_aggregate(v, window=window, agg=agg, timestamps=ts, algorithm="pba",
+                                         engine="compiled")
+    assert set(calls) == ({True} if len(ts) else set())
+    with pr.create("pba", window, agg, engine="compiled") as op:
+        op._fused_time = False
+        e1, r1 = op.insert_many(v, ts)
+        e2, r2 = op.flush()
+    assert ends.tolist() == e1.tolist() + e2.tolist()
+    _same(agg, res, list(r1) + list(r2))

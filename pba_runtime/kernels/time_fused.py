@@ -1,28 +1,36 @@
 """The fused time-window batch: slicing, gaps, slice folds, PBA's lcs/csa and every window, in one compiled call.
 
 The per-tuple slicing layer (:meth:`pba_runtime.algorithms.base.SlicedAggregator._step_time` and
-``_advance``) run as one loop in machine code over a batch of ``(timestamp, partial)``: each
-tuple folds into its slice (its head, units ``< m``, or the rest), a tuple in a later slice
-closes the slices up to it, and a tuple whose first window begins after the last tuple's slice
-ends the *episode* (every window holding an older tuple is emitted, then the slicing restarts).
-A closed slice is pushed into PBA's rows of ``q`` slices, aligned at the episode's first window:
-the row's csa grows as it goes (kept per column), and when the row is full its lcs is built (from
-its end) into a buffer of ``q`` partials. A window completes in lockstep with the pushes (window
-``k`` when the slices ``k .. k+q-1`` are pushed and, for ``r % s != 0``, a tuple at or past its end
-has come): its end is written then, and its value, ``lcs[j] (+) csa[j-1]`` (``lcs[0]`` for column 0)
-``(+) head`` of slice ``k+q``, with the other windows of its row in one loop once the next row is
-full (or the call ends). The empty slices of a gap, of a drain and before an episode's first tuple
-are written a row at a time, and a row's lcs chains only over the columns that may hold a tuple.
-The scratch (``2q`` slices, ``q`` lcs, ``q`` csa) stays in cache for the ranges that matter.
+``_advance``) run as one loop in machine code over a batch of ``(timestamp, partial)``, in blocked
+form. Slices are laid out in PBA's rows of ``q``, aligned at the episode's first window; the loop
+works a row at a time:
+
+- *fold*: the row's tuples fold into the open slice (its head, units ``< m``, or the rest), with no
+  division (timestamps are sorted); a tuple in the next slice of the row closes the open one, which
+  is a store and a counter: no window work per slice;
+- *event*: a tuple past the row or after a gap, a tuple whose first window begins after the last
+  tuple's slice (it ends the *episode*: every window holding an older tuple is emitted, then the
+  slicing restarts), or the end of the batch. Only then are windows computed: the previous row's
+  (``lcs[j] (+) csa[j-1]``, ``lcs[0]`` for column 0, ``(+)`` the head of slice ``k+q`` when
+  ``m > 0``), the csa a chain over the current row, and the current row's lcs once it is full
+  (the common full row: both chains in one loop). The csa is a constant past the row's last tuple
+  (``a (+) ident`` is idempotent), so the windows of a gap or a drain are a loop without a chain;
+  a row's lcs chains only over the columns that may hold a tuple; empty slices are filled in bulk.
+
+Loops that may vectorise index views from ``range(0, ...)``: numba adds no wraparound to such an
+index (with ``range(i0, i1)`` the windows' loop compiled to gathers and scatters, 4x slower). The
+scratch: two rows of slices, two rows' lcs, one row of heads.
 
 Between batches the operator keeps its usual state (the slices ``[next_k, S)`` of the pending
 windows, the open slice's head and rest, ``S``, ``next_k``); a batch re-aligns its rows at its
 first pending window, so any split gives the per-tuple windows, with ``max``/``min``/``count``/
 ``argmax`` bit for bit and float sums to rounding (the spec's rule). The end-of-stream flush is
-the same call with no tuple: the open windows are drained in the loop.
+the same call with ``flush`` set (with or without tuples: ``sliding_aggregate`` runs its batch and
+flush as one call): the open windows are drained in the loop.
 
-A call stops early, between two tuples, when fewer than ``q + 2`` result rows are left (one tuple
-emits at most ``q + 1`` windows); the caller gives it a larger result array and calls again.
+A call stops at an event when fewer than ``2q + 2`` result rows are left (an event emits at most
+``2q`` windows), with its row in the state vector (``RESUME``); the caller gives it a larger
+result array and calls again until ``DONE``.
 
 Partials are values the loop keeps in registers (``load``/``store``/``comb`` move and combine them):
 a float combined by a code of :mod:`.compiled` (``max``, ``min``, ``sum``, ``count``, ``ufunc=``
@@ -184,6 +192,31 @@ def _emit(out, ends, w, k0, jn, j_end, lcs, ring, ro, hd, m, lr, end0, s, load, 
 
 
 @njit(inline="always", cache=True)
+def _emit_lcs(out, ends, w, k0, lcs_prev, lcs_cur, ring, ro, hd, m, q, end0, s, load, store, comb, c0, c1):
+    """A full row whose every column may hold a tuple, the previous row's windows all pending: those
+    ``q`` windows (:func:`_emit`'s chain) and the row's lcs (:func:`_lcs`'s chain, into ``lcs_cur``)
+    in one loop, two independent chains side by side. Returns ``w`` after the windows."""
+    rv = ring[ro : ro + q]
+    ov = out[w : w + q]
+    ev = ends[w : w + q]
+    acc = load(rv, q - 1)
+    store(lcs_cur, q - 1, acc)
+    v = load(lcs_prev, 0)
+    store(ov, 0, comb(v, load(hd, 0), c0, c1) if m else v)
+    run = load(rv, 0)
+    e0 = end0 + k0 * s
+    for j in range(1, q):
+        acc = comb(load(rv, q - 1 - j), acc, c0, c1)
+        store(lcs_cur, q - 1 - j, acc)
+        v = comb(load(lcs_prev, j), run, c0, c1)
+        store(ov, j, comb(v, load(hd, j), c0, c1) if m else v)
+        run = comb(run, load(rv, j), c0, c1)
+    for j in range(q):
+        ev[j] = e0 + j * s
+    return w + q
+
+
+@njit(inline="always", cache=True)
 def _lcs(ring, ro, lcs, fr, lr, q, load, store, comb, c0, c1):
     """The lcs of the full row at ``ring[ro:]`` into ``lcs``. ``[fr, lr)``: the columns that may hold
     a tuple; the lcs is a chain over those only, the identity after them and a constant before
@@ -242,7 +275,7 @@ def _drive(P, ts, s, off, r, q, m, hist, flush, ident_a, st, cur_a, head_a, ring
             fr = 0
             lr = L
             if L == q:  # row 0 is full: its lcs
-                _lcs(ring, 0, lcs, 0, q, q, load, store, comb, c0, c1)
+                _lcs(ring, 0, lcs[:q], 0, q, q, load, store, comb, c0, c1)
                 B += q
                 ro = q
                 fr = q
@@ -282,6 +315,7 @@ def _drive(P, ts, s, off, r, q, m, hist, flush, ident_a, st, cur_a, head_a, ring
             head = ident
             have = True
         # the row's tuples: fold into the open slice; a tuple in the next slice of the row closes it
+        col0 = col
         while i < n:
             t = ts[i] - off
             if t >= hi:
@@ -290,9 +324,6 @@ def _drive(P, ts, s, off, r, q, m, hist, flush, ident_a, st, cur_a, head_a, ring
                 store(ring, ro + col, comb(head, cur, c0, c1) if m else cur)
                 if m:
                     store(hd, col, head)
-                if fr > col:
-                    fr = col
-                lr = col + 1
                 col += 1
                 lo = hi
                 hi += s
@@ -303,6 +334,9 @@ def _drive(P, ts, s, off, r, q, m, hist, flush, ident_a, st, cur_a, head_a, ring
             else:
                 cur = comb(cur, load(P, i), c0, c1)
             i += 1
+        if col > col0:  # the slices closed above held tuples
+            fr = min(fr, col0)
+            lr = col
         # an event: a tuple past the row, or after a gap, or starting a new episode; or the end of the batch
         if cap - w < 2 * q + 2:  # at most 2q windows: stop here, the caller gives more room
             st[RESUME] = 1
@@ -320,8 +354,8 @@ def _drive(P, ts, s, off, r, q, m, hist, flush, ident_a, st, cur_a, head_a, ring
                 store(hd, col, head)
             if n > 0:
                 j_end = min(q, (ts[n - 1] - off - m) // s - B + 1)
-                w = _emit(out, ends, w, k0, next_k - k0, j_end, lcs, ring, ro, hd, m, lr, end0, s, load, store,
-                          comb, c0, c1)
+                w = _emit(out, ends, w, k0, next_k - k0, j_end, lcs[q - ro : 2 * q - ro], ring, ro, hd, m, lr, end0,
+                          s, load, store, comb, c0, c1)
                 next_k = max(next_k, k0 + j_end)
             done = True
             break
@@ -342,9 +376,16 @@ def _drive(P, ts, s, off, r, q, m, hist, flush, ident_a, st, cur_a, head_a, ring
             _fill(ring, ro + col + 1, ro + q, ident, store)
             if m:
                 _fill(hd, col + 1, q, ident, store)
-            w = _emit(out, ends, w, k0, next_k - k0, q, lcs, ring, ro, hd, m, lr, end0, s, load, store, comb, c0, c1)
+            lcs_prev = lcs[q - ro : 2 * q - ro]  # a row's lcs sits at its offset in the ring
+            lcs_cur = lcs[ro : ro + q]
+            if next_k == k0 and fr == 0 and lr == q:  # the common full row: both chains in one loop
+                w = _emit_lcs(out, ends, w, k0, lcs_prev, lcs_cur, ring, ro, hd, m, q, end0, s, load, store, comb,
+                              c0, c1)
+            else:
+                w = _emit(out, ends, w, k0, next_k - k0, q, lcs_prev, ring, ro, hd, m, lr, end0, s, load, store, comb,
+                          c0, c1)
+                _lcs(ring, ro, lcs_cur, fr, lr, q, load, store, comb, c0, c1)
             next_k = max(next_k, B)
-            _lcs(ring, ro, lcs, fr, lr, q, load, store, comb, c0, c1)
             ro = q - ro
             B += q
             fr = q
@@ -354,8 +395,8 @@ def _drive(P, ts, s, off, r, q, m, hist, flush, ident_a, st, cur_a, head_a, ring
                 _fill(ring, ro, ro + min(cnt, 2), ident, store)  # (the windows read no column past 1: lr = 0)
                 if m:
                     _fill(hd, 0, cnt, ident, store)
-                w = _emit(out, ends, w, B - q, next_k - (B - q), cnt, lcs, ring, ro, hd, m, 0, end0, s, load, store,
-                          comb, c0, c1)
+                w = _emit(out, ends, w, B - q, next_k - (B - q), cnt, lcs_cur, ring, ro, hd, m, 0, end0, s, load,
+                          store, comb, c0, c1)
                 next_k = last + 1
                 have = False
                 continue
