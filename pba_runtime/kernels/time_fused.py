@@ -161,18 +161,12 @@ def _emit(out, ends, w, k0, jn, j_end, lcs, ring, ro, hd, m, lr, end0, s, load, 
     jj = min(j_end, jc)
     o = w - j  # out index of column j is o + j
     e0 = end0 + k0 * s
-    if m:
-        while j < jj:
-            store(out, o + j, comb(comb(load(lcs, j), run, c0, c1), load(hd, j), c0, c1))
-            ends[o + j] = e0 + j * s
-            run = comb(run, load(ring, ro + j), c0, c1)
-            j += 1
-    else:
-        while j < jj:
-            store(out, o + j, comb(load(lcs, j), run, c0, c1))
-            ends[o + j] = e0 + j * s
-            run = comb(run, load(ring, ro + j), c0, c1)
-            j += 1
+    while j < jj:  # (one body for m and not: each inlined combine costs compile time)
+        v = comb(load(lcs, j), run, c0, c1)
+        store(out, o + j, comb(v, load(hd, j), c0, c1) if m else v)
+        ends[o + j] = e0 + j * s
+        run = comb(run, load(ring, ro + j), c0, c1)
+        j += 1
     # the rest: no chain, through views (see _fill)
     j = min(j, j_end)
     ov = out[o + j : o + j_end]
@@ -181,7 +175,7 @@ def _emit(out, ends, w, k0, jn, j_end, lcs, ring, ro, hd, m, lr, end0, s, load, 
         hv = hd[j:j_end]
         for u in range(ov.shape[0]):
             store(ov, u, comb(comb(load(lv, u), run, c0, c1), load(hv, u), c0, c1))
-    else:
+    else:  # (a loop of its own: it vectorises)
         for u in range(ov.shape[0]):
             store(ov, u, comb(load(lv, u), run, c0, c1))
     ev = ends[o + j : o + j_end]
@@ -348,58 +342,71 @@ def _drive(P, ts, s, off, r, q, m, hist, flush, ident_a, st, cur_a, head_a, ring
         else:
             t = hi
             fresh = True
-        k0 = B - q  # the previous row's windows are k0 + j
-        if batch_end:  # the windows the last tuple completed (all in the previous row)
+        if batch_end:
             if m:
                 store(hd, col, head)
-            if n > 0:
-                j_end = min(q, (ts[n - 1] - off - m) // s - B + 1)
-                w = _emit(out, ends, w, k0, next_k - k0, j_end, lcs[q - ro : 2 * q - ro], ring, ro, hd, m, lr, end0,
-                          s, load, store, comb, c0, c1)
-                next_k = max(next_k, k0 + j_end)
-            done = True
-            break
-        # close the open slice
-        store(ring, ro + col, comb(head, cur, c0, c1) if m else cur)
-        if m:
-            store(hd, col, head)
-        if fr > col:
-            fr = col
-        lr = col + 1
+        else:  # close the open slice
+            store(ring, ro + col, comb(head, cur, c0, c1) if m else cur)
+            if m:
+                store(hd, col, head)
+            if fr > col:
+                fr = col
+            lr = col + 1
         g = t // s
-        if not fresh and g - B < q:  # a gap inside the row: its slices are empty
+        full = not batch_end and (fresh or g - B >= q)  # the row is full (its rest empty)
+        if not batch_end and not full:  # a gap inside the row: its slices are empty
             _fill(ring, ro + col + 1, ro + g - B, ident, store)
             if m:
                 _fill(hd, col + 1, g - B, ident, store)
-        else:  # the row is full (its rest empty): the previous row's windows, then its lcs
-            last = B + col
-            _fill(ring, ro + col + 1, ro + q, ident, store)
-            if m:
-                _fill(hd, col + 1, q, ident, store)
-            lcs_prev = lcs[q - ro : 2 * q - ro]  # a row's lcs sits at its offset in the ring
-            lcs_cur = lcs[ro : ro + q]
-            if next_k == k0 and fr == 0 and lr == q:  # the common full row: both chains in one loop
-                w = _emit_lcs(out, ends, w, k0, lcs_prev, lcs_cur, ring, ro, hd, m, q, end0, s, load, store, comb,
-                              c0, c1)
-            else:
-                w = _emit(out, ends, w, k0, next_k - k0, q, lcs_prev, ring, ro, hd, m, lr, end0, s, load, store, comb,
-                          c0, c1)
-                _lcs(ring, ro, lcs_cur, fr, lr, q, load, store, comb, c0, c1)
-            next_k = max(next_k, B)
-            ro = q - ro
-            B += q
-            fr = q
-            lr = 0
-            if fresh:  # the episode ends: its windows up to the last tuple's slice, over an empty row
-                cnt = last - B + q + 1
-                _fill(ring, ro, ro + min(cnt, 2), ident, store)  # (the windows read no column past 1: lr = 0)
+        last = B + col
+        # the windows, in at most two passes through one (inlined) loop: pass 0, the row is full: the
+        # previous row's windows, then its lcs, and the rows move on; pass 1: the windows the batch's end
+        # completes (in the previous row), or, the episode ending, those up to its last tuple's slice
+        # (the row just full, over an empty one)
+        for ph in range(2):
+            k0 = B - q  # the previous row's windows are k0 + j
+            if ph == 0:
+                if not full:
+                    continue
+                _fill(ring, ro + col + 1, ro + q, ident, store)
                 if m:
-                    _fill(hd, 0, cnt, ident, store)
-                w = _emit(out, ends, w, B - q, next_k - (B - q), cnt, lcs_cur, ring, ro, hd, m, 0, end0, s, load,
-                          store, comb, c0, c1)
-                next_k = last + 1
-                have = False
-                continue
+                    _fill(hd, col + 1, q, ident, store)
+                j_end = q
+                if next_k == k0 and fr == 0 and lr == q:  # the common full row: both chains in one loop
+                    w = _emit_lcs(out, ends, w, k0, lcs[q - ro : 2 * q - ro], lcs[ro : ro + q], ring, ro, hd, m, q,
+                                  end0, s, load, store, comb, c0, c1)
+                    j_end = -1
+            elif batch_end:
+                if n == 0:
+                    break
+                j_end = min(q, (ts[n - 1] - off - m) // s - B + 1)
+            elif fresh:
+                j_end = last - k0 + 1
+            else:
+                break
+            if j_end >= 0:  # (a row's lcs sits at its offset in the ring)
+                w = _emit(out, ends, w, k0, next_k - k0, j_end, lcs[q - ro : 2 * q - ro], ring, ro, hd, m, lr, end0,
+                          s, load, store, comb, c0, c1)
+                next_k = max(next_k, k0 + j_end)
+            if ph == 0:
+                if j_end >= 0:
+                    _lcs(ring, ro, lcs[ro : ro + q], fr, lr, q, load, store, comb, c0, c1)
+                next_k = max(next_k, B)
+                ro = q - ro
+                B += q
+                fr = q
+                lr = 0
+                if fresh:  # the next row is empty (the windows read no column past 1: lr = 0)
+                    _fill(ring, ro, ro + 2, ident, store)
+                    if m:
+                        _fill(hd, 0, last - B + q + 1, ident, store)
+        if batch_end:
+            done = True
+            break
+        if fresh:
+            have = False
+            continue
+        if full:
             _fill(ring, ro, ro + g - B, ident, store)
             if m:
                 _fill(hd, 0, g - B, ident, store)
