@@ -784,10 +784,10 @@ def time_kernel_rows(t: dict) -> list[str]:
             + table(["agg", *(label for _, label in names), "fused / numpy", "fused / episode path",
                      "fused / copyto"], rows)
             + ([] if "dense" not in t else
-               ["", f"Dense records without gaps, one per slice (`{t['dense']['window']}`, {t['dense']['records']:,} "
+               [f"Dense records without gaps, one per slice (`{t['dense']['window']}`, {t['dense']['records']:,} "
                 f"records, {t['dense']['agg']}, `insert_many` then `flush`): fused "
                 f"{cell(t['dense']['compiled_pba'])}, episode path {cell(t['dense']['compiled_episodes'])} M records/s: "
-                f"{t['dense']['compiled_vs_episodes']:.2f}x."]))
+                f"{t['dense']['compiled_vs_episodes']:.2f}x.", ""]))
 
 
 def runtime_sinks_section(rs: dict) -> list[str]:
