@@ -768,19 +768,26 @@ def kernel_goals(kr: dict) -> list[str]:
 def time_kernel_rows(t: dict) -> list[str]:
     """The time-window case of bench_kernels.py: the fused kernel, the episode path it replaced, numpy."""
     names = (("compiled_pba", "compiled (fused)"), ("compiled_episodes", "compiled, episode path"),
-             ("numpy_pba", "numpy"))
+             ("numpy_pba", "numpy"), ("copyto", "`np.copyto` of the records"))
 
     def cell(c):
         return f"{rate(c['per_s'])} [{rate(c['min_per_s'])}-{rate(c['max_per_s'])}]"
 
     rows = [[agg, *(cell(v[k]) if k in v else "-" for k, _ in names), f"{v['compiled_vs_numpy']:.1f}x",
-             f"{v['compiled_vs_episodes']:.1f}x" if "compiled_vs_episodes" in v else "-"]
+             f"{v['compiled_vs_episodes']:.1f}x" if "compiled_vs_episodes" in v else "-",
+             f"{v['compiled_share_of_copyto']:.0%}" if "compiled_share_of_copyto" in v else "-"]
             for agg, v in t["aggs"].items()]
     load = t.get("loadavg")
     return ([f"Time windows, `{t['window']}` over {t['records']:,} records with gaps (`bench_time`; "
              f"{t.get('repeat', '?')} interleaved repeats" + (f", 1-min load {load[0]:.1f} at the start" if load else "")
              + "; `--time-only` reruns it alone). M records/s, median [min-max]:", ""]
-            + table(["agg", *(label for _, label in names), "fused / numpy", "fused / episode path"], rows))
+            + table(["agg", *(label for _, label in names), "fused / numpy", "fused / episode path",
+                     "fused / copyto"], rows)
+            + ([] if "dense" not in t else
+               [f"Dense records without gaps, one per slice (`{t['dense']['window']}`, {t['dense']['records']:,} "
+                f"records, {t['dense']['agg']}, `insert_many` then `flush`): fused "
+                f"{cell(t['dense']['compiled_pba'])}, episode path {cell(t['dense']['compiled_episodes'])} M records/s: "
+                f"{t['dense']['compiled_vs_episodes']:.2f}x.", ""]))
 
 
 def runtime_sinks_section(rs: dict) -> list[str]:

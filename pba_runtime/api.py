@@ -59,14 +59,6 @@ def sliding_aggregate(
     op = create(algorithm, window, agg, **options)
     op._input_borrowed = True  # closed below, before `values` can change
     try:
-        ends, results = op.insert_many(values, timestamps)
-        tail_ends, tail_results = op.flush()
+        return op._insert_and_flush(values, timestamps)
     finally:
         op.close()
-    if len(tail_ends):
-        ends = np.concatenate([ends, tail_ends])
-        if isinstance(results, list):
-            results = results + list(tail_results)
-        else:
-            results = np.concatenate([results, tail_results]) if len(results) else tail_results
-    return ends, results

@@ -199,11 +199,13 @@ def test_fused_time_windows_any_split(agg, data):
     _same(agg, res, whole[1])
 
 
+@pytest.mark.parametrize("window", [pr.TimeWindow(range=600, slide=4), pr.TimeWindow(range=603, slide=4, offset=2)],
+                         ids=["r%s==0", "r%s!=0"])
 @pytest.mark.parametrize("agg", ["max", "sum", "std", "argmax"])
-def test_fused_time_windows_grow_their_result_array(agg):
+def test_fused_time_windows_grow_their_result_array(agg, window):
     """Sparse tuples complete q + 1 windows each, beyond the first result array (4 per tuple): the
-    kernel stops between two tuples and goes on in a larger one."""
-    window = pr.TimeWindow(range=600, slide=4)  # q = 150
+    kernel stops at an event, keeps its row in the state vector, and goes on in a larger array
+    (with heads, ``r % s != 0``, too)."""
     rng = np.random.default_rng(3)
     ts = np.cumsum(rng.choice([1, 700, 2000], size=400)).astype(np.int64)
     v = _values(rng, len(ts), agg)
@@ -212,7 +214,9 @@ def test_fused_time_windows_grow_their_result_array(agg):
     assert len(fused[0]) > 4 * len(ts) + 2 * 150 + 4
     assert fused[0] == ref[0]
     _same(agg, fused[1], ref[1])
-    assert_results_equal(agg, fused[1], oracle.time_windows(v, ts, 600, 4, agg)[1], v[np.isfinite(v)])
+    want = oracle.time_windows(v, ts, window.range, window.slide, agg, offset=window.offset)
+    assert fused[0] == list(want[0])
+    assert_results_equal(agg, fused[1], want[1], v[np.isfinite(v)])
 
 
 def test_fused_time_windows_cover_the_builtins_and_flush_in_one_call(monkeypatch):
@@ -579,3 +583,39 @@ def test_argmax_from_values_long_rows_look_values_up():
             values_range(eng, v, q, 0, a0, part, none, 0, 1, 11)
             values_range(eng, v, q, a0, nwin, part, none, 0, 1, 11)
             np.testing.assert_array_equal(part, got)
+
+
+@settings(max_examples=25, deadline=None)
+@given(data=st.data())
+@pytest.mark.parametrize("agg", ["max", "sum", "std", "argmax"])
+def test_fused_time_windows_insert_and_flush_in_one_call(agg, data):
+    """``sliding_aggregate`` on the fused path runs the batch and the end of stream in the same compiled
+    call (``PBA._insert_and_flush``: more calls only when the result array fills up), and gives what
+    ``insert_many`` then ``flush`` on the episode path (the reference) give; an empty stream gives nothing."""
+    from pba_runtime.kernels import time_fused as TF
+
+    window, ts, _, rng = _time_case(data)
+    v = _values(rng, len(ts), agg)
+    calls = []
+    runner = TF.runner
+
+    def counted(layout, ops):
+        run = runner(layout, ops)
+
+        def call(*args):
+            calls.append(args[8])  # flush
+            return run(*args)
+
+        return call
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(TF, "runner", counted)
+        ends, res = pr.sliding_aggregate(v, window=window, agg=agg, timestamps=ts, algorithm="pba",
+                                         engine="compiled")
+    assert set(calls) == ({True} if len(ts) else set())
+    with pr.create("pba", window, agg, engine="compiled") as op:
+        op._fused_time = False
+        e1, r1 = op.insert_many(v, ts)
+        e2, r2 = op.flush()
+    assert ends.tolist() == e1.tolist() + e2.tolist()
+    _same(agg, res, list(r1) + list(r2))

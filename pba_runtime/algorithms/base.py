@@ -215,6 +215,19 @@ class WindowOperator:
         self._flushed = True
         return self._pack([e for e, _ in out], [r for _, r in out])
 
+    def _insert_and_flush(self, values: Any, timestamps: Any = None) -> tuple[np.ndarray, Any]:
+        """``insert_many`` then ``flush``, as one ``(ends, results)`` (what ``sliding_aggregate``
+        returns); an algorithm may do both in one pass."""
+        ends, results = self.insert_many(values, timestamps)
+        tail_ends, tail_results = self.flush()
+        if len(tail_ends):
+            ends = np.concatenate([ends, tail_ends])
+            if isinstance(results, list):
+                results = results + list(tail_results)
+            else:
+                results = np.concatenate([results, tail_results]) if len(results) else tail_results
+        return ends, results
+
     def close(self) -> None:
         """Release workers and buffers. Idempotent."""
         self._closed = True

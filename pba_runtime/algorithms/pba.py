@@ -160,6 +160,7 @@ class PBA(SlicedAggregator):
         # flush in one compiled call per batch (kernels/time_fused.py) for the built-in layouts; False
         # runs the episode path above (the reference; user aggregations always take it)
         self._fused_time = self._is_time and self.engine.compiled and _fused_layout(self.engine)
+        self._flush_in_batch = False  # set by _insert_and_flush: the fused batch drains the stream too
 
     # ------------------------------------------------------------------ merger
     def _reset_merger(self, f: int = 0, g: int = 0) -> None:
@@ -610,7 +611,7 @@ class PBA(SlicedAggregator):
         s, r, off = self._s, self._r, self._off
         P = kernel.lift(vals, ts if self.agg.positional else None)
         if self._fused_time:
-            return self._time_fused(P, ts, flush=False)
+            return self._time_fused(P, ts, flush=self._flush_in_batch)
         if self._compiled_slicing:
             from ..kernels import slicing  # numba's import waits for the first compiled batch
 
@@ -683,20 +684,21 @@ class PBA(SlicedAggregator):
         # every window emitted here starts in [first_k, last slice]: that many, at most, and at most
         # q + 1 per tuple; beyond 4 per tuple, the array grows when it fills
         bound = ((int(ts[-1]) - off) // s - first_k + 1 if N else 0) + q + 2
-        cap = max(q + 2, min(bound, N * (q + 1) + q + 2, 4 * N + 2 * q + 4))
+        # the kernel stops when fewer than 2q + 2 rows are left (an event computes at most 2q windows)
+        cap = max(2 * q + 4, min(bound, N * (q + 1) + q + 2, 4 * N + 2 * q + 4))
         run = TF.runner(engine.layout, engine.ops)
         ops = engine._ops_array if engine.layout in ("scalar", "columns") else np.zeros(2, dtype=np.int64)
-        ring, lcs, csa = np.empty((2 * q,) + row), np.empty((q,) + row), np.empty((q,) + row)
+        ring, lcs, hd = np.empty((2 * q,) + row), np.empty((2 * q,) + row), np.empty((q,) + row)
         hist_out = np.empty((q + 1,) + row)
         outs, ends_parts = [], []
         while True:
             out, ends = _results(cap, row, np.float64, True)
-            run(P2, ts, s, off, r, q, m, hist, flush, ident, st, cur, head, ring, lcs, csa, out, ends,
+            run(P2, ts, s, off, r, q, m, hist, flush, ident, st, cur, head, ring, lcs, hd, out, ends,
                 hist_out, ops)
             w = int(st[TF.WINDOWS])
             outs.append(out[:w])
             ends_parts.append(ends[:w])
-            if st[TF.NEXT_TUPLE] >= N and not (flush and st[TF.HAVE]):
+            if st[TF.DONE]:
                 break
             cap *= 2
         out = outs[0] if len(outs) == 1 else np.concatenate(outs)
@@ -709,6 +711,8 @@ class PBA(SlicedAggregator):
         self._n += N
         if N:
             self._t_last = int(ts[-1])
+        if flush:
+            self._flushed = True
         if st[TF.HAVE]:
             S, next_k, L = int(st[TF.SLICE]), int(st[TF.NEXT_K]), int(st[TF.HIST])
             self._defer_history(hist_out[:L].reshape((L,) + shape), 0, L)
@@ -840,6 +844,23 @@ class PBA(SlicedAggregator):
         st["open"] = next((c for c, rec in self._chunks.items() if rec is self._open), None)
         st["chunk_size"] = self._b
         return st
+
+    def _insert_and_flush(self, values, timestamps=None):
+        """Fused time windows: the batch and the end of stream in one compiled call (no second call,
+        and no copy of the results to join them); otherwise ``insert_many`` then ``flush``."""
+        if not self._fused_time:
+            return super()._insert_and_flush(values, timestamps)
+        self._flush_in_batch = True
+        try:
+            ends, results = self.insert_many(values, timestamps)
+        finally:
+            self._flush_in_batch = False
+        if self._flushed:
+            return ends, results
+        tail_ends, tail_results = self.flush()  # an empty batch: no compiled call ran
+        if not len(tail_ends):
+            return ends, results
+        return np.concatenate([ends, tail_ends]), np.concatenate([results, tail_results])
 
     @quiet_non_finite
     def flush(self):

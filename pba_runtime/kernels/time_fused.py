@@ -1,28 +1,36 @@
 """The fused time-window batch: slicing, gaps, slice folds, PBA's lcs/csa and every window, in one compiled call.
 
 The per-tuple slicing layer (:meth:`pba_runtime.algorithms.base.SlicedAggregator._step_time` and
-``_advance``) run as one loop in machine code over a batch of ``(timestamp, partial)``: each
-tuple folds into its slice (its head, units ``< m``, or the rest), a tuple in a later slice
-closes the slices up to it, and a tuple whose first window begins after the last tuple's slice
-ends the *episode* (every window holding an older tuple is emitted, then the slicing restarts).
-A closed slice is pushed into PBA's rows of ``q`` slices, aligned at the episode's first window:
-the row's csa grows as it goes (kept per column), and when the row is full its lcs is built (from
-its end) into a buffer of ``q`` partials. A window completes in lockstep with the pushes (window
-``k`` when the slices ``k .. k+q-1`` are pushed and, for ``r % s != 0``, a tuple at or past its end
-has come): its end is written then, and its value, ``lcs[j] (+) csa[j-1]`` (``lcs[0]`` for column 0)
-``(+) head`` of slice ``k+q``, with the other windows of its row in one loop once the next row is
-full (or the call ends). The empty slices of a gap, of a drain and before an episode's first tuple
-are written a row at a time, and a row's lcs chains only over the columns that may hold a tuple.
-The scratch (``2q`` slices, ``q`` lcs, ``q`` csa) stays in cache for the ranges that matter.
+``_advance``) run as one loop in machine code over a batch of ``(timestamp, partial)``, in blocked
+form. Slices are laid out in PBA's rows of ``q``, aligned at the episode's first window; the loop
+works a row at a time:
+
+- *fold*: the row's tuples fold into the open slice (its head, units ``< m``, or the rest), with no
+  division (timestamps are sorted); a tuple in the next slice of the row closes the open one, which
+  is a store and a counter: no window work per slice;
+- *event*: a tuple past the row or after a gap, a tuple whose first window begins after the last
+  tuple's slice (it ends the *episode*: every window holding an older tuple is emitted, then the
+  slicing restarts), or the end of the batch. Only then are windows computed: the previous row's
+  (``lcs[j] (+) csa[j-1]``, ``lcs[0]`` for column 0, ``(+)`` the head of slice ``k+q`` when
+  ``m > 0``), the csa a chain over the current row, and the current row's lcs once it is full
+  (the common full row: both chains in one loop). The csa is a constant past the row's last tuple
+  (``a (+) ident`` is idempotent), so the windows of a gap or a drain are a loop without a chain;
+  a row's lcs chains only over the columns that may hold a tuple; empty slices are filled in bulk.
+
+Loops that may vectorise index views from ``range(0, ...)``: numba adds no wraparound to such an
+index (with ``range(i0, i1)`` the windows' loop compiled to gathers and scatters, 4x slower). The
+scratch: two rows of slices, two rows' lcs, one row of heads.
 
 Between batches the operator keeps its usual state (the slices ``[next_k, S)`` of the pending
 windows, the open slice's head and rest, ``S``, ``next_k``); a batch re-aligns its rows at its
 first pending window, so any split gives the per-tuple windows, with ``max``/``min``/``count``/
 ``argmax`` bit for bit and float sums to rounding (the spec's rule). The end-of-stream flush is
-the same call with no tuple: the open windows are drained in the loop.
+the same call with ``flush`` set (with or without tuples: ``sliding_aggregate`` runs its batch and
+flush as one call): the open windows are drained in the loop.
 
-A call stops early, between two tuples, when fewer than ``q + 2`` result rows are left (one tuple
-emits at most ``q + 1`` windows); the caller gives it a larger result array and calls again.
+A call stops at an event when fewer than ``2q + 2`` result rows are left (an event emits at most
+``2q`` windows), with its row in the state vector (``RESUME``); the caller gives it a larger
+result array and calls again until ``DONE``.
 
 Partials are values the loop keeps in registers (``load``/``store``/``comb`` move and combine them):
 a float combined by a code of :mod:`.compiled` (``max``, ``min``, ``sum``, ``count``, ``ufunc=``
@@ -40,11 +48,11 @@ from numba import njit
 from .compiled import _JIT, ADD, FMAX, MAX, MIN, MUL, _argmax, _chan
 
 __all__ = ["runner", "run_scalar", "run_pair", "run_argmax", "run_std", "STATE", "HAVE", "SLICE", "NEXT_K", "BASE", "WINDOWS",
-           "NEXT_TUPLE", "HIST"]
+           "NEXT_TUPLE", "HIST", "DONE"]
 
 # the int64 state vector a call reads and writes
-HAVE, SLICE, NEXT_K, BASE, COL, WINDOWS, NEXT_TUPLE, HIST = range(8)
-STATE = 8
+HAVE, SLICE, NEXT_K, BASE, RO, FR, LR, WINDOWS, NEXT_TUPLE, HIST, RESUME, DONE = range(12)
+STATE = 12
 
 
 @njit(inline="always", cache=True)
@@ -121,89 +129,120 @@ def comb_std(a, b, c0, c1):
 
 
 @njit(inline="always", cache=True)
-def _flush(out, pw, pj, pn, lcs, csa, m, load, store, comb, c0, c1):
-    """The ``pn`` windows recorded at ``out[pw:]``, columns ``pj ..`` of the row before the current one:
-    ``lcs[j] (+) csa[j - 1]`` (``lcs[0]`` for column 0), ``(+)`` the head recorded in ``out`` (``m > 0``).
-    One loop over contiguous rows, without a branch (it vectorises for scalar partials)."""
-    k = 0
-    if pn > 0 and pj == 0:
+def _fill(a, i0, i1, v, store):
+    """``a[i0:i1] = v``, through a view: an index from ``range(0, ...)`` is known not negative, so
+    numba adds no wraparound to it and the loop vectorises (with ``range(i0, i1)`` it became a scatter)."""
+    seg = a[i0:i1]
+    for e in range(seg.shape[0]):
+        store(seg, e, v)
+
+
+@njit(inline="always", cache=True)
+def _emit(out, ends, w, k0, jn, j_end, lcs, ring, ro, hd, m, lr, end0, s, load, store, comb, c0, c1):
+    """Windows ``k0 + j``, ``j`` in ``[jn, j_end)``, of the previous row, into ``out[w:]``: ``lcs[j] (+)
+    csa[j - 1]`` (``lcs[0]`` for column 0) ``(+) hd[j]`` (``m > 0``), the csa over the current row (at
+    ``ring[ro:]``) as a chain. Columns ``>= lr`` of the current row are the identity, and ``a (+) ident``
+    is idempotent (``(a (+) ident) (+) ident == a (+) ident``, bit for bit, for every covered layout):
+    from column ``lr + 1`` on the csa is a constant, and the windows there are one loop without a chain.
+    Returns ``w`` after them."""
+    j = max(jn, 0)
+    if j >= j_end:
+        return w
+    if j == 0:
         v = load(lcs, 0)
-        store(out, pw, comb(v, load(out, pw), c0, c1) if m else v)
-        k = 1
-    o = pw - pj  # out index of column j is o + j
+        store(out, w, comb(v, load(hd, 0), c0, c1) if m else v)
+        ends[w] = end0 + k0 * s
+        w += 1
+        j = 1
+    jc = max(lr, 0) + 2  # the csa before column j is constant for j >= jc
+    run = load(ring, ro)  # the csa up to column j - 1 (resumed past column 0: jn > 1 is rare)
+    for c in range(1, min(j - 1, jc - 1) + 1):
+        run = comb(run, load(ring, ro + c), c0, c1)
+    jj = min(j_end, jc)
+    o = w - j  # out index of column j is o + j
+    e0 = end0 + k0 * s
+    while j < jj:  # (one body for m and not: each inlined combine costs compile time)
+        v = comb(load(lcs, j), run, c0, c1)
+        store(out, o + j, comb(v, load(hd, j), c0, c1) if m else v)
+        ends[o + j] = e0 + j * s
+        run = comb(run, load(ring, ro + j), c0, c1)
+        j += 1
+    # the rest: no chain, through views (see _fill)
+    j = min(j, j_end)
+    ov = out[o + j : o + j_end]
+    lv = lcs[j:j_end]
     if m:
-        for j in range(pj + k, pj + pn):
-            store(out, o + j, comb(comb(load(lcs, j), load(csa, j - 1), c0, c1), load(out, o + j), c0, c1))
-    else:
-        for j in range(pj + k, pj + pn):
-            store(out, o + j, comb(load(lcs, j), load(csa, j - 1), c0, c1))
+        hv = hd[j:j_end]
+        for u in range(ov.shape[0]):
+            store(ov, u, comb(comb(load(lv, u), run, c0, c1), load(hv, u), c0, c1))
+    else:  # (a loop of its own: it vectorises)
+        for u in range(ov.shape[0]):
+            store(ov, u, comb(load(lv, u), run, c0, c1))
+    ev = ends[o + j : o + j_end]
+    e1 = e0 + j * s
+    for u in range(ev.shape[0]):
+        ev[u] = e1 + u * s
+    return o + j_end
 
 
 @njit(inline="always", cache=True)
-def _push(x, real, ring, lcs, csa, run, col, ri, q, out, pw, pj, pn, m, fr, lr, load, store, comb, c0, c1):
-    """Push slice partial ``x``: into the ring at ``ri`` and the row's csa (``run``: its last value); a
-    full row first finishes the windows recorded over the previous one, then builds its own lcs.
-
-    ``[fr, lr)``: the columns of the row that may hold a tuple (``real`` pushes; the others are empty
-    slices, the identity): the lcs is a chain over those only, the identity after them and a constant
-    before (``ident (+) a`` is ``a``, up to the sign of a zero sum). Returns ``(run, col, ri, pn, fr, lr)``."""
-    store(ring, ri, x)
-    run = x if col == 0 else comb(run, x, c0, c1)
-    store(csa, col, run)
-    if real:
-        if fr == q:
-            fr = col
-        lr = col + 1
-    col += 1
-    if col == q:  # the row is ring[ri - q + 1 .. ri] (rows start at 0 or q in the ring)
-        _flush(out, pw, pj, pn, lcs, csa, m, load, store, comb, c0, c1)
-        pn = 0
-        r0 = ri - (q - 1)
-        for jj in range(lr, q):
-            store(lcs, jj, load(ring, r0 + jj))  # the identity
-        if lr == 0:  # no slice of the row holds a tuple
-            fr = 0
-            lr = 1
-        acc = load(ring, r0 + lr - 1)
-        store(lcs, lr - 1, acc)
-        for jj in range(lr - 2, fr - 1, -1):
-            acc = comb(load(ring, r0 + jj), acc, c0, c1)
-            store(lcs, jj, acc)
-        for jj in range(fr):
-            store(lcs, jj, acc)
-        col = 0
-        fr = q
-        lr = 0
-    ri += 1
-    if ri == 2 * q:
-        ri = 0
-    return run, col, ri, pn, fr, lr
+def _emit_lcs(out, ends, w, k0, lcs_prev, lcs_cur, ring, ro, hd, m, q, end0, s, load, store, comb, c0, c1):
+    """A full row whose every column may hold a tuple, the previous row's windows all pending: those
+    ``q`` windows (:func:`_emit`'s chain) and the row's lcs (:func:`_lcs`'s chain, into ``lcs_cur``)
+    in one loop, two independent chains side by side. Returns ``w`` after the windows."""
+    rv = ring[ro : ro + q]
+    ov = out[w : w + q]
+    ev = ends[w : w + q]
+    acc = load(rv, q - 1)
+    store(lcs_cur, q - 1, acc)
+    v = load(lcs_prev, 0)
+    store(ov, 0, comb(v, load(hd, 0), c0, c1) if m else v)
+    run = load(rv, 0)
+    e0 = end0 + k0 * s
+    for j in range(1, q):
+        acc = comb(load(rv, q - 1 - j), acc, c0, c1)
+        store(lcs_cur, q - 1 - j, acc)
+        v = comb(load(lcs_prev, j), run, c0, c1)
+        store(ov, j, comb(v, load(hd, j), c0, c1) if m else v)
+        run = comb(run, load(rv, j), c0, c1)
+    for j in range(q):
+        ev[j] = e0 + j * s
+    return w + q
 
 
 @njit(inline="always", cache=True)
-def _record(out, ends, w, k, head, col, pw, pj, pn, m, end0, s, store):
-    """Window ``k`` is complete: its end now, its value at the next flush (the head kept in ``out``).
-    Returns ``(w, k, pw, pj, pn)`` after it."""
-    if pn == 0:
-        pw = w
-        pj = col
-    if m:
-        store(out, w, head)
-    ends[w] = end0 + k * s
-    return w + 1, k + 1, pw, pj, pn + 1
+def _lcs(ring, ro, lcs, fr, lr, q, load, store, comb, c0, c1):
+    """The lcs of the full row at ``ring[ro:]`` into ``lcs``. ``[fr, lr)``: the columns that may hold
+    a tuple; the lcs is a chain over those only, the identity after them and a constant before
+    (``ident (+) a`` is ``a``, up to the sign of a zero sum)."""
+    lv = lcs[lr:q]  # the identity (views: see _fill)
+    rv = ring[ro + lr : ro + q]
+    for u in range(lv.shape[0]):
+        store(lv, u, load(rv, u))
+    if lr == 0:  # no column holds a tuple
+        fr = 0
+        lr = 1
+    acc = load(ring, ro + lr - 1)
+    store(lcs, lr - 1, acc)
+    for jj in range(lr - 2, fr - 1, -1):
+        acc = comb(load(ring, ro + jj), acc, c0, c1)
+        store(lcs, jj, acc)
+    for jj in range(fr):
+        store(lcs, jj, acc)
 
 
 @njit(inline="always", cache=True)
-def _drive(P, ts, s, off, r, q, m, hist, flush, ident_a, st, cur_a, head_a, ring, lcs, csa, out, ends, hist_out,
+def _drive(P, ts, s, off, r, q, m, hist, flush, ident_a, st, cur_a, head_a, ring, lcs, hd, out, ends, hist_out,
            load, store, comb, c0, c1):
     """The loop (see the module doc). ``st``: the state vector (``HAVE``, ``SLICE``, ...); ``cur_a``,
-    ``head_a`` (row 0): the open slice's rest and head; ``ring``: the last ``2q`` slices pushed (slice
-    ``x`` at ``(x - base) % 2q``); ``lcs``: the last full row's lcs; ``csa``: the current row's.
-    ``hist`` (slices ``next_k ..``) is pushed first when ``st[NEXT_TUPLE] == 0``.
+    ``head_a`` (row 0): the open slice's rest and head; ``ring``: two rows of slices (the previous
+    and the current one, at ``ring[q - ro:]`` and ``ring[ro:]``); ``lcs``: the previous row's;
+    ``hd``: the current row's heads (``m > 0``). ``hist`` (slices ``next_k ..``) is the first row
+    when the call starts a batch.
 
-    A window is recorded when it completes (its end, and its head in ``out``) and computed when
-    the row after its first is full, or at the end of the call (:func:`_flush`): the windows of a
-    row in one loop."""
+    Blocked: the tuples of a row fold into its slices with no window work (a slice boundary is a
+    store and a counter); the windows are computed at the row's *events* (the row full, the
+    episode's end, the batch's end), from the previous row's lcs and a chain over the current row."""
     cap = out.shape[0]
     ident = load(ident_a, 0)
     cur = load(cur_a, 0)
@@ -211,229 +250,220 @@ def _drive(P, ts, s, off, r, q, m, hist, flush, ident_a, st, cur_a, head_a, ring
     have = st[HAVE] != 0
     S = st[SLICE]
     next_k = st[NEXT_K]
-    base = st[BASE]
-    col = st[COL]
-    q2 = 2 * q
-    ri = (S - base) % q2 if have else 0
-    run = load(csa, col - 1) if col > 0 else ident
-    fr = 0  # the current row's columns that may hold a tuple: [fr, lr) (resumed: all so far)
-    lr = col
-    end0 = off + r  # window k ends at end0 + k*s
-    w = 0
-    pw = 0  # windows recorded, not yet computed: out[pw:pw+pn], columns pj..
-    pj = 0
-    pn = 0
     n = ts.shape[0]
     i = st[NEXT_TUPLE]
-    if i == 0 and have:  # a new batch: rows re-aligned at the first pending window
-        base = next_k
-        col = 0
-        ri = 0
-        # the pending windows' slices, [next_k, S), fill row 0 (at most q of them): copied, not pushed
-        # one by one (row 0's csa is never read: no window starts in a row before it)
-        L = hist.shape[0]
-        for j in range(L):
-            store(ring, j, load(hist, j))
-        fr = 0
-        lr = L
-        if L == q:  # row 0 is full: its lcs
-            acc = load(ring, q - 1)
-            store(lcs, q - 1, acc)
-            for jj in range(q - 2, -1, -1):
-                acc = comb(load(ring, jj), acc, c0, c1)
-                store(lcs, jj, acc)
-            L = 0
-            fr = q
-            lr = 0
-        col = L
-        ri = hist.shape[0]
-        run = ident
+    if st[RESUME]:  # a call that stopped for room in ``out``: the row as it was
+        B = st[BASE]
+        ro = st[RO]
+        fr = st[FR]
+        lr = st[LR]
+    else:
+        B = next_k
+        ro = 0
+        fr = q
+        lr = 0
+        if have:  # a new batch: rows re-aligned at the first pending window, its slices [next_k, S) row 0
+            L = hist.shape[0]
+            for j in range(L):
+                store(ring, j, load(hist, j))
+            fr = 0
+            lr = L
+            if L == q:  # row 0 is full: its lcs
+                _lcs(ring, 0, lcs[:q], 0, q, q, load, store, comb, c0, c1)
+                B += q
+                ro = q
+                fr = q
+                lr = 0
+    st[RESUME] = 0
+    end0 = off + r  # window k ends at end0 + k*s
+    w = 0
+    col = S - B
     lo = S * s  # the open slice is [lo, lo + s) (relative to off)
     hi = lo + s
+    done = False
     while True:
-        if have:  # fold the tuples of the open slice (no division: timestamps are sorted)
-            if m:
-                while i < n:
-                    t = ts[i] - off
-                    if t >= hi:
-                        break
-                    if t - lo < m:
-                        head = comb(head, load(P, i), c0, c1)
-                    else:
-                        if next_k == S - q:  # window S-q ends inside slice S, at or before t
-                            w, next_k, pw, pj, pn = _record(out, ends, w, next_k, head, col, pw, pj, pn, m, end0,
-                                                            s, store)
-                        cur = comb(cur, load(P, i), c0, c1)
-                    i += 1
-            else:
-                fast = r >= 2 * s  # a tuple in the next slice never ends the episode
-                while i < n:
-                    t = ts[i] - off
-                    if t >= hi:
-                        if not fast or t >= hi + s or cap - w < q + 2:
-                            break
-                        # the next slice: close this one and its window here, the common step (the
-                        # loop below does the same, for any distance)
-                        run, col, ri, pn, fr, lr = _push(cur, True, ring, lcs, csa, run, col, ri, q, out, pw, pj, pn,
-                                                         m, fr, lr, load, store, comb, c0, c1)
-                        S += 1
-                        lo = hi
-                        hi += s
-                        if next_k == S - q:
-                            w, next_k, pw, pj, pn = _record(out, ends, w, next_k, head, col, pw, pj, pn, m, end0,
-                                                            s, store)
-                        cur = comb(ident, load(P, i), c0, c1)
-                    else:
-                        cur = comb(cur, load(P, i), c0, c1)
-                    i += 1
-        # a tuple past the open slice (or the end of stream): at most q + 1 windows complete
-        if i < n:
-            if cap - w < q + 2:
+        if not have:  # the first tuple of an episode: its first window starts the rows
+            if i >= n:
+                done = True
                 break
             t = ts[i] - off
-            fresh = not have or t >= lo + r
-        elif flush and have:
-            if cap - w < q + 2:
-                break
-            t = hi
-            fresh = True
-        else:
-            break
-        if have:
-            # close slices from S on, emitting windows as they complete: up to t's slice, or (fresh:
-            # the episode ends) until every window holding the last tuple is out
-            last = S
-            g = S + 1
-            if not fresh and t >= hi + s:
-                g = t // s  # one division per gap, not per slice
-            first = True
-            while True:
-                if m and next_k == S - q:
-                    w, next_k, pw, pj, pn = _record(out, ends, w, next_k, head, col, pw, pj, pn, m, end0, s, store)
-                x = comb(head, cur, c0, c1) if m else cur
-                head = ident
-                cur = ident
-                run, col, ri, pn, fr, lr = _push(x, first, ring, lcs, csa, run, col, ri, q, out, pw, pj, pn, m, fr, lr,
-                                         load, store, comb, c0, c1)
-                first = False
-                S += 1
-                lo = hi
-                hi += s
-                if not m and next_k == S - q:
-                    w, next_k, pw, pj, pn = _record(out, ends, w, next_k, head, col, pw, pj, pn, m, end0, s, store)
-                if fresh:
-                    if next_k > last:
-                        have = False
-                        break
-                elif t < hi:
-                    break
-                # empty slices follow, each with one window (in lockstep since the first push): all of
-                # them up to the row's last column at once
-                rem = last - next_k + 1 if fresh else g - S
-                E = min(rem, q - 1 - col)
-                if E > 0:
-                    if col == 0:  # the row's first slice: its csa is the empty slice
-                        run = ident
-                    for e in range(E):
-                        store(ring, ri + e, ident)
-                        store(csa, col + e, run)
-                    c1st = col if m else col + 1  # the column of the first window
-                    if pn == 0:
-                        pw = w
-                        pj = c1st
-                    for e in range(E):
-                        if m:
-                            store(out, w + e, ident)
-                        ends[w + e] = end0 + (next_k + e) * s
-                    w += E
-                    pn += E
-                    next_k += E
-                    col += E
-                    ri += E
-                    S += E
-                    lo += E * s
-                    hi += E * s
-                    if fresh:
-                        if next_k > last:
-                            have = False
-                            break
-                    elif t < hi:
-                        break
-        if i >= n:  # the flush's drain
-            break
-        if not have:  # the first tuple of an episode: its first window starts the rows
-            _flush(out, pw, pj, pn, lcs, csa, m, load, store, comb, c0, c1)
-            pn = 0
             S = t // s
-            lo = S * s
-            hi = lo + s
             next_k = (t - r) // s + 1
-            base = next_k
-            head = ident
-            cur = ident
-            run = ident
+            B = next_k
+            ro = 0
+            col = S - B
             # the slices before the tuple's are empty (at most q of them); no window completes
-            E = S - next_k
-            for e in range(E):
-                store(ring, e, ident)
-                store(csa, e, ident)
-            col = E
-            ri = E
+            _fill(ring, 0, col, ident, store)
+            if m:
+                _fill(hd, 0, col, ident, store)
             fr = q
             lr = 0
-            if E == q:  # row 0 is full (of empty slices): its lcs is the identity
-                for e in range(q):
-                    store(lcs, e, ident)
+            if col == q:  # row 0 is full (of empty slices): its lcs is the identity
+                _fill(lcs, 0, q, ident, store)
+                B += q
+                ro = q
                 col = 0
+            lo = S * s
+            hi = lo + s
+            cur = ident
+            head = ident
             have = True
-        # t's slice is now the open one: the fold above takes it
-    _flush(out, pw, pj, pn, lcs, csa, m, load, store, comb, c0, c1)
+        # the row's tuples: fold into the open slice; a tuple in the next slice of the row closes it
+        col0 = col
+        while i < n:
+            t = ts[i] - off
+            if t >= hi:
+                if t >= hi + s or col + 1 == q:  # (the next slice is never a new episode: r >= 2s when q > 1)
+                    break
+                store(ring, ro + col, comb(head, cur, c0, c1) if m else cur)
+                if m:
+                    store(hd, col, head)
+                col += 1
+                lo = hi
+                hi += s
+                cur = ident
+                head = ident
+            if m and t - lo < m:
+                head = comb(head, load(P, i), c0, c1)
+            else:
+                cur = comb(cur, load(P, i), c0, c1)
+            i += 1
+        if col > col0:  # the slices closed above held tuples
+            fr = min(fr, col0)
+            lr = col
+        # an event: a tuple past the row, or after a gap, or starting a new episode; or the end of the batch
+        if cap - w < 2 * q + 2:  # at most 2q windows: stop here, the caller gives more room
+            st[RESUME] = 1
+            break
+        batch_end = i >= n and not flush
+        if i < n:
+            t = ts[i] - off
+            fresh = t >= lo + r  # its first window starts after the last tuple's slice
+        else:
+            t = hi
+            fresh = True
+        if batch_end:
+            if m:
+                store(hd, col, head)
+        else:  # close the open slice
+            store(ring, ro + col, comb(head, cur, c0, c1) if m else cur)
+            if m:
+                store(hd, col, head)
+            if fr > col:
+                fr = col
+            lr = col + 1
+        g = t // s
+        full = not batch_end and (fresh or g - B >= q)  # the row is full (its rest empty)
+        if not batch_end and not full:  # a gap inside the row: its slices are empty
+            _fill(ring, ro + col + 1, ro + g - B, ident, store)
+            if m:
+                _fill(hd, col + 1, g - B, ident, store)
+        last = B + col
+        # the windows, in at most two passes through one (inlined) loop: pass 0, the row is full: the
+        # previous row's windows, then its lcs, and the rows move on; pass 1: the windows the batch's end
+        # completes (in the previous row), or, the episode ending, those up to its last tuple's slice
+        # (the row just full, over an empty one)
+        for ph in range(2):
+            k0 = B - q  # the previous row's windows are k0 + j
+            if ph == 0:
+                if not full:
+                    continue
+                _fill(ring, ro + col + 1, ro + q, ident, store)
+                if m:
+                    _fill(hd, col + 1, q, ident, store)
+                j_end = q
+                if next_k == k0 and fr == 0 and lr == q:  # the common full row: both chains in one loop
+                    w = _emit_lcs(out, ends, w, k0, lcs[q - ro : 2 * q - ro], lcs[ro : ro + q], ring, ro, hd, m, q,
+                                  end0, s, load, store, comb, c0, c1)
+                    j_end = -1
+            elif batch_end:
+                if n == 0:
+                    break
+                j_end = min(q, (ts[n - 1] - off - m) // s - B + 1)
+            elif fresh:
+                j_end = last - k0 + 1
+            else:
+                break
+            if j_end >= 0:  # (a row's lcs sits at its offset in the ring)
+                w = _emit(out, ends, w, k0, next_k - k0, j_end, lcs[q - ro : 2 * q - ro], ring, ro, hd, m, lr, end0,
+                          s, load, store, comb, c0, c1)
+                next_k = max(next_k, k0 + j_end)
+            if ph == 0:
+                if j_end >= 0:
+                    _lcs(ring, ro, lcs[ro : ro + q], fr, lr, q, load, store, comb, c0, c1)
+                next_k = max(next_k, B)
+                ro = q - ro
+                B += q
+                fr = q
+                lr = 0
+                if fresh:  # the next row is empty (the windows read no column past 1: lr = 0)
+                    _fill(ring, ro, ro + 2, ident, store)
+                    if m:
+                        _fill(hd, 0, last - B + q + 1, ident, store)
+        if batch_end:
+            done = True
+            break
+        if fresh:
+            have = False
+            continue
+        if full:
+            _fill(ring, ro, ro + g - B, ident, store)
+            if m:
+                _fill(hd, 0, g - B, ident, store)
+        col = g - B
+        lo = g * s
+        hi = lo + s
+        cur = ident
+        head = ident
+    S = B + col
     store(cur_a, 0, cur)
     store(head_a, 0, head)
     st[HAVE] = 1 if have else 0
     st[SLICE] = S
     st[NEXT_K] = next_k
-    st[BASE] = base
-    st[COL] = col
+    st[BASE] = B
+    st[RO] = ro
+    st[FR] = fr
+    st[LR] = lr
     st[WINDOWS] = w
     st[NEXT_TUPLE] = i
+    st[DONE] = 1 if done else 0
     L = 0
-    if have:  # the slices of the pending windows, [next_k, S), for the operator's state
-        j = (next_k - base) % q2
-        for _x in range(next_k, S):
-            store(hist_out, L, load(ring, j))
+    if done and have:  # the slices of the pending windows, [next_k, S), for the operator's state
+        for x in range(next_k, S):
+            if x < B:
+                store(hist_out, L, load(ring, q - ro + x - (B - q)))
+            else:
+                store(hist_out, L, load(ring, ro + x - B))
             L += 1
-            j += 1
-            if j == q2:
-                j = 0
     st[HIST] = L
 
 
 @njit(**_JIT, _nrt=False)
-def run_scalar(P, ts, s, off, r, q, m, hist, flush, ident, st, cur, head, ring, lcs, csa, out, ends, hist_out, ops):
+def run_scalar(P, ts, s, off, r, q, m, hist, flush, ident, st, cur, head, ring, lcs, hd, out, ends, hist_out, ops):
     """Scalar partials (1-D arrays) combined by code ``ops[0]``: see :func:`_drive`."""
-    _drive(P, ts, s, off, r, q, m, hist, flush, ident, st, cur, head, ring, lcs, csa, out, ends, hist_out,
+    _drive(P, ts, s, off, r, q, m, hist, flush, ident, st, cur, head, ring, lcs, hd, out, ends, hist_out,
            load_scalar, store_scalar, comb_scalar, ops[0], ops[0])
 
 
 @njit(**_JIT, _nrt=False)
-def run_pair(P, ts, s, off, r, q, m, hist, flush, ident, st, cur, head, ring, lcs, csa, out, ends, hist_out, ops):
+def run_pair(P, ts, s, off, r, q, m, hist, flush, ident, st, cur, head, ring, lcs, hd, out, ends, hist_out, ops):
     """Two-column partials whose columns both add (``mean``, ``geomean``)."""
-    _drive(P, ts, s, off, r, q, m, hist, flush, ident, st, cur, head, ring, lcs, csa, out, ends, hist_out,
+    _drive(P, ts, s, off, r, q, m, hist, flush, ident, st, cur, head, ring, lcs, hd, out, ends, hist_out,
            load_pair, store_pair, comb_pair, ops[0], ops[1])
 
 
 @njit(**_JIT, _nrt=False)
-def run_argmax(P, ts, s, off, r, q, m, hist, flush, ident, st, cur, head, ring, lcs, csa, out, ends, hist_out, ops):
+def run_argmax(P, ts, s, off, r, q, m, hist, flush, ident, st, cur, head, ring, lcs, hd, out, ends, hist_out, ops):
     """``argmax`` partials ``(value, position)``."""
-    _drive(P, ts, s, off, r, q, m, hist, flush, ident, st, cur, head, ring, lcs, csa, out, ends, hist_out,
+    _drive(P, ts, s, off, r, q, m, hist, flush, ident, st, cur, head, ring, lcs, hd, out, ends, hist_out,
            load_pair, store_pair, comb_argmax, 0, 0)
 
 
 @njit(**_JIT, _nrt=False)
-def run_std(P, ts, s, off, r, q, m, hist, flush, ident, st, cur, head, ring, lcs, csa, out, ends, hist_out, ops):
+def run_std(P, ts, s, off, r, q, m, hist, flush, ident, st, cur, head, ring, lcs, hd, out, ends, hist_out, ops):
     """``std`` partials ``(n, mean, M2)``, merged by Chan et al.'s update."""
-    _drive(P, ts, s, off, r, q, m, hist, flush, ident, st, cur, head, ring, lcs, csa, out, ends, hist_out,
+    _drive(P, ts, s, off, r, q, m, hist, flush, ident, st, cur, head, ring, lcs, hd, out, ends, hist_out,
            load_triple, store_triple, comb_std, 0, 0)
 
 
