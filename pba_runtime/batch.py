@@ -26,6 +26,7 @@ import numpy as np
 from . import logs, merge
 from .aggregations import Aggregation, Kernel, quiet_non_finite
 from .kernels import Engine, merge_range, values_range
+from .kernels.result_memory import result_block
 from .merge import RowEnds, fill_ends, merge_rows, scan
 from .pool import WorkerPool, result_or_repair
 from .shm import aligned
@@ -162,8 +163,9 @@ def windows_from_values(engine: Engine, V: np.ndarray, q: int, nwin: int, first_
         raise ValueError("windows_from_values needs q > 1 and windows")  # the caller's guard
     positional = engine.from_values == "argmax_from_values"
     run = (lambda *a: values_range(*a, pos0)) if positional else values_range
+    integral = positional or engine.from_values == "count_from_values"
     return _merge_compiled(engine, V, q, nwin, pool, (first_end, step), run, (),
-                           np.int64 if positional else np.float64)
+                           np.int64 if integral else np.float64)
 
 
 def _merge_compiled(engine: Engine, X: np.ndarray, q: int, nwin: int, pool: WorkerPool | None,
@@ -222,13 +224,14 @@ def _results(nwin: int, shape: tuple, dtype: type, with_ends: bool) -> tuple[np.
     glibc serves a freed block again without new pages only while a single allocation is
     alive at that size: two arrays of 16 MB each (2M windows) came fresh from the kernel at
     every batch, zeroed page by page (measured: 4.75 ms to allocate and fill both, against
-    0.93 ms as one block of 32 MB; ~1.7 ns per window, as much as the sum merge itself).
+    0.93 ms as one block of 32 MB; ~1.7 ns per window, as much as the sum merge itself). Larger
+    blocks come from the ones earlier callers dropped (:func:`.kernels.result_memory.result_block`).
     """
     n_ends = nwin if with_ends else 0
     if np.dtype(dtype).itemsize != 8:  # not a float64/int64 result: two arrays
         return np.empty((nwin,) + tuple(shape), dtype=dtype), np.empty(n_ends, dtype=np.int64)
     n_out = nwin * int(np.prod(shape, dtype=np.int64))
-    buf = np.empty(n_out + n_ends, dtype=np.float64)
+    buf = result_block(8 * (n_out + n_ends)).view(np.float64)
     out = buf[:n_out].view(dtype).reshape((nwin,) + tuple(shape))
     return out, buf[n_out:].view(np.int64)
 

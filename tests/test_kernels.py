@@ -369,7 +369,7 @@ def test_user_kernel_differing_from_python_is_not_used():
     assert (kernel is None) == bool(why)
 
 
-@pytest.mark.parametrize("agg", ["std", "mean", "argmax"])
+@pytest.mark.parametrize("agg", ["std", "mean", "argmax", "count"])
 @pytest.mark.parametrize("q", [2, 7, 64])
 def test_from_values_equals_partials_then_lower(agg, q):
     """The slide-1 shortcut (values in, lowered results out) gives the generic compiled path's bits."""
@@ -395,7 +395,7 @@ def _tie_heavy(rng, n):
     return kinds[rng.integers(0, len(kinds), size=n)]
 
 
-@pytest.mark.parametrize("agg", ["std", "mean", "argmax"])
+@pytest.mark.parametrize("agg", ["std", "mean", "argmax", "count"])
 @pytest.mark.parametrize("q", [2, 3, 5, 16])
 def test_from_values_any_row_grouping_same_bits(agg, q):
     """The slide-1 merges process rows in pairs from ``a0``: calls starting at every row (so the
@@ -404,7 +404,7 @@ def test_from_values_any_row_grouping_same_bits(agg, q):
 
     eng = resolve_engine(pr.get_aggregation(agg), "compiled")
     rng = np.random.default_rng(q + 100)
-    dtype = np.int64 if agg == "argmax" else np.float64
+    dtype = np.int64 if agg in ("argmax", "count") else np.float64
     for v in (_tie_heavy(rng, 9 * q + 4), _values(rng, 9 * q + 4, agg)):
         nwin = len(v) - q + 1
         whole = np.empty(nwin, dtype=dtype)

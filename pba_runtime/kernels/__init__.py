@@ -279,6 +279,8 @@ def resolve_engine(agg: Aggregation, engine: str = "auto") -> Engine:
                 from_values = "argmax_from_values"
             elif agg is BUILTIN_AGGREGATIONS["mean"]:
                 from_values = "mean_from_values"
+            elif agg is BUILTIN_AGGREGATIONS["count"]:
+                from_values = "count_from_values"
             return Engine("compiled", layout, ops, kernel=_compiled_kernel(agg, layout), from_values=from_values,
                           value_column=column, _ops_array=np.asarray(ops, dtype=np.int64))
         if engine == "compiled":
@@ -321,9 +323,13 @@ def values_range(engine: Engine, V: np.ndarray, q: int, a0: int, a1: int, out: n
                  first_end: int, step: int, pos0: int = 0) -> None:
     """Lowered results of windows ``[a0, a1)`` of ``q`` values each, straight from the values ``V``
     (``engine.from_values``; count windows with slide 1; ``pos0``: the position of ``V[0]``, for
-    ``argmax``). Same results as :func:`merge_range` on the values' partials followed by the lower."""
+    ``argmax``). Same results as :func:`merge_range` on the values' partials followed by the lower
+    (``count``: ``q``, int64, the values unread)."""
     from . import compiled as C
 
+    if engine.from_values == "count_from_values":
+        C.count_from_values(q, a0, a1, out, ends, first_end, step)
+        return
     if engine.from_values == "argmax_from_values":
         m = 2 * q if q <= C.ARGMAX_LOOKUP_MIN else 1  # longer rows write no values beside the positions
         C.argmax_from_values(V, q, a0, a1, out, ends, first_end, step, scratch("lcs", 2 * q, np.int64),

@@ -526,6 +526,16 @@ def mean_from_values(V, q, a0, a1, out, ends, first_end, step, lcs, csa):
     _fill_ends(ends, a0, a1, first_end, step)
 
 
+@njit(**_JIT)
+def count_from_values(q, a0, a1, out, ends, first_end, step):
+    """``count`` of windows ``[a0, a1)`` of ``q`` values each: ``q`` (int64), what the sum of their
+    ``q`` lifted ones gives (exact below 2^53), without reading them."""
+    o = out[a0:a1]
+    for i in range(a1 - a0):
+        o[i] = q
+    _fill_ends(ends, a0, a1, first_end, step)
+
+
 # In rows longer than ARGMAX_LOOKUP_MIN values, argmax_from_values stores no values beside the positions:
 # the loop of the windows looks them up in V (positions of running maxima: a few distinct ones, cached).
 # Half the scratch traffic where the scratch no longer fits in cache; measured (one thread, 5M values,
