@@ -579,3 +579,68 @@ def test_argmax_from_values_long_rows_look_values_up():
             values_range(eng, v, q, 0, a0, part, none, 0, 1, 11)
             values_range(eng, v, q, a0, nwin, part, none, 0, 1, 11)
             np.testing.assert_array_equal(part, got)
+
+
+@pytest.mark.parametrize("q", [2, 3, 7, 64])
+def test_one_loop_sum_equals_the_two_pass_merge_bit_for_bit(q):
+    """``_sum_rows`` (one loop per row, the next row's lcs built beside the windows) == ``_scalar_rows``
+    (lcs and csa, then the windows) bit for bit: one call, calls starting at every row, calls ending
+    inside a row; NaN, inf, -0.0, 1e12 beside 1e-3."""
+    from pba_runtime.kernels import compiled as C
+
+    rng = np.random.default_rng(q + 7)
+    none = np.empty(0, dtype=np.int64)
+    for v in (_values(rng, 9 * q + 4, "sum"), _tie_heavy(rng, 9 * q + 4),
+              np.tile(np.r_[np.full(q + 1, 1e12), np.full(q + 2, 1e-3)], 5)):
+        nwin = len(v) - q + 1
+
+        def one(a0, a1, out, ends=none):
+            C.merge_scalar(v, q, a0, a1, out, ends, 3, 1, C.ADD, np.empty(2 * q), np.empty(1))
+
+        def ref(a0, a1, out, ends=none):
+            C.merge_scalar_two_pass(v, q, a0, a1, out, ends, 3, 1, C.ADD, np.empty(q), np.empty(q))
+
+        want, we = np.empty(nwin), np.empty(nwin, dtype=np.int64)
+        got, ge = np.full(nwin, -7.0), np.full(nwin, -7, dtype=np.int64)
+        ref(0, nwin, want, we)
+        one(0, nwin, got, ge)
+        # every bit but a NaN's sign: which operand's NaN an add returns (inf + -inf beside a NaN
+        # of the data) is the compiler's choice of operand order, one per loop
+        nan = np.isnan(want)
+        np.testing.assert_array_equal(np.isnan(got), nan)
+        np.testing.assert_array_equal(got[~nan].view(np.int64), want[~nan].view(np.int64))
+        np.testing.assert_array_equal(ge, we)
+        for cut in range(q, nwin, q):  # the one-loop merge against itself: every bit (PBA == SBA)
+            parts = np.full(nwin, -7.0)
+            one(0, cut, parts)
+            one(cut, nwin, parts)
+            np.testing.assert_array_equal(parts.view(np.int64), got.view(np.int64))
+        for a1 in range(1, nwin, max(1, q // 2)):
+            part = np.full(nwin, -7.0)
+            one(0, a1, part)
+            np.testing.assert_array_equal(part[:a1].view(np.int64), got[:a1].view(np.int64))
+            assert (part[a1:] == -7.0).all()
+
+
+@pytest.mark.parametrize("q", [2048, 2051])
+def test_long_rows_sum_pba_equals_sba_and_numpy(q):
+    """Rows from SUM_ONE_LOOP_MIN (the one-loop sum, the operator's path): PBA with a pool (blocks on two
+    threads) == SBA bit for bit, == the numpy engine to rounding, through batch splits too."""
+    from pba_runtime.kernels import compiled as C
+
+    assert q >= C.SUM_ONE_LOOP_MIN
+    rng = np.random.default_rng(q)
+    v = _values(rng, COMPILED_SPLIT_MIN + 5 * q + 11, "sum")
+    win = pr.CountWindow(range=q, slide=1)
+    with pr.WorkerPool("thread", workers=1) as pool:
+        e1, r1 = pr.sliding_aggregate(v, window=win, agg="sum", algorithm="pba", pool=pool, engine="compiled")
+    e2, r2 = pr.sliding_aggregate(v, window=win, agg="sum", algorithm="sba", engine="compiled")
+    e3, r3 = pr.sliding_aggregate(v, window=win, agg="sum", algorithm="sba", engine="numpy")
+    np.testing.assert_array_equal(e1, e2)
+    np.testing.assert_array_equal(e1, e3)
+    np.testing.assert_array_equal(r1.view(np.int64), r2.view(np.int64))
+    _same("sum", r1, r3)
+    with pr.create("pba", win, "sum", engine="compiled") as op:
+        ends, res = run_batches(op, v, [0, q + 5, 3 * q, len(v) // 2, len(v)], None)
+    assert ends == e3.tolist()
+    _same("sum", res, r3)

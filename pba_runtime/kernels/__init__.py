@@ -305,7 +305,10 @@ def merge_range(engine: Engine, X: np.ndarray, q: int, a0: int, a1: int, out: np
     from . import compiled as C
 
     if engine.layout == "scalar":
-        C.merge_scalar(X, q, a0, a1, out, ends, first_end, step, engine.ops[0], scratch("lcs", q), scratch("csa", q))
+        op = engine.ops[0]
+        one_loop = op == C.ADD and q >= C.SUM_ONE_LOOP_MIN  # the lcs of two rows, no csa (compiled._sum_rows)
+        C.merge_scalar(X, q, a0, a1, out, ends, first_end, step, op, scratch("lcs", 2 * q if one_loop else q),
+                       scratch("csa", 1 if one_loop else q))
     elif engine.layout == "columns":
         C.merge_columns(X, q, a0, a1, out, ends, first_end, step, engine._ops_array,
                         scratch("lcs", (q, X.shape[1])), scratch("csa", (q, X.shape[1])))
