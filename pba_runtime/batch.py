@@ -19,8 +19,7 @@ Examples
 
 from __future__ import annotations
 
-import logging
-import threading
+import itertools
 
 import numpy as np
 
@@ -28,7 +27,6 @@ from . import logs, merge
 from .aggregations import Aggregation, Kernel, quiet_non_finite
 from .kernels import Engine, merge_range, values_range
 from .kernels.result_memory import result_block
-from .kernels.scratch import scratch
 from .merge import RowEnds, fill_ends, merge_rows, scan
 from .pool import WorkerPool, result_or_repair
 from .shm import aligned
@@ -164,103 +162,63 @@ def windows_from_values(engine: Engine, V: np.ndarray, q: int, nwin: int, first_
     if q == 1 or nwin <= 0:
         raise ValueError("windows_from_values needs q > 1 and windows")  # the caller's guard
     positional = engine.from_values == "argmax_from_values"
+    run = (lambda *a: values_range(*a, pos0)) if positional else values_range
     count = engine.from_values == "count_from_values"
     if count:
         # a fill at ~1.6G windows/s on one thread: a pool thread preempted while it holds a block made the
         # batch wait for it (5M windows under load 7.5: 443-653 M/s split against 1532-1804 on one thread)
         pool = None
-    return _merge_compiled(engine, V, q, nwin, pool, (first_end, step), values_range, (),
-                           np.int64 if positional or count else np.float64, pos0 if positional else None)
+    return _merge_compiled(engine, V, q, nwin, pool, (first_end, step), run, (),
+                           np.int64 if positional or count else np.float64)
 
 
 def _merge_compiled(engine: Engine, X: np.ndarray, q: int, nwin: int, pool: WorkerPool | None,
                     ends_spec: tuple[int, int] | None, run=merge_range, out_shape: tuple | None = None,
-                    out_dtype: type = np.float64, pos0: int | None = None) -> tuple[np.ndarray | None, np.ndarray]:
+                    out_dtype: type = np.float64) -> tuple[np.ndarray | None, np.ndarray]:
     """The compiled merge, its windows cut into blocks of whole rows (:func:`compiled_blocks`) that the
     main thread and the pool's threads claim one at a time until none is left.
 
-    ``run(engine, X, q, a0, a1, out, ends, first_end, step[, pos0])`` merges windows ``[a0, a1)``
-    (``pos0``: the stream position of ``X[0]``, for positional results; ``None``: not passed).
-
-    Nobody waits for a busy core. A pool thread merges each block it claims into a buffer of its
-    own and copies it into the results only if the main thread has not taken the block back; the
-    main thread, once no block is left to claim, takes back every block a pool thread is still
-    merging and merges it itself (a pool thread preempted by another process under load held the
-    batch for a time slice or more: ~4-12 ms, against ~20 ms for the whole of a 10M-window sum), and
-    waits only for copies under way. A late pool thread's work on a taken-back block is dropped,
-    never written. Every block starts at a row, so its windows get the same arithmetic whoever
-    merges it (one thread's bits; a block merged from ``X[a0:]`` cuts the same rows).
+    Nobody waits for a busy core: a pool thread that starts late (its core taken by another
+    process) claims fewer blocks, or none, and the main thread merges the rest. Every block
+    starts at a row, so its windows get the same arithmetic whoever claims it (one thread's bits).
     """
     X = np.ascontiguousarray(X, dtype=np.float64)
     first_end, step = ends_spec if ends_spec is not None else (0, 0)
     out, ends = _results(nwin, X.shape[1:] if out_shape is None else out_shape, out_dtype, ends_spec is not None)
-    extra = () if pos0 is None else (pos0,)
     blocks = compiled_blocks(q, nwin)
     if pool is None or pool.closed or len(blocks) < 2:
-        run(engine, X, q, 0, nwin, out, ends, first_end, step, *extra)
+        run(engine, X, q, 0, nwin, out, ends, first_end, step)
         return (ends if ends_spec is not None else None), out
-    # each thread faults in the fresh output pages of the blocks it writes (per-VMA fault locks since
-    # Linux 6.4: two threads zero theirs at once); most batches' results reuse dropped blocks (_results)
-    cv = threading.Condition()
-    state = [_FREE] * len(blocks)
-    nxt = [0]
+    # each thread faults in the fresh output pages of the blocks it claims, as it writes them: the
+    # kernel zeroes a page at its first write (~8 GB/s here, as much time as a sum merge), and two
+    # threads zero theirs at once (per-VMA fault locks since Linux 6.4; a 2 MB page at a time, numpy
+    # asks for huge pages). Measured (fresh 80 MB, 12 blocks, loaded machine, medians of 11): faulted
+    # in on the main thread first, then written by two threads 47 ms [21-58]; written (and faulted)
+    # by the two threads 33 ms [14-49]; one thread 29 ms [20-47].
+    claim = itertools.count()  # next() is atomic: each block goes to one thread
 
-    def claim(who: int) -> int:
-        with cv:
-            b = nxt[0]
-            if b < len(blocks):
-                nxt[0] = b + 1
-                state[b] = who
-            return b
-
-    def pool_claimer() -> None:
-        while (b := claim(_POOL)) < len(blocks):
-            a0, a1 = blocks[b]
-            n = a1 - a0
-            o = scratch("stage-out", (n,) + out.shape[1:], out.dtype)
-            e = scratch("stage-ends", n if len(ends) else 0, np.int64)
-            run(engine, X[a0:], q, 0, n, o, e, first_end + a0 * step, step,
-                *(() if pos0 is None else (pos0 + a0,)))
-            with cv:
-                if state[b] == _TAKEN_BACK:
-                    continue
-                state[b] = _COPYING
-            out[a0:a1] = o
-            if len(ends):
-                ends[a0:a1] = e
-            with cv:
-                state[b] = _DONE
-                cv.notify_all()
+    def claimer(taken: list[int]) -> None:
+        while (b := next(claim)) < len(blocks):
+            taken.append(b)  # before the merge: a repair redoes every block it claimed
+            run(engine, X, q, *blocks[b], out, ends, first_end, step)
 
     submit = pool.submit if pool.kind == "thread" else pool.submit_thread
     tasks = []
     for _ in range(min(max(1, getattr(pool, "workers", 1)), len(blocks) - 1)):
+        taken: list[int] = []
         try:
-            tasks.append(submit(pool_claimer))
+            tasks.append((submit(claimer, taken), taken))
         except RuntimeError:
             break
-    while (b := claim(_MAIN)) < len(blocks):
-        run(engine, X, q, *blocks[b], out, ends, first_end, step, *extra)
-    with cv:
-        back = [b for b, st in enumerate(state) if st == _POOL]
-        for b in back:
-            state[b] = _TAKEN_BACK
-    for b in back:
-        run(engine, X, q, *blocks[b], out, ends, first_end, step, *extra)
-    with cv:
-        cv.wait_for(lambda: _COPYING not in state)
-    for fut in tasks:
-        # never started: nothing claimed; running: it ends on its own, writing nothing more
-        if not fut.cancel() and fut.done() and fut.exception() is not None:
-            exc = fut.exception()
-            _log.warning("compiled merge task failed (%s: %s); merging its windows on the main thread",
-                         type(exc).__name__, exc)
+    claimer([])
+    for fut, taken in tasks:
+        if fut.cancel():  # never started: nothing claimed
+            continue
+        # untimed: the task writes into `out`, so it is never bypassed while it may still run
+        result_or_repair(pool, fut, lambda taken=taken: [run(engine, X, q, *blocks[b], out, ends, first_end, step)
+                                                         for b in taken],
+                         timed=False, task="compiled merge task", repair="merging its windows on the main thread")
     return (ends if ends_spec is not None else None), out
-
-
-_log = logging.getLogger("pba_runtime")
-# who holds a block of _merge_compiled
-_FREE, _MAIN, _POOL, _TAKEN_BACK, _COPYING, _DONE = range(6)
 
 
 def _results(nwin: int, shape: tuple, dtype: type, with_ends: bool) -> tuple[np.ndarray, np.ndarray]:

@@ -535,47 +535,6 @@ def test_compiled_split_repairs_a_failed_block():
     np.testing.assert_array_equal(r2.view(np.int64), r1.view(np.int64))
 
 
-def test_compiled_split_takes_back_a_stalled_block():
-    """A pool thread that stalls inside its block (preempted, say): the main thread merges that block
-    itself and returns without waiting; the pool thread, resuming later, writes nothing into the
-    results it returned (its copy is dropped), which keep the one-thread bits."""
-    import threading
-
-    from pba_runtime.batch import _merge_compiled
-    from pba_runtime.kernels import merge_range
-
-    eng = resolve_engine(pr.get_aggregation("sum"), "compiled")
-    q = 1000
-    n = 3 * COMPILED_SPLIT_MIN + 17
-    v = np.random.default_rng(8).normal(size=n)
-    nwin = n - q + 1
-    main = threading.get_ident()
-    stalled, resume, finished = threading.Event(), threading.Event(), threading.Event()
-
-    def stalling(*args):
-        if threading.get_ident() != main and not stalled.is_set():
-            stalled.set()
-            merge_range(*args)
-            args[5][:] = -1.0  # what a late writer would leave: never copied into the results
-            resume.wait(30)
-            finished.set()
-            return
-        if threading.get_ident() == main:
-            stalled.wait(10)  # the pool thread holds a block before the main thread claims its first
-        merge_range(*args)
-
-    e1, r1 = _merge_compiled(eng, v, q, nwin, None, (0, 1))
-    with pr.WorkerPool("thread", workers=1) as pool:
-        e2, r2 = _merge_compiled(eng, v, q, nwin, pool, (0, 1), stalling)
-        assert stalled.is_set() and not finished.is_set()  # returned while the pool thread was stalled
-        snapshot = r2.copy()
-        resume.set()  # the pool thread finishes its block now: dropped
-        pool.submit(lambda: None).result()  # its task is over
-    np.testing.assert_array_equal(e2, e1)
-    np.testing.assert_array_equal(r2.view(np.int64), r1.view(np.int64))
-    np.testing.assert_array_equal(snapshot.view(np.int64), r1.view(np.int64))
-
-
 def test_scratch_is_per_thread_reused_and_bounded():
     """A thread's scratch for a slot is reused by its next call, never shared with another thread, and a
     request beyond KEEP_BYTES is not kept."""
