@@ -582,10 +582,11 @@ def test_argmax_from_values_long_rows_look_values_up():
 
 
 @pytest.mark.parametrize("q", [2, 3, 7, 64])
-def test_one_loop_sum_equals_the_two_pass_merge_bit_for_bit(q):
+@pytest.mark.parametrize("mean", [False, True], ids=["sum", "mean"])
+def test_one_loop_sum_equals_the_two_pass_merge_bit_for_bit(q, mean):
     """``_sum_rows`` (one loop per row, the next row's lcs built beside the windows) == ``_scalar_rows``
-    (lcs and csa, then the windows) bit for bit: one call, calls starting at every row, calls ending
-    inside a row; NaN, inf, -0.0, 1e12 beside 1e-3."""
+    (lcs and csa, then the windows) bit for bit, for sum and mean from values: one call, calls
+    starting at every row, calls ending inside a row; NaN, inf, -0.0, 1e12 beside 1e-3."""
     from pba_runtime.kernels import compiled as C
 
     rng = np.random.default_rng(q + 7)
@@ -595,10 +596,16 @@ def test_one_loop_sum_equals_the_two_pass_merge_bit_for_bit(q):
         nwin = len(v) - q + 1
 
         def one(a0, a1, out, ends=none):
-            C.merge_scalar(v, q, a0, a1, out, ends, 3, 1, C.ADD, np.empty(2 * q), np.empty(1))
+            if mean:
+                C.mean_from_values(v, q, a0, a1, out, ends, 3, 1, np.empty(2 * q), np.empty(1))
+            else:
+                C.merge_scalar(v, q, a0, a1, out, ends, 3, 1, C.ADD, np.empty(2 * q), np.empty(1))
 
         def ref(a0, a1, out, ends=none):
-            C.merge_scalar_two_pass(v, q, a0, a1, out, ends, 3, 1, C.ADD, np.empty(q), np.empty(q))
+            if mean:
+                C.mean_from_values(v, q, a0, a1, out, ends, 3, 1, np.empty(q), np.empty(q))
+            else:
+                C.merge_scalar_two_pass(v, q, a0, a1, out, ends, 3, 1, C.ADD, np.empty(q), np.empty(q))
 
         want, we = np.empty(nwin), np.empty(nwin, dtype=np.int64)
         got, ge = np.full(nwin, -7.0), np.full(nwin, -7, dtype=np.int64)
@@ -623,9 +630,10 @@ def test_one_loop_sum_equals_the_two_pass_merge_bit_for_bit(q):
 
 
 @pytest.mark.parametrize("q", [2048, 2051])
-def test_long_rows_sum_pba_equals_sba_and_numpy(q):
-    """Rows from SUM_ONE_LOOP_MIN (the one-loop sum, the operator's path): PBA with a pool (blocks on two
-    threads) == SBA bit for bit, == the numpy engine to rounding, through batch splits too."""
+@pytest.mark.parametrize("agg", ["sum", "mean"])
+def test_long_rows_sum_pba_equals_sba_and_numpy(q, agg):
+    """Rows from SUM_ONE_LOOP_MIN (the one-loop sum and mean, the operator's path): PBA with a pool (blocks
+    on two threads) == SBA bit for bit, == the numpy engine to rounding, through batch splits too."""
     from pba_runtime.kernels import compiled as C
 
     assert q >= C.SUM_ONE_LOOP_MIN
@@ -633,14 +641,14 @@ def test_long_rows_sum_pba_equals_sba_and_numpy(q):
     v = _values(rng, COMPILED_SPLIT_MIN + 5 * q + 11, "sum")
     win = pr.CountWindow(range=q, slide=1)
     with pr.WorkerPool("thread", workers=1) as pool:
-        e1, r1 = pr.sliding_aggregate(v, window=win, agg="sum", algorithm="pba", pool=pool, engine="compiled")
-    e2, r2 = pr.sliding_aggregate(v, window=win, agg="sum", algorithm="sba", engine="compiled")
-    e3, r3 = pr.sliding_aggregate(v, window=win, agg="sum", algorithm="sba", engine="numpy")
+        e1, r1 = pr.sliding_aggregate(v, window=win, agg=agg, algorithm="pba", pool=pool, engine="compiled")
+    e2, r2 = pr.sliding_aggregate(v, window=win, agg=agg, algorithm="sba", engine="compiled")
+    e3, r3 = pr.sliding_aggregate(v, window=win, agg=agg, algorithm="sba", engine="numpy")
     np.testing.assert_array_equal(e1, e2)
     np.testing.assert_array_equal(e1, e3)
     np.testing.assert_array_equal(r1.view(np.int64), r2.view(np.int64))
-    _same("sum", r1, r3)
-    with pr.create("pba", win, "sum", engine="compiled") as op:
+    _same(agg, r1, r3)
+    with pr.create("pba", win, agg, engine="compiled") as op:
         ends, res = run_batches(op, v, [0, q + 5, 3 * q, len(v) // 2, len(v)], None)
     assert ends == e3.tolist()
-    _same("sum", res, r3)
+    _same(agg, res, r3)

@@ -338,6 +338,9 @@ def values_range(engine: Engine, V: np.ndarray, q: int, a0: int, a1: int, out: n
         C.argmax_from_values(V, q, a0, a1, out, ends, first_end, step, scratch("lcs", 2 * q, np.int64),
                              scratch("csa", 2 * q, np.int64), scratch("lcv", m), scratch("csv", m), pos0)
         return
+    if engine.from_values == "mean_from_values" and q >= C.SUM_ONE_LOOP_MIN:  # the lcs of two rows, no csa
+        C.mean_from_values(V, q, a0, a1, out, ends, first_end, step, scratch("lcs", 2 * q), scratch("csa", 1))
+        return
     shape = (2, q) if engine.from_values == "std_from_values" else (q,)
     getattr(C, engine.from_values)(V, q, a0, a1, out, ends, first_end, step, scratch("lcs", shape),
                                    scratch("csa", shape))
