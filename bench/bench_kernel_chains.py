@@ -36,7 +36,7 @@ def _calls(C, agg, x, q):
     nwin = n - q + 1
     ends = np.empty(0, dtype=np.int64)
     m = 2 * q if hasattr(C, "_argmax_lcs_csa2") else q  # argmax's scratch: two rows since the pairs
-    ls = 4 * q if hasattr(C, "_scalar_pair") else q  # the scalar lcs scratch: four chains since the pairs
+    ls = 2 * q if hasattr(C, "_sum_rows") and agg == "sum" else q  # the one-loop sum: two rows of lcs
     if agg in ("sum", "max"):
         out = np.empty(nwin)
         op = new.ADD if agg == "sum" else new.MAX

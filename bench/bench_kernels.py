@@ -80,17 +80,23 @@ def _stats(times: list[float], n: int) -> dict:
     return {"per_s": statistics.median(rates), "min_per_s": rates[0], "max_per_s": rates[-1]}
 
 
-def _interleaved(methods: dict, repeat: int) -> dict[str, list[float]]:
+def _interleaved(methods: dict, repeat: int, cpu: dict | None = None) -> dict[str, list[float]]:
     """Each method once untimed (compile or load kernels, fault pages in), then ``repeat`` interleaved timed
-    rounds: ``{name: [seconds, ...]}``."""
+    rounds: ``{name: [seconds, ...]}``; ``cpu`` (if given) gets the CPU seconds of each call, every thread of
+    this process (``time.process_time``: the work, which the load of other processes changes little)."""
     for f in methods.values():
         f()
     times: dict[str, list[float]] = {k: [] for k in methods}
+    if cpu is not None:
+        cpu.update({k: [] for k in methods})
     for _ in range(repeat):
         for k, f in methods.items():
+            c0 = time.process_time()
             t0 = time.perf_counter()
             f()
             times[k].append(time.perf_counter() - t0)
+            if cpu is not None:
+                cpu[k].append(time.process_time() - c0)
     return times
 
 
@@ -116,11 +122,19 @@ def bench_builtins(n: int, exps: list[int], repeat: int, pool: pr.WorkerPool, ag
             }
             for name, f in peers.items():
                 methods[name] = lambda f=f: f(x, w)
-            times = _interleaved(methods, repeat)
-            row = {"agg": agg, "range": w, "methods": {k: _stats(v, n) for k, v in times.items()}}
+            cpu: dict[str, list[float]] = {}
+            times = _interleaved(methods, repeat, cpu)
+            row = {"agg": agg, "range": w, "loadavg": list(__import__("os").getloadavg()),
+                   "methods": {k: _stats(v, n) for k, v in times.items()}}
+            for k, v in cpu.items():
+                row["methods"][k].update(cpu_ms=statistics.median(v) * 1e3, cpu_min_ms=min(v) * 1e3,
+                                         cpu_max_ms=max(v) * 1e3)
             med = {k: statistics.median(v) for k, v in times.items()}
             c = med["compiled_pba"]
             row["ratios"] = {f"compiled_vs_{k}": med[k] / c for k in med if k != "compiled_pba"}
+            cmed = {k: statistics.median(v) for k, v in cpu.items()}
+            row["cpu_ratios"] = {f"compiled_vs_{k}": cmed[k] / cmed["compiled_pba"] for k in cmed
+                                 if k != "compiled_pba" and cmed["compiled_pba"] > 0}
             row["fraction_of_copyto"] = med["copyto"] / c
             rows.append(row)
             print_row(row)
@@ -134,8 +148,10 @@ def print_row(row: dict) -> None:
     r = row["ratios"]
     peers = "  ".join(f"x{k[len('compiled_vs_'):]} {v:.2f}" for k, v in r.items()
                       if k[len("compiled_vs_"):] in ("bottleneck", "pandas", "polars"))
+    cpu = "  ".join(f"{k} {v['cpu_ms']:.1f}" for k, v in m.items() if "cpu_ms" in v)
     print(f"{row['agg']:>13} 2^{int(math.log2(row['range'])):<2} {cells}")
     print(f"{'':>17} compiled_pba: {peers}  copyto fraction {row['fraction_of_copyto']:.2f}", flush=True)
+    print(f"{'':>17} CPU ms (all threads): {cpu}  load {row.get('loadavg', [0])[0]:.1f}", flush=True)
 
 
 def bench_accuracy(n: int) -> dict:

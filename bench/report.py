@@ -703,6 +703,7 @@ def kernels_section(kr: dict) -> list[str]:
              rat(r, "polars"), f"{r['fraction_of_copyto']:.2f}"] for r in kr.get("builtins", [])]
     out += table(["agg", "range", "compiled PBA", "compiled SBA", "numpy", "bottleneck", "pandas", "polars",
                   "PBA / bottleneck", "PBA / pandas", "PBA / polars", "of copyto"], rows)
+    out += kernel_cpu_rows(kr)
     if kr.get("time"):
         out += time_kernel_rows(kr["time"])
     out += kernel_goals(kr)
@@ -713,6 +714,32 @@ def kernels_section(kr: dict) -> list[str]:
         out += table(["agg", *sorted(next(iter(acc.values())))],
                      [[k, *(f"{v[n]:.1e}" for n in sorted(v))] for k, v in acc.items()])
     return out
+
+
+def kernel_cpu_rows(kr: dict) -> list[str]:
+    """The same calls in CPU time (every thread of the process), for the rows that recorded it: what each
+    costs the machine, which the load of other processes changes little (wall time waits for a core)."""
+    rows_in = [r for r in kr.get("builtins", []) if "cpu_ms" in r["methods"].get("compiled_pba", {})]
+    if not rows_in:
+        return []
+
+    def cpu(row, k):
+        c = row["methods"].get(k)
+        return "-" if c is None or "cpu_ms" not in c else f"{c['cpu_ms']:.1f} [{c['cpu_min_ms']:.1f}-{c['cpu_max_ms']:.1f}]"
+
+    def rat(row, k):
+        v = row.get("cpu_ratios", {}).get(f"compiled_vs_{k}")
+        return "-" if v is None else f"{v:.2f}x"
+
+    rows = [[r["agg"], range_label(r["range"]), f"{r.get('loadavg', [0])[0]:.1f}", cpu(r, "compiled_pba"),
+             cpu(r, "compiled_sba"), cpu(r, "bottleneck"), cpu(r, "pandas"), cpu(r, "polars"),
+             rat(r, "bottleneck"), rat(r, "pandas"), rat(r, "polars")] for r in rows_in]
+    return ["The same calls in CPU time, ms per call, median [min-max] (`time.process_time`: every thread of the "
+            "process, the pool's and polars' included), and the ratios of those medians (peer / compiled PBA: "
+            "above 1, PBA costs the machine less). The load is the 1-min load average when the row was measured; "
+            "wall-time ratios above move with it, these much less.", ""] + table(
+        ["agg", "range", "load", "compiled PBA", "compiled SBA", "bottleneck", "pandas", "polars",
+         "CPU: bottleneck / PBA", "CPU: pandas / PBA", "CPU: polars / PBA"], rows)
 
 
 def kernel_goals(kr: dict) -> list[str]:

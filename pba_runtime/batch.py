@@ -26,6 +26,7 @@ import numpy as np
 from . import logs, merge
 from .aggregations import Aggregation, Kernel, quiet_non_finite
 from .kernels import Engine, merge_range, values_range
+from .kernels.result_memory import result_block
 from .merge import RowEnds, fill_ends, merge_rows, scan
 from .pool import WorkerPool, result_or_repair
 from .shm import aligned
@@ -162,8 +163,13 @@ def windows_from_values(engine: Engine, V: np.ndarray, q: int, nwin: int, first_
         raise ValueError("windows_from_values needs q > 1 and windows")  # the caller's guard
     positional = engine.from_values == "argmax_from_values"
     run = (lambda *a: values_range(*a, pos0)) if positional else values_range
+    count = engine.from_values == "count_from_values"
+    if count:
+        # a fill at ~1.6G windows/s on one thread: a pool thread preempted while it holds a block made the
+        # batch wait for it (5M windows under load 7.5: 443-653 M/s split against 1532-1804 on one thread)
+        pool = None
     return _merge_compiled(engine, V, q, nwin, pool, (first_end, step), run, (),
-                           np.int64 if positional else np.float64)
+                           np.int64 if positional or count else np.float64)
 
 
 def _merge_compiled(engine: Engine, X: np.ndarray, q: int, nwin: int, pool: WorkerPool | None,
@@ -222,21 +228,22 @@ def _results(nwin: int, shape: tuple, dtype: type, with_ends: bool) -> tuple[np.
     glibc serves a freed block again without new pages only while a single allocation is
     alive at that size: two arrays of 16 MB each (2M windows) came fresh from the kernel at
     every batch, zeroed page by page (measured: 4.75 ms to allocate and fill both, against
-    0.93 ms as one block of 32 MB; ~1.7 ns per window, as much as the sum merge itself).
+    0.93 ms as one block of 32 MB; ~1.7 ns per window, as much as the sum merge itself). Larger
+    blocks come from the ones earlier callers dropped (:func:`.kernels.result_memory.result_block`).
     """
     n_ends = nwin if with_ends else 0
     if np.dtype(dtype).itemsize != 8:  # not a float64/int64 result: two arrays
         return np.empty((nwin,) + tuple(shape), dtype=dtype), np.empty(n_ends, dtype=np.int64)
     n_out = nwin * int(np.prod(shape, dtype=np.int64))
-    buf = np.empty(n_out + n_ends, dtype=np.float64)
+    buf = result_block(8 * (n_out + n_ends)).view(np.float64)
     out = buf[:n_out].view(dtype).reshape((nwin,) + tuple(shape))
     return out, buf[n_out:].view(np.int64)
 
 
 def compiled_blocks(q: int, nwin: int) -> list[tuple[int, int]]:
     """The blocks ``[a0, a1)`` of windows a compiled merge of ``nwin`` windows in rows of ``q`` hands out:
-    whole rows, ``COMPILED_SPLIT_MIN // 2`` windows and up, about ``COMPILED_BLOCKS`` of them (one
-    block below ``COMPILED_SPLIT_MIN`` windows: a hand-off costs more than it saves).
+    whole rows (two at least), ``COMPILED_SPLIT_MIN // 2`` windows and up, about ``COMPILED_BLOCKS`` of
+    them (one block below ``COMPILED_SPLIT_MIN`` windows: a hand-off costs more than it saves).
 
     Examples
     --------
@@ -249,7 +256,10 @@ def compiled_blocks(q: int, nwin: int) -> list[tuple[int, int]]:
     if nwin < COMPILED_SPLIT_MIN or q < 1:
         return [(0, nwin)]
     rows = -(-nwin // q)
-    per = max(1, -(-max(nwin // COMPILED_BLOCKS, COMPILED_SPLIT_MIN // 2) // q))  # rows per block
+    # rows per block, two at least: a block builds its first row's lcs apart, where one thread's sum and mean
+    # build it beside the previous row's windows and argmax merges rows in pairs (one-row blocks at q = 2^20,
+    # 10M values, sum: 21.7 ms of CPU against 18.9 with two-row blocks and 16.1 on one thread)
+    per = max(2, -(-max(nwin // COMPILED_BLOCKS, COMPILED_SPLIT_MIN // 2) // q))
     return [(r * q, min(nwin, (r + per) * q)) for r in range(0, rows, per)]
 
 

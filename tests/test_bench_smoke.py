@@ -223,6 +223,8 @@ def test_kernels_bench_smoke(tmp_path):
         assert {"compiled_pba", "compiled_sba", "numpy_pba", "copyto"} <= set(row["methods"])
         assert all(m["min_per_s"] <= m["per_s"] <= m["max_per_s"] for m in row["methods"].values())
         assert row["fraction_of_copyto"] > 0
+        assert all(0 <= m["cpu_min_ms"] <= m["cpu_ms"] <= m["cpu_max_ms"] for m in row["methods"].values())
+        assert "compiled_vs_compiled_sba" in row["cpu_ratios"] and len(row["loadavg"]) == 3
     assert set(res["accuracy"]) == {"sum", "mean", "std"}
     assert res["accuracy"]["sum"]["compiled"] <= 1e-12  # exact where a running sum is not (a correctness fact)
     assert res["user"]["engine"] == "compiled"

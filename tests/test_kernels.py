@@ -373,7 +373,7 @@ def test_user_kernel_differing_from_python_is_not_used():
     assert (kernel is None) == bool(why)
 
 
-@pytest.mark.parametrize("agg", ["std", "mean", "argmax"])
+@pytest.mark.parametrize("agg", ["std", "mean", "argmax", "count"])
 @pytest.mark.parametrize("q", [2, 7, 64])
 def test_from_values_equals_partials_then_lower(agg, q):
     """The slide-1 shortcut (values in, lowered results out) gives the generic compiled path's bits."""
@@ -399,7 +399,7 @@ def _tie_heavy(rng, n):
     return kinds[rng.integers(0, len(kinds), size=n)]
 
 
-@pytest.mark.parametrize("agg", ["std", "mean", "argmax"])
+@pytest.mark.parametrize("agg", ["std", "mean", "argmax", "count"])
 @pytest.mark.parametrize("q", [2, 3, 5, 16])
 def test_from_values_any_row_grouping_same_bits(agg, q):
     """The slide-1 merges process rows in pairs from ``a0``: calls starting at every row (so the
@@ -408,7 +408,7 @@ def test_from_values_any_row_grouping_same_bits(agg, q):
 
     eng = resolve_engine(pr.get_aggregation(agg), "compiled")
     rng = np.random.default_rng(q + 100)
-    dtype = np.int64 if agg == "argmax" else np.float64
+    dtype = np.int64 if agg in ("argmax", "count") else np.float64
     for v in (_tie_heavy(rng, 9 * q + 4), _values(rng, 9 * q + 4, agg)):
         nwin = len(v) - q + 1
         whole = np.empty(nwin, dtype=dtype)
@@ -619,3 +619,76 @@ def test_fused_time_windows_insert_and_flush_in_one_call(agg, data):
         e2, r2 = op.flush()
     assert ends.tolist() == e1.tolist() + e2.tolist()
     _same(agg, res, list(r1) + list(r2))
+
+
+@pytest.mark.parametrize("q", [2, 3, 7, 64])
+@pytest.mark.parametrize("mean", [False, True], ids=["sum", "mean"])
+def test_one_loop_sum_equals_the_two_pass_merge_bit_for_bit(q, mean):
+    """``_sum_rows`` (one loop per row, the next row's lcs built beside the windows) == ``_scalar_rows``
+    (lcs and csa, then the windows) bit for bit, for sum and mean from values: one call, calls
+    starting at every row, calls ending inside a row; NaN, inf, -0.0, 1e12 beside 1e-3."""
+    from pba_runtime.kernels import compiled as C
+
+    rng = np.random.default_rng(q + 7)
+    none = np.empty(0, dtype=np.int64)
+    for v in (_values(rng, 9 * q + 4, "sum"), _tie_heavy(rng, 9 * q + 4),
+              np.tile(np.r_[np.full(q + 1, 1e12), np.full(q + 2, 1e-3)], 5)):
+        nwin = len(v) - q + 1
+
+        def one(a0, a1, out, ends=none):
+            if mean:
+                C.mean_from_values(v, q, a0, a1, out, ends, 3, 1, np.empty(2 * q), np.empty(1))
+            else:
+                C.merge_scalar(v, q, a0, a1, out, ends, 3, 1, C.ADD, np.empty(2 * q), np.empty(1))
+
+        def ref(a0, a1, out, ends=none):
+            if mean:
+                C.mean_from_values(v, q, a0, a1, out, ends, 3, 1, np.empty(q), np.empty(q))
+            else:
+                C.merge_scalar_two_pass(v, q, a0, a1, out, ends, 3, 1, C.ADD, np.empty(q), np.empty(q))
+
+        want, we = np.empty(nwin), np.empty(nwin, dtype=np.int64)
+        got, ge = np.full(nwin, -7.0), np.full(nwin, -7, dtype=np.int64)
+        ref(0, nwin, want, we)
+        one(0, nwin, got, ge)
+        # every bit but a NaN's sign: which operand's NaN an add returns (inf + -inf beside a NaN
+        # of the data) is the compiler's choice of operand order, one per loop
+        nan = np.isnan(want)
+        np.testing.assert_array_equal(np.isnan(got), nan)
+        np.testing.assert_array_equal(got[~nan].view(np.int64), want[~nan].view(np.int64))
+        np.testing.assert_array_equal(ge, we)
+        for cut in range(q, nwin, q):  # the one-loop merge against itself: every bit (PBA == SBA)
+            parts = np.full(nwin, -7.0)
+            one(0, cut, parts)
+            one(cut, nwin, parts)
+            np.testing.assert_array_equal(parts.view(np.int64), got.view(np.int64))
+        for a1 in range(1, nwin, max(1, q // 2)):
+            part = np.full(nwin, -7.0)
+            one(0, a1, part)
+            np.testing.assert_array_equal(part[:a1].view(np.int64), got[:a1].view(np.int64))
+            assert (part[a1:] == -7.0).all()
+
+
+@pytest.mark.parametrize("q", [2048, 2051])
+@pytest.mark.parametrize("agg", ["sum", "mean"])
+def test_long_rows_sum_pba_equals_sba_and_numpy(q, agg):
+    """Rows from SUM_ONE_LOOP_MIN (the one-loop sum and mean, the operator's path): PBA with a pool (blocks
+    on two threads) == SBA bit for bit, == the numpy engine to rounding, through batch splits too."""
+    from pba_runtime.kernels import compiled as C
+
+    assert q >= C.SUM_ONE_LOOP_MIN
+    rng = np.random.default_rng(q)
+    v = _values(rng, COMPILED_SPLIT_MIN + 5 * q + 11, "sum")
+    win = pr.CountWindow(range=q, slide=1)
+    with pr.WorkerPool("thread", workers=1) as pool:
+        e1, r1 = pr.sliding_aggregate(v, window=win, agg=agg, algorithm="pba", pool=pool, engine="compiled")
+    e2, r2 = pr.sliding_aggregate(v, window=win, agg=agg, algorithm="sba", engine="compiled")
+    e3, r3 = pr.sliding_aggregate(v, window=win, agg=agg, algorithm="sba", engine="numpy")
+    np.testing.assert_array_equal(e1, e2)
+    np.testing.assert_array_equal(e1, e3)
+    np.testing.assert_array_equal(r1.view(np.int64), r2.view(np.int64))
+    _same(agg, r1, r3)
+    with pr.create("pba", win, agg, engine="compiled") as op:
+        ends, res = run_batches(op, v, [0, q + 5, 3 * q, len(v) // 2, len(v)], None)
+    assert ends == e3.tolist()
+    _same(agg, res, r3)

@@ -279,6 +279,8 @@ def resolve_engine(agg: Aggregation, engine: str = "auto") -> Engine:
                 from_values = "argmax_from_values"
             elif agg is BUILTIN_AGGREGATIONS["mean"]:
                 from_values = "mean_from_values"
+            elif agg is BUILTIN_AGGREGATIONS["count"]:
+                from_values = "count_from_values"
             return Engine("compiled", layout, ops, kernel=_compiled_kernel(agg, layout), from_values=from_values,
                           value_column=column, _ops_array=np.asarray(ops, dtype=np.int64))
         if engine == "compiled":
@@ -303,7 +305,10 @@ def merge_range(engine: Engine, X: np.ndarray, q: int, a0: int, a1: int, out: np
     from . import compiled as C
 
     if engine.layout == "scalar":
-        C.merge_scalar(X, q, a0, a1, out, ends, first_end, step, engine.ops[0], scratch("lcs", q), scratch("csa", q))
+        op = engine.ops[0]
+        one_loop = op == C.ADD and q >= C.SUM_ONE_LOOP_MIN  # the lcs of two rows, no csa (compiled._sum_rows)
+        C.merge_scalar(X, q, a0, a1, out, ends, first_end, step, op, scratch("lcs", 2 * q if one_loop else q),
+                       scratch("csa", 1 if one_loop else q))
     elif engine.layout == "columns":
         C.merge_columns(X, q, a0, a1, out, ends, first_end, step, engine._ops_array,
                         scratch("lcs", (q, X.shape[1])), scratch("csa", (q, X.shape[1])))
@@ -321,13 +326,20 @@ def values_range(engine: Engine, V: np.ndarray, q: int, a0: int, a1: int, out: n
                  first_end: int, step: int, pos0: int = 0) -> None:
     """Lowered results of windows ``[a0, a1)`` of ``q`` values each, straight from the values ``V``
     (``engine.from_values``; count windows with slide 1; ``pos0``: the position of ``V[0]``, for
-    ``argmax``). Same results as :func:`merge_range` on the values' partials followed by the lower."""
+    ``argmax``). Same results as :func:`merge_range` on the values' partials followed by the lower
+    (``count``: ``q``, int64, the values unread)."""
     from . import compiled as C
 
+    if engine.from_values == "count_from_values":
+        C.count_from_values(q, a0, a1, out, ends, first_end, step)
+        return
     if engine.from_values == "argmax_from_values":
         m = 2 * q if q <= C.ARGMAX_LOOKUP_MIN else 1  # longer rows write no values beside the positions
         C.argmax_from_values(V, q, a0, a1, out, ends, first_end, step, scratch("lcs", 2 * q, np.int64),
                              scratch("csa", 2 * q, np.int64), scratch("lcv", m), scratch("csv", m), pos0)
+        return
+    if engine.from_values == "mean_from_values" and q >= C.SUM_ONE_LOOP_MIN:  # the lcs of two rows, no csa
+        C.mean_from_values(V, q, a0, a1, out, ends, first_end, step, scratch("lcs", 2 * q), scratch("csa", 1))
         return
     shape = (2, q) if engine.from_values == "std_from_values" else (q,)
     getattr(C, engine.from_values)(V, q, a0, a1, out, ends, first_end, step, scratch("lcs", shape),
