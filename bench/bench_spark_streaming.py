@@ -3,8 +3,10 @@
 Workload: ``K`` keys, each at 100 rows/s of event time (timestamps 10 ms apart),
 float64 values; ``F`` parquet files of ``M`` rows each (one file per
 micro-batch: ``maxFilesPerTrigger=1``); watermark 2 s; local[2], RocksDB state
-store, 4 state partitions; both queries write to Spark's ``noop`` sink with
-``trigger(availableNow=True)``.
+store with changelog checkpointing (``spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled``,
+which Spark's guide and Databricks recommend for stateful queries: a commit writes the changed
+keys rather than a snapshot), 4 state partitions; the same session for both queries, which write
+to Spark's ``noop`` sink with ``trigger(availableNow=True)``.
 
 * ``ours_60s``/``ours_1h``: ``si.sliding_window_aggregate(df, ..., window=(r, "1 second"), agg="max")``
   (``transformWithStateInPandas``, one operator per key in the state store);
@@ -15,7 +17,12 @@ store, 4 state partitions; both queries write to Spark's ``noop`` sink with
 Per run: rows/s over the data micro-batches (rows / sum of their ``triggerExecution``; query
 start-up excluded), the micro-batch durations (median, p99 over every data batch of every
 run), and the state Spark reports after the last batch (``numRowsTotal``, ``memoryUsedBytes``,
-RocksDB's SST bytes), per key. Runs are interleaved (ours, native, ours, ...); the summary
+RocksDB's SST bytes), per key. Where a micro-batch's time goes: Spark's ``durationMs``
+(``queryPlanning``, ``addBatch``, ...) and state operator times (``allUpdatesTimeMs``,
+``commitTimeMs``: summed over the state partitions' tasks) per data batch, the last batch
+without data (only watermark and timers: the fixed cost of a micro-batch), and for ours the
+processor's own counters (``stream.*`` in the metrics: Python time in the per-key steps and in
+their state calls, and the calls by kind). Runs are interleaved (ours, native, ours, ...); the summary
 gives the median of paired ratios (native time / ours time, back to back) with min and max.
 
 Usage::
@@ -50,6 +57,7 @@ def session():
              .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
              .config("spark.sql.shuffle.partitions", "4").config("spark.sql.session.timeZone", "UTC")
              .config("spark.sql.streaming.stateStore.providerClass", ROCKSDB)
+             .config("spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled", "true")
              .config("spark.driver.memory", "2g").getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
     return spark
@@ -78,6 +86,11 @@ def stream(spark, folder: str):
             .withColumn("t", F.timestamp_millis("ts")).withWatermark("t", "2 seconds"))
 
 
+#: The session settings recorded with the results (the same session runs both queries).
+SHOWN_CONF = ("spark.master", "spark.sql.shuffle.partitions", "spark.sql.streaming.stateStore.providerClass",
+              "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled",
+              "spark.sql.execution.arrow.maxRecordsPerBatch")
+
 METRICS: list = []
 
 
@@ -98,6 +111,7 @@ def native(df, r: str):
 
 def run_query(out, checkpoint: str, limit: float | None = None) -> dict:
     """Run to the end of the files (or ``limit`` seconds); the data batches' durations and the last state."""
+    load = os.getloadavg()[0]
     t0 = time.perf_counter()
     q = (out.writeStream.format("noop").outputMode("append").option("checkpointLocation", checkpoint)
          .trigger(availableNow=True).start())
@@ -106,15 +120,29 @@ def run_query(out, checkpoint: str, limit: float | None = None) -> dict:
     progress = q.recentProgress
     q.stop()
     data = [p for p in progress if p["numInputRows"]]
+    idle = [p for p in progress if not p["numInputRows"]]
     state = progress[-1]["stateOperators"][0] if progress and progress[-1]["stateOperators"] else {}
     custom = state.get("customMetrics", {})
     return {
-        "finished": bool(finished), "wall_s": wall,
+        "finished": bool(finished), "wall_s": wall, "load_1min_at_start": load,
         "batches_ms": [p["durationMs"]["triggerExecution"] for p in data],
+        "breakdown_ms": [breakdown(p) for p in data],
+        "idle_batch_ms": [breakdown(p) for p in idle],
         "rows": sum(p["numInputRows"] for p in data),
         "state_rows": state.get("numRowsTotal"), "state_memory_bytes": state.get("memoryUsedBytes"),
         "state_sst_bytes": custom.get("rocksdbSstFileSize"),
     }
+
+
+def breakdown(p: dict) -> dict:
+    """One micro-batch's times (ms): Spark's ``durationMs`` and the state operator's (summed over its tasks)."""
+    d = p["durationMs"]
+    so = p["stateOperators"][0] if p.get("stateOperators") else {}
+    return {"total": d.get("triggerExecution"), "planning": d.get("queryPlanning"), "add_batch": d.get("addBatch"),
+            "wal_and_offsets": d.get("walCommit", 0) + d.get("commitOffsets", 0) + d.get("latestOffset", 0)
+            + d.get("getBatch", 0),
+            "state_updates_tasks": so.get("allUpdatesTimeMs"), "state_removals_tasks": so.get("allRemovalsTimeMs"),
+            "state_commit_tasks": so.get("commitTimeMs")}
 
 
 def logical_state(folder: str, keys: int, range_ms: int) -> dict:
@@ -137,7 +165,7 @@ def logical_state(folder: str, keys: int, range_ms: int) -> dict:
         step.process(st, 0, d.ts.to_numpy(), d.v.to_numpy(), wm)
         wm = max(wm, int(d.ts.max()) - 2000)
     step.process(st, 0, np.empty(0, np.int64), np.empty(0), wm)  # the next (no-data) batch's watermark
-    header = sum(len(x) if isinstance(x, bytes) else 8 for x in st.header)
+    header = len(st.header)
     chunks = sum(len(b) + 8 for b in st.chunk_map.values())
     return {"header_bytes": header, "chunk_bytes": chunks, "chunks": len(st.chunk_map)}
 
@@ -163,7 +191,8 @@ def main(argv=None) -> int:
     spark = session()
     tmp = tempfile.mkdtemp(prefix="pba-bench-stream-")
     out: dict = {"keys": args.keys, "rows_per_batch": rows, "files": files, "reps": reps,
-                 "event_time_per_batch_s": rows // args.keys * 10 / 1000, "runs": {}}
+                 "event_time_per_batch_s": rows // args.keys * 10 / 1000, "runs": {},
+                 "session_conf": {k: spark.conf.get(k, None) for k in SHOWN_CONF}}
     try:
         src = os.path.join(tmp, "in")
         write_files(src, args.keys, rows, files)
@@ -215,6 +244,8 @@ def summarise(out: dict) -> dict:
         ms = [b for r in rs for b in r["batches_ms"]]
         rates = [r["rows"] / (sum(r["batches_ms"]) / 1000) for r in rs if r["batches_ms"] and r["finished"]]
         last = rs[-1]
+        parts = [b for r in rs for b in r.get("breakdown_ms", [])]
+        idle = [b for r in rs for b in r.get("idle_batch_ms", [])]
         s[name] = {
             "rows_per_s_median": statistics.median(rates) if rates else None,
             "rows_per_s_min_max": [min(rates), max(rates)] if rates else None,
@@ -224,7 +255,16 @@ def summarise(out: dict) -> dict:
             "state_rows_per_key": (last["state_rows"] or 0) / out["keys"],
             "state_memory_bytes_per_key": (last["state_memory_bytes"] or 0) / out["keys"],
             "state_sst_bytes_per_key": (last["state_sst_bytes"] or 0) / out["keys"],
+            "breakdown_ms_median": {k: statistics.median(b[k] for b in parts if b.get(k) is not None)
+                                    for k in (parts[0] if parts else {})},
+            "idle_batch_ms_median": statistics.median(b["total"] for b in idle) if idle else None,
         }
+        m = [r["metrics"] for r in rs if r.get("metrics", {}).get("stream.steps")]
+        if m:  # the processor's own counters, per micro-batch (data and idle batches of a run together)
+            per = [len(r["batches_ms"]) + len(r.get("idle_batch_ms", [])) for r in rs if r.get("metrics")]
+            s[name]["processor_per_batch"] = {
+                k: statistics.median(x.get(k, 0) / n for x, n in zip(m, per))
+                for k in sorted(set().union(*m)) if k.startswith("stream.")}
     pairs = list(zip(runs.get("native_60s", []), runs.get("ours_60s", [])))
     ratios = [sum(a["batches_ms"]) / sum(b["batches_ms"]) for a, b in pairs if a["batches_ms"] and b["batches_ms"]]
     if ratios:

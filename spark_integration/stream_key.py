@@ -2,7 +2,7 @@
 
 What :class:`spark_integration.streaming.PBAProcessor` runs for each key it is
 called with. The state store is reached through a :class:`StateAccess` (Spark's
-``ValueState``/``MapState``/timers in the processor; a dict in the tests), with
+``MapState`` and timers in the processor; a dict in the tests), with
 the layout of :mod:`spark_integration.stream_state`.
 
 **Count windows.** A micro-batch's rows of the key are ordered by the order
@@ -54,10 +54,10 @@ __all__ = ["DictState", "KeyOutput", "KeyWindows", "StateAccess", "StepConfig"]
 class StateAccess:
     """What a key's step needs of the state store (for the current key); see :class:`DictState`."""
 
-    def get_header(self) -> tuple | None:  # pragma: no cover - interface
+    def get_header(self) -> bytes | None:  # pragma: no cover - interface
         raise NotImplementedError
 
-    def put_header(self, row: tuple) -> None:  # pragma: no cover - interface
+    def put_header(self, blob: bytes) -> None:  # pragma: no cover - interface
         raise NotImplementedError
 
     def chunks(self) -> Iterator[tuple[int, bytes]]:  # pragma: no cover - interface
@@ -83,7 +83,7 @@ class DictState(StateAccess):
     """
 
     def __init__(self) -> None:
-        self.header: tuple | None = None
+        self.header: bytes | None = None
         self.chunk_map: dict[int, bytes] = {}
         self.timers: set[int] = set()
         self.calls: dict[str, int] = {}
@@ -91,13 +91,13 @@ class DictState(StateAccess):
     def _count(self, what: str) -> None:
         self.calls[what] = self.calls.get(what, 0) + 1
 
-    def get_header(self) -> tuple | None:
+    def get_header(self) -> bytes | None:
         self._count("get_header")
         return self.header
 
-    def put_header(self, row: tuple) -> None:
+    def put_header(self, blob: bytes) -> None:
         self._count("put_header")
-        self.header = row
+        self.header = blob
 
     def chunks(self) -> Iterator[tuple[int, bytes]]:
         self._count("chunks")
@@ -243,7 +243,7 @@ class KeyWindows:
         ``wm``: the micro-batch's event-time watermark in ms (time windows; ``None`` or ``<= 0``: none
         yet). ``fired``: the expiry of the event-time timer that brought the key here, if one did.
         """
-        hdr = Header.from_row(st.get_header())
+        hdr = Header.from_blob(st.get_header())
         live = self.cache.take(key, hdr.token)
         rebuilt = live is None
         if live is None:
@@ -260,7 +260,7 @@ class KeyWindows:
         except BaseException:
             live.hosted.op.close()
             raise
-        st.put_header(hdr.to_row())
+        st.put_header(hdr.to_blob())
         self.cache.put(key, hdr.token, live)
         out.algorithm = live.hosted.algorithm
         out.rebuilt = rebuilt
@@ -366,8 +366,10 @@ class KeyWindows:
         the operator still sees non-decreasing times, and it gets a second partial of the sub-slice
         (combined by the operator, as for a sub-slice fed in two micro-batches).
         """
-        o = np.argsort(t, kind="stable")
-        t, v = self._preaggregate(t[o], v[o])
+        if (t[1:] < t[:-1]).any():  # a micro-batch's rows of a key mostly come in time order already
+            o = np.argsort(t, kind="stable")
+            t, v = t[o], v[o]
+        t, v = self._preaggregate(t, v)
         if not len(pend_t):
             return t, v
         at, av = np.concatenate([pend_t, t]), np.concatenate([pend_v, v])
