@@ -833,25 +833,31 @@ def spark_streaming_section(ss: dict) -> list[str]:
         if not c:
             continue
         if not c.get("finished"):
-            rows.append([label, "did not finish its first micro-batch in the time limit", "-", "-", "-", "-"])
+            rows.append([label, "did not finish its first micro-batch in the time limit", "-", "-", "-", "-", "-"])
             continue
         lo, hi = c["rows_per_s_min_max"]
         b = c.get("breakdown_ms_median", {})
         idle = c.get("idle_batch_ms_median")
+        later = c.get("rows_per_s_after_first_min_max")
         rows.append([label, f"{c['rows_per_s_median'] / 1e3:.0f}k ({lo / 1e3:.0f}k-{hi / 1e3:.0f}k)",
+                     "-" if not later else f"{c['rows_per_s_after_first_median'] / 1e3:.0f}k "
+                     f"({later[0] / 1e3:.0f}k-{later[1] / 1e3:.0f}k)",
                      f"{c['batch_ms_median'] / 1e3:.1f} s / {c['batch_ms_p99'] / 1e3:.1f} s",
                      "-" if idle is None else f"{idle / 1e3:.1f} s",
                      f"{b.get('planning', 0) / 1e3:.2f} / {b.get('add_batch', 0) / 1e3:.2f} / "
                      f"{(b.get('state_updates_tasks') or 0) / 1e3:.2f} / {(b.get('state_commit_tasks') or 0) / 1e3:.2f}",
                      f"{c['state_rows_per_key']:g}"])
-    out += table(["query", "rows/s, median (min-max)", "micro-batch, median / p99", "idle micro-batch, median",
+    out += table(["query", "rows/s, median (min-max)", "after the first micro-batch", "micro-batch, median / p99",
+                  "idle micro-batch, median",
                   "median s: planning / addBatch / state updates (tasks) / state commit (tasks)",
                   "state rows per key"], rows)
-    sp = sm.get("speedup_60s_native_over_ours")
+    sp, sp1 = sm.get("speedup_60s_native_over_ours"), sm.get("speedup_60s_after_first_native_over_ours")
     if sp:
         out += table(["goal", "measured", ""], [[
             "streaming throughput >= 10x `window()` at W[60 s, 1 s]",
-            f"{sp['median']:.1f}x (paired runs: {sp['min']:.1f}-{sp['max']:.1f}x, n={sp['n']})",
+            f"{sp['median']:.1f}x (paired runs: {sp['min']:.1f}-{sp['max']:.1f}x, n={sp['n']})"
+            + (f"; after the first micro-batch {sp1['median']:.1f}x ({sp1['min']:.1f}-{sp1['max']:.1f}x)"
+               if sp1 else ""),
             met(sp["median"] >= 10)]])
     proc = (sm.get("ours_60s") or {}).get("processor_per_batch")
     if proc:

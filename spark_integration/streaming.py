@@ -20,7 +20,7 @@ and event-time timers: :mod:`spark_integration.stream_key`.
 
 **Rows travel packed.** PySpark's ``transformWithStateInPandas`` walks its input
 row by row in Python (``itertuples``: ~10 us a row, measured), so a stateless
-``mapInArrow`` first packs each input batch's rows per key into one row
+``mapInArrow`` first packs a task's rows per key into one row (up to :data:`PACK_ROWS` rows at a time)
 (:func:`pack_batches`: the key, the row count, and the rows as bytes), and the
 processor unpacks them: a few rows per key and partition cross the shuffle and
 that loop instead of every row.
@@ -52,7 +52,7 @@ from .arrow_runner import ORDER_COL, VALUE_COL, _change_points, result_arrow_typ
 from .stream_key import KeyOutput, KeyWindows, StateAccess, StepConfig
 from .stream_state import HEADER_ID, STATE_KEY_SCHEMA, STATE_VALUE_SCHEMA, pack_rows, unpack_rows
 
-__all__ = ["LATE_POLICIES", "PACKED_COUNT", "PACKED_ROWS", "PBAProcessor", "StreamConfig", "pack_batches",
+__all__ = ["LATE_POLICIES", "PACKED_COUNT", "PACKED_ROWS", "PACK_ROWS", "PBAProcessor", "StreamConfig", "pack_batches",
            "stream_windows"]
 
 log = logging.getLogger("spark_integration")
@@ -66,36 +66,57 @@ PACKED_COUNT = "pba_rows_n"
 PACKED_ROWS = "pba_rows"
 
 
-def pack_batches(key_names: tuple[str, ...], batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """Each batch's rows (keys, ORDER_COL int64, VALUE_COL double) packed per key: one row per key and batch.
+#: Rows :func:`pack_batches` gathers (over Arrow batches) before it packs them: a key's rows of a task travel as
+#: one packed row per this many input rows (24 MB of int64 and float64 at most), not one per Arrow batch.
+PACK_ROWS = 1 << 20
 
-    Rows of a key keep their order within the batch (a stable sort by key).
+
+def pack_batches(key_names: tuple[str, ...], batches: Iterator[pa.RecordBatch],
+                 max_rows: int = PACK_ROWS) -> Iterator[pa.RecordBatch]:
+    """Input batches' rows (keys, ORDER_COL int64, VALUE_COL double) packed per key.
+
+    Batches are gathered until they hold ``max_rows`` rows (or the input ends), then packed: one
+    row per key (the keys, the row count, the rows as :func:`pack_rows` bytes). Rows of a key keep
+    their input order (a stable sort by key).
 
     Examples
     --------
     >>> b = pa.RecordBatch.from_pydict({"k": ["b", "a", "b"], ORDER_COL: [5, 1, 3], VALUE_COL: [0.5, 1.0, 3.0]})
-    >>> out = next(pack_batches(("k",), iter([b])))
-    >>> out.column("k").to_pylist(), out.column(PACKED_COUNT).to_pylist()
-    (['a', 'b'], [1, 2])
-    >>> [t.tolist() for t in unpack_rows(out.column(PACKED_ROWS)[1].as_py())]
-    [[5, 3], [0.5, 3.0]]
+    >>> out = list(pack_batches(("k",), iter([b, b])))
+    >>> len(out), out[0].column("k").to_pylist(), out[0].column(PACKED_COUNT).to_pylist()
+    (1, ['a', 'b'], [2, 4])
+    >>> [t.tolist() for t in unpack_rows(out[0].column(PACKED_ROWS)[1].as_py())]
+    [[5, 3, 5, 3], [0.5, 3.0, 0.5, 3.0]]
+    >>> len(list(pack_batches(("k",), iter([b, b]), max_rows=3)))  # one pack per 3 rows or more
+    2
     """
+    held: list[pa.RecordBatch] = []
+    n = 0
     for batch in batches:
-        n = batch.num_rows
-        if not n:
-            continue
-        tbl = pa.Table.from_batches([batch])
-        tbl = tbl.take(pc.sort_indices(tbl, sort_keys=[(k, "ascending") for k in key_names]))  # stable
-        keys = [tbl.column(k).combine_chunks() for k in key_names]
-        cps = _change_points(keys)
-        starts = np.concatenate([[0], cps]).astype(np.int64)
-        stops = np.concatenate([cps, [n]]).astype(np.int64)
-        order = tbl.column(ORDER_COL).combine_chunks().to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
-        vals = tbl.column(VALUE_COL).combine_chunks().to_numpy(zero_copy_only=False).astype(np.float64, copy=False)
-        blobs = [pack_rows(order[a:b], vals[a:b]) for a, b in zip(starts.tolist(), stops.tolist())]
-        first = pa.array(starts)
-        arrays = [k.take(first) for k in keys] + [pa.array(stops - starts, pa.int64()), pa.array(blobs, pa.binary())]
-        yield pa.RecordBatch.from_arrays(arrays, names=[*key_names, PACKED_COUNT, PACKED_ROWS])
+        if batch.num_rows:
+            held.append(batch)
+            n += batch.num_rows
+        if n >= max_rows:
+            yield _pack(key_names, held, n)
+            held, n = [], 0
+    if held:
+        yield _pack(key_names, held, n)
+
+
+def _pack(key_names: tuple[str, ...], batches: list[pa.RecordBatch], n: int) -> pa.RecordBatch:
+    """The rows of ``batches`` (``n`` in all) packed per key."""
+    tbl = pa.Table.from_batches(batches)
+    tbl = tbl.take(pc.sort_indices(tbl, sort_keys=[(k, "ascending") for k in key_names]))  # stable
+    keys = [tbl.column(k).combine_chunks() for k in key_names]
+    cps = _change_points(keys)
+    starts = np.concatenate([[0], cps]).astype(np.int64)
+    stops = np.concatenate([cps, [n]]).astype(np.int64)
+    order = tbl.column(ORDER_COL).combine_chunks().to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
+    vals = tbl.column(VALUE_COL).combine_chunks().to_numpy(zero_copy_only=False).astype(np.float64, copy=False)
+    blobs = [pack_rows(order[a:b], vals[a:b]) for a, b in zip(starts.tolist(), stops.tolist())]
+    first = pa.array(starts)
+    arrays = [k.take(first) for k in keys] + [pa.array(stops - starts, pa.int64()), pa.array(blobs, pa.binary())]
+    return pa.RecordBatch.from_arrays(arrays, names=[*key_names, PACKED_COUNT, PACKED_ROWS])
 
 
 @dataclass
