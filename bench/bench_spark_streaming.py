@@ -27,10 +27,16 @@ gives the median of paired ratios (native time / ours time, back to back) with m
 all data micro-batches and over those after the first (whose ``queryPlanning`` starts the query:
 for ours it includes a Python process on the driver running the processor's ``init``).
 
+``--floor`` measures instead what Spark's own parts of our plan cost on the same input (written to
+``spark_streaming_floor.json``): the read and projection alone, with the packing ``mapInArrow``, and
+with a no-op ``transformWithStateInPandas`` processor after it (it declares the same ``MapState``,
+reads its input and returns nothing: no state call, no timer), interleaved with ours.
+
 Usage::
 
     python bench/bench_spark.py --streaming            # this file's main
     python bench/bench_spark_streaming.py --quick      # fewer rows, 2 runs
+    python bench/bench_spark_streaming.py --floor      # Spark's parts of the plan, beside ours
 """
 
 from __future__ import annotations
@@ -111,6 +117,43 @@ def native(df, r: str):
     return df.groupBy("k", F.window("t", r, "1 second")).agg(F.max("v").alias("result"))
 
 
+def floor_cases() -> dict:
+    """The plan's parts on their own (see the module docstring): name -> streaming DataFrame builder."""
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+    from pyspark.sql.streaming.stateful_processor import StatefulProcessor
+
+    from spark_integration import streaming as S
+    from spark_integration.arrow_runner import ORDER_COL, VALUE_COL
+    from spark_integration.stream_state import STATE_KEY_SCHEMA, STATE_VALUE_SCHEMA
+
+    class Noop(StatefulProcessor):
+        def init(self, handle):
+            self.parts = handle.getMapState("pba_state", STATE_KEY_SCHEMA, STATE_VALUE_SCHEMA)
+
+        def handleInputRows(self, key, rows, timerValues):
+            for _ in rows:
+                pass
+            return iter([])
+
+        def close(self):
+            pass
+
+    packed_schema = T.StructType([T.StructField("k", T.LongType()), T.StructField(S.PACKED_COUNT, T.LongType(), False),
+                                  T.StructField(S.PACKED_ROWS, T.BinaryType(), False)])
+
+    def read(d):
+        return d.select("k", F.col("ts").alias(ORDER_COL), F.col("v").alias(VALUE_COL))
+
+    def packed(d):
+        return read(d).mapInArrow(lambda it: S.pack_batches(("k",), it), packed_schema)
+
+    return {"read": read, "read_pack": packed,
+            "read_pack_noop_tws": lambda d: packed(d).groupBy("k").transformWithStateInPandas(
+                Noop(), "k long, window_end long, result double", "Append", "EventTime"),
+            "ours_60s": lambda d: ours(d, "60 seconds")}
+
+
 def run_query(out, checkpoint: str, limit: float | None = None) -> dict:
     """Run to the end of the files (or ``limit`` seconds); the data batches' durations and the last state."""
     load = os.getloadavg()[0]
@@ -186,6 +229,7 @@ def main(argv=None) -> int:
     ap.add_argument("--reps", type=int, default=None)
     ap.add_argument("--limit", type=float, default=120.0, help="seconds native_1h may run")
     ap.add_argument("--out", default=None)
+    ap.add_argument("--floor", action="store_true", help="Spark's parts of our plan, beside ours")
     args = ap.parse_args(argv)
     rows = args.rows or (200_000 if args.quick else 1_000_000)
     files = args.files or 3
@@ -215,6 +259,14 @@ def main(argv=None) -> int:
                   flush=True)
             return res
 
+        if args.floor:
+            cases = floor_cases()
+            once("warmup", cases["read_pack_noop_tws"])
+            once("warmup", cases["ours_60s"])
+            for _ in range(reps):
+                for name, build in cases.items():
+                    once(name, build)
+            return _write(out, floor_summary(out), args.out, "spark_streaming_floor.json")
         once("warmup", lambda d: ours(d, "60 seconds"))
         for _ in range(reps):
             once("ours_60s", lambda d: ours(d, "60 seconds"))
@@ -228,13 +280,31 @@ def main(argv=None) -> int:
     finally:
         spark.stop()
         shutil.rmtree(tmp, ignore_errors=True)
-    out["summary"] = summarise(out)
-    print(json.dumps(out["summary"], indent=1))
-    path = Path(args.out) if args.out else HERE / "results" / ("spark_streaming_quick.json" if args.quick
-                                                                else "spark_streaming.json")
+    return _write(out, summarise(out), args.out, "spark_streaming_quick.json" if args.quick else "spark_streaming.json")
+
+
+def _write(out: dict, summary: dict, dest: str | None, default: str) -> int:
+    out["summary"] = summary
+    print(json.dumps(summary, indent=1))
+    path = Path(dest) if dest else HERE / "results" / default
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(out, indent=1))
     return 0
+
+
+def floor_summary(out: dict) -> dict:
+    """Per case: the data micro-batches' median (min-max) and the idle micro-batch's median, in ms."""
+    s = {}
+    for name, rs in out["runs"].items():
+        if name == "warmup":
+            continue
+        ms = [b for r in rs for b in r["batches_ms"]]
+        later = [b for r in rs for b in r["batches_ms"][1:]]
+        idle = [b["total"] for r in rs for b in r.get("idle_batch_ms", [])]
+        s[name] = {"batch_ms_median": statistics.median(ms), "batch_ms_min_max": [min(ms), max(ms)],
+                   "after_first_ms_median": statistics.median(later) if later else None,
+                   "idle_batch_ms_median": statistics.median(idle) if idle else None}
+    return s
 
 
 def summarise(out: dict) -> dict:

@@ -870,6 +870,25 @@ def spark_streaming_section(ss: dict) -> list[str]:
     return out
 
 
+def spark_streaming_floor_section(fl: dict) -> list[str]:
+    """Issue 19: what Spark's own parts of our streaming plan cost (``bench_spark_streaming.py --floor``)."""
+    sm = fl.get("summary", {})
+    labels = {"read": "read and project (file source, watermark)", "read_pack": "... and the packing `mapInArrow`",
+              "read_pack_noop_tws": "... and a no-op `transformWithStateInPandas` (same `MapState`, no call)",
+              "ours_60s": "ours, W[60 s, 1 s] max"}
+    rows = []
+    for key, label in labels.items():
+        c = sm.get(key)
+        if c:
+            lo, hi = c["batch_ms_min_max"]
+            rows.append([label, f"{c['batch_ms_median'] / 1e3:.2f} s ({lo / 1e3:.2f}-{hi / 1e3:.2f})",
+                         "-" if c["after_first_ms_median"] is None else f"{c['after_first_ms_median'] / 1e3:.2f} s",
+                         "-" if c["idle_batch_ms_median"] is None else f"{c['idle_batch_ms_median'] / 1e3:.2f} s"])
+    return (["`python bench/bench_spark_streaming.py --floor`: the same input and session, the parts of our plan "
+             f"on their own, interleaved, {fl.get('reps')} runs each (`noop` sink):", ""]
+            + table(["plan", "micro-batch, median (min-max)", "after the first", "idle micro-batch"], rows))
+
+
 def build(res_dir: Path) -> str:
     """The Markdown report for the JSON files in ``res_dir``."""
     tp = C.read_json(res_dir / "exp_throughput.json")
@@ -915,6 +934,9 @@ def build(res_dir: Path) -> str:
     ss = C.read_json(res_dir / "spark_streaming.json")
     if ss:
         out += spark_streaming_section(ss)
+        fl = C.read_json(res_dir / "spark_streaming_floor.json")
+        if fl:
+            out += spark_streaming_floor_section(fl)
     return "\n".join(out).rstrip() + "\n"
 
 
