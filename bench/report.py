@@ -817,7 +817,7 @@ def spark_streaming_section(ss: dict) -> list[str]:
     loads = [r["load_1min_at_start"] for rs in runs.values() for r in rs if "load_1min_at_start" in r]
     out = ["## Spark Structured Streaming (issue 19)", "",
            "`python bench/bench_spark.py --streaming` (`bench_spark_streaming.py`): one session for both queries ("
-           + ", ".join(f"`{k}={v}`" for k, v in ss.get("session_conf", {}).items())
+           + ", ".join(f"`{k}={v if v is not None else '(default)'}`" for k, v in ss.get("session_conf", {}).items())
            + f"), {ss.get('keys')} keys at 100 rows/s of event time "
            f"each, micro-batches of {ss.get('rows_per_batch', 0):,} rows ({ss.get('event_time_per_batch_s')} s of "
            f"event time), {ss.get('files')} micro-batches per run, watermark delay 2 s, max, `noop` sink; "
