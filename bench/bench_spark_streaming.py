@@ -3,8 +3,10 @@
 Workload: ``K`` keys, each at 100 rows/s of event time (timestamps 10 ms apart),
 float64 values; ``F`` parquet files of ``M`` rows each (one file per
 micro-batch: ``maxFilesPerTrigger=1``); watermark 2 s; local[2], RocksDB state
-store, 4 state partitions; both queries write to Spark's ``noop`` sink with
-``trigger(availableNow=True)``.
+store with changelog checkpointing (``spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled``,
+which Spark's guide and Databricks recommend for stateful queries: a commit writes the changed
+keys rather than a snapshot), 4 state partitions; the same session for both queries, which write
+to Spark's ``noop`` sink with ``trigger(availableNow=True)``.
 
 * ``ours_60s``/``ours_1h``: ``si.sliding_window_aggregate(df, ..., window=(r, "1 second"), agg="max")``
   (``transformWithStateInPandas``, one operator per key in the state store);
@@ -15,13 +17,26 @@ store, 4 state partitions; both queries write to Spark's ``noop`` sink with
 Per run: rows/s over the data micro-batches (rows / sum of their ``triggerExecution``; query
 start-up excluded), the micro-batch durations (median, p99 over every data batch of every
 run), and the state Spark reports after the last batch (``numRowsTotal``, ``memoryUsedBytes``,
-RocksDB's SST bytes), per key. Runs are interleaved (ours, native, ours, ...); the summary
-gives the median of paired ratios (native time / ours time, back to back) with min and max.
+RocksDB's SST bytes), per key. Where a micro-batch's time goes: Spark's ``durationMs``
+(``queryPlanning``, ``addBatch``, ...) and state operator times (``allUpdatesTimeMs``,
+``commitTimeMs``: summed over the state partitions' tasks) per data batch, the last batch
+without data (only watermark and timers: the fixed cost of a micro-batch), and for ours the
+processor's own counters (``stream.*`` in the metrics: Python time in the per-key steps and in
+their state calls, and the calls by kind). Runs are interleaved (ours, native, ours, ...); the summary
+gives the median of paired ratios (native time / ours time, back to back) with min and max, over
+all data micro-batches and over those after the first (whose ``queryPlanning`` starts the query:
+for ours it includes a Python process on the driver running the processor's ``init``).
+
+``--floor`` measures instead what Spark's own parts of our plan cost on the same input (written to
+``spark_streaming_floor.json``): the read and projection alone, with the packing ``mapInArrow``, and
+with a no-op ``transformWithStateInPandas`` processor after it (it declares the same ``MapState``,
+reads its input and returns nothing: no state call, no timer), interleaved with ours.
 
 Usage::
 
     python bench/bench_spark.py --streaming            # this file's main
     python bench/bench_spark_streaming.py --quick      # fewer rows, 2 runs
+    python bench/bench_spark_streaming.py --floor      # Spark's parts of the plan, beside ours
 """
 
 from __future__ import annotations
@@ -50,6 +65,7 @@ def session():
              .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
              .config("spark.sql.shuffle.partitions", "4").config("spark.sql.session.timeZone", "UTC")
              .config("spark.sql.streaming.stateStore.providerClass", ROCKSDB)
+             .config("spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled", "true")
              .config("spark.driver.memory", "2g").getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
     return spark
@@ -78,6 +94,11 @@ def stream(spark, folder: str):
             .withColumn("t", F.timestamp_millis("ts")).withWatermark("t", "2 seconds"))
 
 
+#: The session settings recorded with the results (the same session runs both queries).
+SHOWN_CONF = ("spark.master", "spark.sql.shuffle.partitions", "spark.sql.streaming.stateStore.providerClass",
+              "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled",
+              "spark.sql.execution.arrow.maxRecordsPerBatch")
+
 METRICS: list = []
 
 
@@ -96,8 +117,46 @@ def native(df, r: str):
     return df.groupBy("k", F.window("t", r, "1 second")).agg(F.max("v").alias("result"))
 
 
+def floor_cases() -> dict:
+    """The plan's parts on their own (see the module docstring): name -> streaming DataFrame builder."""
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+    from pyspark.sql.streaming.stateful_processor import StatefulProcessor
+
+    from spark_integration import streaming as S
+    from spark_integration.arrow_runner import ORDER_COL, VALUE_COL
+    from spark_integration.stream_state import STATE_KEY_SCHEMA, STATE_VALUE_SCHEMA
+
+    class Noop(StatefulProcessor):
+        def init(self, handle):
+            self.parts = handle.getMapState("pba_state", STATE_KEY_SCHEMA, STATE_VALUE_SCHEMA)
+
+        def handleInputRows(self, key, rows, timerValues):
+            for _ in rows:
+                pass
+            return iter([])
+
+        def close(self):
+            pass
+
+    packed_schema = T.StructType([T.StructField("k", T.LongType()), T.StructField(S.PACKED_COUNT, T.LongType(), False),
+                                  T.StructField(S.PACKED_ROWS, T.BinaryType(), False)])
+
+    def read(d):
+        return d.select("k", F.col("ts").alias(ORDER_COL), F.col("v").alias(VALUE_COL))
+
+    def packed(d):
+        return read(d).mapInArrow(lambda it: S.pack_batches(("k",), it), packed_schema)
+
+    return {"read": read, "read_pack": packed,
+            "read_pack_noop_tws": lambda d: packed(d).groupBy("k").transformWithStateInPandas(
+                Noop(), "k long, window_end long, result double", "Append", "EventTime"),
+            "ours_60s": lambda d: ours(d, "60 seconds")}
+
+
 def run_query(out, checkpoint: str, limit: float | None = None) -> dict:
     """Run to the end of the files (or ``limit`` seconds); the data batches' durations and the last state."""
+    load = os.getloadavg()[0]
     t0 = time.perf_counter()
     q = (out.writeStream.format("noop").outputMode("append").option("checkpointLocation", checkpoint)
          .trigger(availableNow=True).start())
@@ -106,15 +165,29 @@ def run_query(out, checkpoint: str, limit: float | None = None) -> dict:
     progress = q.recentProgress
     q.stop()
     data = [p for p in progress if p["numInputRows"]]
+    idle = [p for p in progress if not p["numInputRows"]]
     state = progress[-1]["stateOperators"][0] if progress and progress[-1]["stateOperators"] else {}
     custom = state.get("customMetrics", {})
     return {
-        "finished": bool(finished), "wall_s": wall,
+        "finished": bool(finished), "wall_s": wall, "load_1min_at_start": load,
         "batches_ms": [p["durationMs"]["triggerExecution"] for p in data],
+        "breakdown_ms": [breakdown(p) for p in data],
+        "idle_batch_ms": [breakdown(p) for p in idle],
         "rows": sum(p["numInputRows"] for p in data),
         "state_rows": state.get("numRowsTotal"), "state_memory_bytes": state.get("memoryUsedBytes"),
         "state_sst_bytes": custom.get("rocksdbSstFileSize"),
     }
+
+
+def breakdown(p: dict) -> dict:
+    """One micro-batch's times (ms): Spark's ``durationMs`` and the state operator's (summed over its tasks)."""
+    d = p["durationMs"]
+    so = p["stateOperators"][0] if p.get("stateOperators") else {}
+    return {"total": d.get("triggerExecution"), "planning": d.get("queryPlanning"), "add_batch": d.get("addBatch"),
+            "wal_and_offsets": d.get("walCommit", 0) + d.get("commitOffsets", 0) + d.get("latestOffset", 0)
+            + d.get("getBatch", 0),
+            "state_updates_tasks": so.get("allUpdatesTimeMs"), "state_removals_tasks": so.get("allRemovalsTimeMs"),
+            "state_commit_tasks": so.get("commitTimeMs")}
 
 
 def logical_state(folder: str, keys: int, range_ms: int) -> dict:
@@ -137,7 +210,7 @@ def logical_state(folder: str, keys: int, range_ms: int) -> dict:
         step.process(st, 0, d.ts.to_numpy(), d.v.to_numpy(), wm)
         wm = max(wm, int(d.ts.max()) - 2000)
     step.process(st, 0, np.empty(0, np.int64), np.empty(0), wm)  # the next (no-data) batch's watermark
-    header = sum(len(x) if isinstance(x, bytes) else 8 for x in st.header)
+    header = len(st.header)
     chunks = sum(len(b) + 8 for b in st.chunk_map.values())
     return {"header_bytes": header, "chunk_bytes": chunks, "chunks": len(st.chunk_map)}
 
@@ -156,6 +229,7 @@ def main(argv=None) -> int:
     ap.add_argument("--reps", type=int, default=None)
     ap.add_argument("--limit", type=float, default=120.0, help="seconds native_1h may run")
     ap.add_argument("--out", default=None)
+    ap.add_argument("--floor", action="store_true", help="Spark's parts of our plan, beside ours")
     args = ap.parse_args(argv)
     rows = args.rows or (200_000 if args.quick else 1_000_000)
     files = args.files or 3
@@ -163,7 +237,8 @@ def main(argv=None) -> int:
     spark = session()
     tmp = tempfile.mkdtemp(prefix="pba-bench-stream-")
     out: dict = {"keys": args.keys, "rows_per_batch": rows, "files": files, "reps": reps,
-                 "event_time_per_batch_s": rows // args.keys * 10 / 1000, "runs": {}}
+                 "event_time_per_batch_s": rows // args.keys * 10 / 1000, "runs": {},
+                 "session_conf": {k: spark.conf.get(k, None) for k in SHOWN_CONF}}
     try:
         src = os.path.join(tmp, "in")
         write_files(src, args.keys, rows, files)
@@ -184,6 +259,14 @@ def main(argv=None) -> int:
                   flush=True)
             return res
 
+        if args.floor:
+            cases = floor_cases()
+            once("warmup", cases["read_pack_noop_tws"])
+            once("warmup", cases["ours_60s"])
+            for _ in range(reps):
+                for name, build in cases.items():
+                    once(name, build)
+            return _write(out, floor_summary(out), args.out, "spark_streaming_floor.json")
         once("warmup", lambda d: ours(d, "60 seconds"))
         for _ in range(reps):
             once("ours_60s", lambda d: ours(d, "60 seconds"))
@@ -197,13 +280,31 @@ def main(argv=None) -> int:
     finally:
         spark.stop()
         shutil.rmtree(tmp, ignore_errors=True)
-    out["summary"] = summarise(out)
-    print(json.dumps(out["summary"], indent=1))
-    path = Path(args.out) if args.out else HERE / "results" / ("spark_streaming_quick.json" if args.quick
-                                                                else "spark_streaming.json")
+    return _write(out, summarise(out), args.out, "spark_streaming_quick.json" if args.quick else "spark_streaming.json")
+
+
+def _write(out: dict, summary: dict, dest: str | None, default: str) -> int:
+    out["summary"] = summary
+    print(json.dumps(summary, indent=1))
+    path = Path(dest) if dest else HERE / "results" / default
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(out, indent=1))
     return 0
+
+
+def floor_summary(out: dict) -> dict:
+    """Per case: the data micro-batches' median (min-max) and the idle micro-batch's median, in ms."""
+    s = {}
+    for name, rs in out["runs"].items():
+        if name == "warmup":
+            continue
+        ms = [b for r in rs for b in r["batches_ms"]]
+        later = [b for r in rs for b in r["batches_ms"][1:]]
+        idle = [b["total"] for r in rs for b in r.get("idle_batch_ms", [])]
+        s[name] = {"batch_ms_median": statistics.median(ms), "batch_ms_min_max": [min(ms), max(ms)],
+                   "after_first_ms_median": statistics.median(later) if later else None,
+                   "idle_batch_ms_median": statistics.median(idle) if idle else None}
+    return s
 
 
 def summarise(out: dict) -> dict:
@@ -214,22 +315,39 @@ def summarise(out: dict) -> dict:
             continue
         ms = [b for r in rs for b in r["batches_ms"]]
         rates = [r["rows"] / (sum(r["batches_ms"]) / 1000) for r in rs if r["batches_ms"] and r["finished"]]
+        per = out["rows_per_batch"]  # after the first micro-batch (whose planning starts the query)
+        later = [per * (len(r["batches_ms"]) - 1) / (sum(r["batches_ms"][1:]) / 1000) for r in rs
+                 if len(r["batches_ms"]) > 1 and r["finished"]]
         last = rs[-1]
+        parts = [b for r in rs for b in r.get("breakdown_ms", [])]
+        idle = [b for r in rs for b in r.get("idle_batch_ms", [])]
         s[name] = {
             "rows_per_s_median": statistics.median(rates) if rates else None,
             "rows_per_s_min_max": [min(rates), max(rates)] if rates else None,
+            "rows_per_s_after_first_median": statistics.median(later) if later else None,
+            "rows_per_s_after_first_min_max": [min(later), max(later)] if later else None,
             "batch_ms_median": statistics.median(ms) if ms else None,
             "batch_ms_p99": pct(ms, 0.99) if ms else None,
             "finished": all(r["finished"] for r in rs),
             "state_rows_per_key": (last["state_rows"] or 0) / out["keys"],
             "state_memory_bytes_per_key": (last["state_memory_bytes"] or 0) / out["keys"],
             "state_sst_bytes_per_key": (last["state_sst_bytes"] or 0) / out["keys"],
+            "breakdown_ms_median": {k: statistics.median(b[k] for b in parts if b.get(k) is not None)
+                                    for k in (parts[0] if parts else {})},
+            "idle_batch_ms_median": statistics.median(b["total"] for b in idle) if idle else None,
         }
+        m = [r["metrics"] for r in rs if r.get("metrics", {}).get("stream.steps")]
+        if m:  # the processor's own counters, per micro-batch (data and idle batches of a run together)
+            per = [len(r["batches_ms"]) + len(r.get("idle_batch_ms", [])) for r in rs if r.get("metrics")]
+            s[name]["processor_per_batch"] = {
+                k: statistics.median(x.get(k, 0) / n for x, n in zip(m, per))
+                for k in sorted(set().union(*m)) if k.startswith("stream.")}
     pairs = list(zip(runs.get("native_60s", []), runs.get("ours_60s", [])))
-    ratios = [sum(a["batches_ms"]) / sum(b["batches_ms"]) for a, b in pairs if a["batches_ms"] and b["batches_ms"]]
-    if ratios:
-        s["speedup_60s_native_over_ours"] = {"median": statistics.median(ratios), "min": min(ratios),
-                                             "max": max(ratios), "n": len(ratios)}
+    for name, first in (("speedup_60s_native_over_ours", 0), ("speedup_60s_after_first_native_over_ours", 1)):
+        ratios = [sum(a["batches_ms"][first:]) / sum(b["batches_ms"][first:]) for a, b in pairs
+                  if len(a["batches_ms"]) > first and len(b["batches_ms"]) > first]
+        if ratios:
+            s[name] = {"median": statistics.median(ratios), "min": min(ratios), "max": max(ratios), "n": len(ratios)}
     return s
 
 

@@ -864,6 +864,84 @@ def runtime_sinks_section(rs: dict) -> list[str]:
     return out
 
 
+def spark_streaming_section(ss: dict) -> list[str]:
+    """Issue 19: ``sliding_window_aggregate`` on a streaming DataFrame against streaming ``window()``."""
+    sm, runs = ss.get("summary", {}), ss.get("runs", {})
+    loads = [r["load_1min_at_start"] for rs in runs.values() for r in rs if "load_1min_at_start" in r]
+    out = ["## Spark Structured Streaming (issue 19)", "",
+           "`python bench/bench_spark.py --streaming` (`bench_spark_streaming.py`): one session for both queries ("
+           + ", ".join(f"`{k}={v if v is not None else '(default)'}`" for k, v in ss.get("session_conf", {}).items())
+           + f"), {ss.get('keys')} keys at 100 rows/s of event time "
+           f"each, micro-batches of {ss.get('rows_per_batch', 0):,} rows ({ss.get('event_time_per_batch_s')} s of "
+           f"event time), {ss.get('files')} micro-batches per run, watermark delay 2 s, max, `noop` sink; "
+           f"{ss.get('reps')} runs each, ours and `window()` interleaved"
+           + (f"; 1-min load {min(loads):.1f}-{max(loads):.1f} at the runs' starts (2 cores)" if loads else "")
+           + ". Micro-batch times are Spark's `triggerExecution`; the idle batch is the last one, without data "
+           "(watermark and timers only).", ""]
+    names = {"ours_60s": "ours, W[60 s, 1 s]", "native_60s": "`window()`, W[60 s, 1 s]",
+             "ours_1h": "ours, W[1 h, 1 s]", "native_1h": "`window()`, W[1 h, 1 s]"}
+    rows = []
+    for key, label in names.items():
+        c = sm.get(key)
+        if not c:
+            continue
+        if not c.get("finished"):
+            rows.append([label, "did not finish its first micro-batch in the time limit", "-", "-", "-", "-", "-"])
+            continue
+        lo, hi = c["rows_per_s_min_max"]
+        b = c.get("breakdown_ms_median", {})
+        idle = c.get("idle_batch_ms_median")
+        later = c.get("rows_per_s_after_first_min_max")
+        rows.append([label, f"{c['rows_per_s_median'] / 1e3:.0f}k ({lo / 1e3:.0f}k-{hi / 1e3:.0f}k)",
+                     "-" if not later else f"{c['rows_per_s_after_first_median'] / 1e3:.0f}k "
+                     f"({later[0] / 1e3:.0f}k-{later[1] / 1e3:.0f}k)",
+                     f"{c['batch_ms_median'] / 1e3:.1f} s / {c['batch_ms_p99'] / 1e3:.1f} s",
+                     "-" if idle is None else f"{idle / 1e3:.1f} s",
+                     f"{b.get('planning', 0) / 1e3:.2f} / {b.get('add_batch', 0) / 1e3:.2f} / "
+                     f"{(b.get('state_updates_tasks') or 0) / 1e3:.2f} / {(b.get('state_commit_tasks') or 0) / 1e3:.2f}",
+                     f"{c['state_rows_per_key']:g}"])
+    out += table(["query", "rows/s, median (min-max)", "after the first micro-batch", "micro-batch, median / p99",
+                  "idle micro-batch, median",
+                  "median s: planning / addBatch / state updates (tasks) / state commit (tasks)",
+                  "state rows per key"], rows)
+    sp, sp1 = sm.get("speedup_60s_native_over_ours"), sm.get("speedup_60s_after_first_native_over_ours")
+    if sp:
+        out += table(["goal", "measured", ""], [[
+            "streaming throughput >= 10x `window()` at W[60 s, 1 s]",
+            f"{sp['median']:.1f}x (paired runs: {sp['min']:.1f}-{sp['max']:.1f}x, n={sp['n']})"
+            + (f"; after the first micro-batch {sp1['median']:.1f}x ({sp1['min']:.1f}-{sp1['max']:.1f}x)"
+               if sp1 else ""),
+            met(sp["median"] >= 10)]])
+    proc = (sm.get("ours_60s") or {}).get("processor_per_batch")
+    if proc:
+        us = {k: v for k, v in proc.items() if k.endswith("_us")}
+        calls = {k.split(".")[-1]: v for k, v in proc.items() if ".calls." in k}
+        out += ["Ours at W[60 s, 1 s], the processor's own counters per micro-batch (medians over runs; all "
+                "tasks together): " + ", ".join(f"`{k}` {v / 1e3:.0f} ms" for k, v in sorted(us.items()))
+                + f"; {proc.get('stream.steps', 0):.0f} key steps, {proc.get('stream.tasks', 0):.0f} tasks; state "
+                "calls: " + ", ".join(f"{k} {v:.0f}" for k, v in sorted(calls.items())) + ".", ""]
+    return out
+
+
+def spark_streaming_floor_section(fl: dict) -> list[str]:
+    """Issue 19: what Spark's own parts of our streaming plan cost (``bench_spark_streaming.py --floor``)."""
+    sm = fl.get("summary", {})
+    labels = {"read": "read and project (file source, watermark)", "read_pack": "... and the packing `mapInArrow`",
+              "read_pack_noop_tws": "... and a no-op `transformWithStateInPandas` (same `MapState`, no call)",
+              "ours_60s": "ours, W[60 s, 1 s] max"}
+    rows = []
+    for key, label in labels.items():
+        c = sm.get(key)
+        if c:
+            lo, hi = c["batch_ms_min_max"]
+            rows.append([label, f"{c['batch_ms_median'] / 1e3:.2f} s ({lo / 1e3:.2f}-{hi / 1e3:.2f})",
+                         "-" if c["after_first_ms_median"] is None else f"{c['after_first_ms_median'] / 1e3:.2f} s",
+                         "-" if c["idle_batch_ms_median"] is None else f"{c['idle_batch_ms_median'] / 1e3:.2f} s"])
+    return (["`python bench/bench_spark_streaming.py --floor`: the same input and session, the parts of our plan "
+             f"on their own, interleaved, {fl.get('reps')} runs each (`noop` sink):", ""]
+            + table(["plan", "micro-batch, median (min-max)", "after the first", "idle micro-batch"], rows))
+
+
 def build(res_dir: Path) -> str:
     """The Markdown report for the JSON files in ``res_dir``."""
     tp = C.read_json(res_dir / "exp_throughput.json")
@@ -906,6 +984,12 @@ def build(res_dir: Path) -> str:
     kr = C.read_json(res_dir / "kernels.json")
     if kr:
         out += kernels_section(kr)
+    ss = C.read_json(res_dir / "spark_streaming.json")
+    if ss:
+        out += spark_streaming_section(ss)
+        fl = C.read_json(res_dir / "spark_streaming_floor.json")
+        if fl:
+            out += spark_streaming_floor_section(fl)
     return "\n".join(out).rstrip() + "\n"
 
 

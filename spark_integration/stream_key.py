@@ -2,7 +2,7 @@
 
 What :class:`spark_integration.streaming.PBAProcessor` runs for each key it is
 called with. The state store is reached through a :class:`StateAccess` (Spark's
-``ValueState``/``MapState``/timers in the processor; a dict in the tests), with
+``MapState`` and timers in the processor; a dict in the tests), with
 the layout of :mod:`spark_integration.stream_state`.
 
 **Count windows.** A micro-batch's rows of the key are ordered by the order
@@ -54,10 +54,10 @@ __all__ = ["DictState", "KeyOutput", "KeyWindows", "StateAccess", "StepConfig"]
 class StateAccess:
     """What a key's step needs of the state store (for the current key); see :class:`DictState`."""
 
-    def get_header(self) -> tuple | None:  # pragma: no cover - interface
+    def get_header(self) -> bytes | None:  # pragma: no cover - interface
         raise NotImplementedError
 
-    def put_header(self, row: tuple) -> None:  # pragma: no cover - interface
+    def put_header(self, blob: bytes) -> None:  # pragma: no cover - interface
         raise NotImplementedError
 
     def chunks(self) -> Iterator[tuple[int, bytes]]:  # pragma: no cover - interface
@@ -83,7 +83,7 @@ class DictState(StateAccess):
     """
 
     def __init__(self) -> None:
-        self.header: tuple | None = None
+        self.header: bytes | None = None
         self.chunk_map: dict[int, bytes] = {}
         self.timers: set[int] = set()
         self.calls: dict[str, int] = {}
@@ -91,13 +91,13 @@ class DictState(StateAccess):
     def _count(self, what: str) -> None:
         self.calls[what] = self.calls.get(what, 0) + 1
 
-    def get_header(self) -> tuple | None:
+    def get_header(self) -> bytes | None:
         self._count("get_header")
         return self.header
 
-    def put_header(self, row: tuple) -> None:
+    def put_header(self, blob: bytes) -> None:
         self._count("put_header")
-        self.header = row
+        self.header = blob
 
     def chunks(self) -> Iterator[tuple[int, bytes]]:
         self._count("chunks")
@@ -243,7 +243,7 @@ class KeyWindows:
         ``wm``: the micro-batch's event-time watermark in ms (time windows; ``None`` or ``<= 0``: none
         yet). ``fired``: the expiry of the event-time timer that brought the key here, if one did.
         """
-        hdr = Header.from_row(st.get_header())
+        hdr = Header.from_blob(st.get_header())
         live = self.cache.take(key, hdr.token)
         rebuilt = live is None
         if live is None:
@@ -260,7 +260,7 @@ class KeyWindows:
         except BaseException:
             live.hosted.op.close()
             raise
-        st.put_header(hdr.to_row())
+        st.put_header(hdr.to_blob())
         self.cache.put(key, hdr.token, live)
         out.algorithm = live.hosted.algorithm
         out.rebuilt = rebuilt
@@ -318,8 +318,12 @@ class KeyWindows:
         if late.any():
             t, v = t[~late], v[~late]
         if len(t):
-            hdr.pend_t = np.concatenate([hdr.pend_t, t])
-            hdr.pend_v = np.concatenate([hdr.pend_v, v])
+            out.rows = len(t)
+            if self.pre is not None:
+                hdr.pend_t, hdr.pend_v = self._fold_pending(hdr.pend_t, hdr.pend_v, t, v)
+            else:
+                hdr.pend_t = np.concatenate([hdr.pend_t, t])
+                hdr.pend_v = np.concatenate([hdr.pend_v, v])
         if wm is not None and (hdr.emitted == NO_TIME or wm > hdr.emitted):
             before = hdr.emitted
             ready = hdr.pend_t <= wm
@@ -328,11 +332,9 @@ class KeyWindows:
             if ready.any():
                 rt_, rv = hdr.pend_t[ready], hdr.pend_v[ready]
                 hdr.pend_t, hdr.pend_v = hdr.pend_t[~ready], hdr.pend_v[~ready]
-                o = np.argsort(rt_, kind="stable")
-                rt_, rv = rt_[o], rv[o]
-                out.rows = len(rv)
-                if self.pre is not None:
-                    rt_, rv = self._preaggregate(rt_, rv)
+                if self.pre is None:  # pre-aggregated: the pending partials are sorted already
+                    o = np.argsort(rt_, kind="stable")
+                    rt_, rv = rt_[o], rv[o]
                 ends, res = live.hosted.op.insert_many(rv, rt_)
                 self._keep_after(ends, res, before, None, ends_parts, res_parts)
                 hdr.n += len(rv)
@@ -354,11 +356,32 @@ class KeyWindows:
         self._set_timer(st, hdr)
         return out
 
-    def _preaggregate(self, t: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def _fold_pending(self, pend_t: np.ndarray, pend_v: np.ndarray, t: np.ndarray,
+                      v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Pending partials (one per sub-slice, sorted) with a micro-batch's new rows folded in.
+
+        Rows wait for the watermark as partials, so the header holds about one value per slide of
+        the rows ahead of the watermark, not every row. A sub-slice partly behind the watermark is
+        released whole; a row that comes later in the same sub-slice is ahead of that watermark, so
+        the operator still sees non-decreasing times, and it gets a second partial of the sub-slice
+        (combined by the operator, as for a sub-slice fed in two micro-batches).
+        """
+        if (t[1:] < t[:-1]).any():  # a micro-batch's rows of a key mostly come in time order already
+            o = np.argsort(t, kind="stable")
+            t, v = t[o], v[o]
+        t, v = self._preaggregate(t, v)
+        if not len(pend_t):
+            return t, v
+        at, av = np.concatenate([pend_t, t]), np.concatenate([pend_v, v])
+        o = np.argsort(at, kind="stable")  # a sub-slice's older partial first
+        return self._preaggregate(at[o], av[o], PREAGGREGATED[self.pre])
+
+    def _preaggregate(self, t: np.ndarray, v: np.ndarray, kind: str | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Rows sorted by time folded per sub-slice: ``(representative times, partials)``.
 
         The representative time is the sub-slice's start, or for argmax the time of its largest value
-        (NaN the largest, the oldest on ties, as the aggregation's own rule).
+        (NaN the largest, the oldest on ties, as the aggregation's own rule). ``kind``: the fold
+        (default the aggregation's; partials are combined with :data:`PREAGGREGATED`'s, a count by a sum).
         """
         w = self.window
         unit = (t - w.offset) % w.slide
@@ -367,7 +390,7 @@ class KeyWindows:
         if m:
             sub = sub + np.where(unit >= m, m, 0)
         starts = np.flatnonzero(np.r_[True, sub[1:] != sub[:-1]])
-        kind = self.pre
+        kind = kind or self.pre
         if kind == "max":
             return sub[starts], np.maximum.reduceat(v, starts)
         if kind == "min":

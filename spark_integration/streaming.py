@@ -20,7 +20,7 @@ and event-time timers: :mod:`spark_integration.stream_key`.
 
 **Rows travel packed.** PySpark's ``transformWithStateInPandas`` walks its input
 row by row in Python (``itertuples``: ~10 us a row, measured), so a stateless
-``mapInArrow`` first packs each input batch's rows per key into one row
+``mapInArrow`` first packs a task's rows per key into one row (up to :data:`PACK_ROWS` rows at a time)
 (:func:`pack_batches`: the key, the row count, and the rows as bytes), and the
 processor unpacks them: a few rows per key and partition cross the shuffle and
 that loop instead of every row.
@@ -34,6 +34,7 @@ rows with ``late = true``, their ``late_order`` and ``late_value`` (and a null
 from __future__ import annotations
 
 import logging
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -49,9 +50,9 @@ import pba_runtime as pr
 from . import runtime as rt
 from .arrow_runner import ORDER_COL, VALUE_COL, _change_points, result_arrow_type, results_array
 from .stream_key import KeyOutput, KeyWindows, StateAccess, StepConfig
-from .stream_state import CHUNK_KEY_SCHEMA, CHUNK_VALUE_SCHEMA, HEADER_SCHEMA, pack_rows, unpack_rows
+from .stream_state import HEADER_ID, STATE_KEY_SCHEMA, STATE_VALUE_SCHEMA, pack_rows, unpack_rows
 
-__all__ = ["LATE_POLICIES", "PACKED_COUNT", "PACKED_ROWS", "PBAProcessor", "StreamConfig", "pack_batches",
+__all__ = ["LATE_POLICIES", "PACKED_COUNT", "PACKED_ROWS", "PACK_ROWS", "PBAProcessor", "StreamConfig", "pack_batches",
            "stream_windows"]
 
 log = logging.getLogger("spark_integration")
@@ -65,36 +66,57 @@ PACKED_COUNT = "pba_rows_n"
 PACKED_ROWS = "pba_rows"
 
 
-def pack_batches(key_names: tuple[str, ...], batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """Each batch's rows (keys, ORDER_COL int64, VALUE_COL double) packed per key: one row per key and batch.
+#: Rows :func:`pack_batches` gathers (over Arrow batches) before it packs them: a key's rows of a task travel as
+#: one packed row per this many input rows (24 MB of int64 and float64 at most), not one per Arrow batch.
+PACK_ROWS = 1 << 20
 
-    Rows of a key keep their order within the batch (a stable sort by key).
+
+def pack_batches(key_names: tuple[str, ...], batches: Iterator[pa.RecordBatch],
+                 max_rows: int = PACK_ROWS) -> Iterator[pa.RecordBatch]:
+    """Input batches' rows (keys, ORDER_COL int64, VALUE_COL double) packed per key.
+
+    Batches are gathered until they hold ``max_rows`` rows (or the input ends), then packed: one
+    row per key (the keys, the row count, the rows as :func:`pack_rows` bytes). Rows of a key keep
+    their input order (a stable sort by key).
 
     Examples
     --------
     >>> b = pa.RecordBatch.from_pydict({"k": ["b", "a", "b"], ORDER_COL: [5, 1, 3], VALUE_COL: [0.5, 1.0, 3.0]})
-    >>> out = next(pack_batches(("k",), iter([b])))
-    >>> out.column("k").to_pylist(), out.column(PACKED_COUNT).to_pylist()
-    (['a', 'b'], [1, 2])
-    >>> [t.tolist() for t in unpack_rows(out.column(PACKED_ROWS)[1].as_py())]
-    [[5, 3], [0.5, 3.0]]
+    >>> out = list(pack_batches(("k",), iter([b, b])))
+    >>> len(out), out[0].column("k").to_pylist(), out[0].column(PACKED_COUNT).to_pylist()
+    (1, ['a', 'b'], [2, 4])
+    >>> [t.tolist() for t in unpack_rows(out[0].column(PACKED_ROWS)[1].as_py())]
+    [[5, 3, 5, 3], [0.5, 3.0, 0.5, 3.0]]
+    >>> len(list(pack_batches(("k",), iter([b, b]), max_rows=3)))  # one pack per 3 rows or more
+    2
     """
+    held: list[pa.RecordBatch] = []
+    n = 0
     for batch in batches:
-        n = batch.num_rows
-        if not n:
-            continue
-        tbl = pa.Table.from_batches([batch])
-        tbl = tbl.take(pc.sort_indices(tbl, sort_keys=[(k, "ascending") for k in key_names]))  # stable
-        keys = [tbl.column(k).combine_chunks() for k in key_names]
-        cps = _change_points(keys)
-        starts = np.concatenate([[0], cps]).astype(np.int64)
-        stops = np.concatenate([cps, [n]]).astype(np.int64)
-        order = tbl.column(ORDER_COL).combine_chunks().to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
-        vals = tbl.column(VALUE_COL).combine_chunks().to_numpy(zero_copy_only=False).astype(np.float64, copy=False)
-        blobs = [pack_rows(order[a:b], vals[a:b]) for a, b in zip(starts.tolist(), stops.tolist())]
-        first = pa.array(starts)
-        arrays = [k.take(first) for k in keys] + [pa.array(stops - starts, pa.int64()), pa.array(blobs, pa.binary())]
-        yield pa.RecordBatch.from_arrays(arrays, names=[*key_names, PACKED_COUNT, PACKED_ROWS])
+        if batch.num_rows:
+            held.append(batch)
+            n += batch.num_rows
+        if n >= max_rows:
+            yield _pack(key_names, held, n)
+            held, n = [], 0
+    if held:
+        yield _pack(key_names, held, n)
+
+
+def _pack(key_names: tuple[str, ...], batches: list[pa.RecordBatch], n: int) -> pa.RecordBatch:
+    """The rows of ``batches`` (``n`` in all) packed per key."""
+    tbl = pa.Table.from_batches(batches)
+    tbl = tbl.take(pc.sort_indices(tbl, sort_keys=[(k, "ascending") for k in key_names]))  # stable
+    keys = [tbl.column(k).combine_chunks() for k in key_names]
+    cps = _change_points(keys)
+    starts = np.concatenate([[0], cps]).astype(np.int64)
+    stops = np.concatenate([cps, [n]]).astype(np.int64)
+    order = tbl.column(ORDER_COL).combine_chunks().to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
+    vals = tbl.column(VALUE_COL).combine_chunks().to_numpy(zero_copy_only=False).astype(np.float64, copy=False)
+    blobs = [pack_rows(order[a:b], vals[a:b]) for a, b in zip(starts.tolist(), stops.tolist())]
+    first = pa.array(starts)
+    arrays = [k.take(first) for k in keys] + [pa.array(stops - starts, pa.int64()), pa.array(blobs, pa.binary())]
+    return pa.RecordBatch.from_arrays(arrays, names=[*key_names, PACKED_COUNT, PACKED_ROWS])
 
 
 @dataclass
@@ -122,31 +144,49 @@ class StreamConfig:
 
 
 class _SparkState(StateAccess):
-    """The current key's state through Spark's handles."""
+    """The current key's state through Spark's handles: one ``MapState`` (header and sealed chunks) and timers.
 
-    def __init__(self, handle: Any, header: Any, chunks: Any):
-        self.handle, self.header, self.chunk_state = handle, header, chunks
+    Each call is a round trip to the JVM: counted in ``counts`` (``stream.calls.<kind>``, and the
+    microseconds they took in ``stream.state_us``).
+    """
 
-    def get_header(self) -> tuple | None:
-        return self.header.get()
+    _HEADER = (HEADER_ID,)
 
-    def put_header(self, row: tuple) -> None:
-        self.header.update(row)
+    def __init__(self, handle: Any, parts: Any, counts: dict[str, int]):
+        self.handle, self.parts, self.counts = handle, parts, counts
+
+    def _call(self, kind: str, f: Any, *args: Any) -> Any:
+        t0 = time.perf_counter()
+        try:
+            return f(*args)
+        finally:
+            c = self.counts
+            name = "stream.calls." + kind
+            c[name] = c.get(name, 0) + 1
+            c["stream.state_us"] = c.get("stream.state_us", 0) + int((time.perf_counter() - t0) * 1e6)
+
+    def get_header(self) -> bytes | None:
+        row = self._call("get_header", self.parts.getValue, self._HEADER)
+        return None if row is None else row[0]
+
+    def put_header(self, blob: bytes) -> None:
+        self._call("put_header", self.parts.updateValue, self._HEADER, (blob,))
 
     def chunks(self) -> Iterator[tuple[int, bytes]]:
-        return ((k[0], v[0]) for k, v in self.chunk_state.iterator())
+        pairs = self._call("chunks", lambda: list(self.parts.iterator()))
+        return iter([(k[0], v[0]) for k, v in pairs if k[0] != HEADER_ID])
 
     def put_chunk(self, cid: int, blob: bytes) -> None:
-        self.chunk_state.updateValue((cid,), (blob,))
+        self._call("put_chunk", self.parts.updateValue, (cid,), (blob,))
 
     def remove_chunk(self, cid: int) -> None:
-        self.chunk_state.removeKey((cid,))
+        self._call("remove_chunk", self.parts.removeKey, (cid,))
 
     def register_timer(self, t: int) -> None:
-        self.handle.registerTimer(t)
+        self._call("register_timer", self.handle.registerTimer, t)
 
     def delete_timer(self, t: int) -> None:
-        self.handle.deleteTimer(t)
+        self._call("delete_timer", self.handle.deleteTimer, t)
 
 
 class PBAProcessor(StatefulProcessor):
@@ -156,14 +196,17 @@ class PBAProcessor(StatefulProcessor):
         self.cfg = cfg
 
     def init(self, handle: Any) -> None:
+        t0 = time.perf_counter()
         rt.configure_worker_logging(self.cfg.log_level)
-        header = handle.getValueState("pba_header", HEADER_SCHEMA)
-        chunks = handle.getMapState("pba_chunks", CHUNK_KEY_SCHEMA, CHUNK_VALUE_SCHEMA)
-        self._state = _SparkState(handle, header, chunks)
-        self._step = KeyWindows(self.cfg.step)
         self._counts: dict[str, int] = {}
+        self._state = _SparkState(handle, handle.getMapState("pba_state", STATE_KEY_SCHEMA, STATE_VALUE_SCHEMA),
+                                  self._counts)
+        self._step = KeyWindows(self.cfg.step)
+        self._counts["stream.tasks"] = 1
+        self._counts["stream.init_us"] = int((time.perf_counter() - t0) * 1e6)
 
     def handleInputRows(self, key: Any, rows: Any, timerValues: Any) -> Iterator[Any]:
+        t0 = time.perf_counter()
         order, values = [], []
         nk = len(self.cfg.key_names)
         for frame in rows:  # keys..., PACKED_COUNT, PACKED_ROWS (by position: PySpark renames some columns)
@@ -174,13 +217,25 @@ class PBAProcessor(StatefulProcessor):
         o = np.concatenate(order) if len(order) != 1 else order[0]
         v = np.concatenate(values) if len(values) != 1 else values[0]
         wm = timerValues.getCurrentWatermarkInMs() if self._step.is_time else None
-        yield from self._emit(key, self._step.process(self._state, key, o, v, wm))
+        out = self._frame(key, self._step.process(self._state, key, o, v, wm))
+        self._took(t0)
+        if out is not None:
+            yield out
 
     def handleExpiredTimer(self, key: Any, timerValues: Any, expiredTimerInfo: Any) -> Iterator[Any]:
+        t0 = time.perf_counter()
         wm = timerValues.getCurrentWatermarkInMs()
-        out = self._step.process(self._state, key, np.empty(0, np.int64), np.empty(0, np.float64), wm,
-                                 fired=expiredTimerInfo.getExpiryTimeInMs())
-        yield from self._emit(key, out)
+        out = self._frame(key, self._step.process(self._state, key, np.empty(0, np.int64), np.empty(0, np.float64),
+                                                  wm, fired=expiredTimerInfo.getExpiryTimeInMs()))
+        self._took(t0)
+        if out is not None:
+            yield out
+
+    def _took(self, t0: float) -> None:
+        """A key's step done: counted (``stream.steps``) with its time (``stream.step_us``, state calls included)."""
+        c = self._counts
+        c["stream.steps"] = c.get("stream.steps", 0) + 1
+        c["stream.step_us"] = c.get("stream.step_us", 0) + int((time.perf_counter() - t0) * 1e6)
 
     def close(self) -> None:
         counts = getattr(self, "_counts", None)
@@ -197,7 +252,8 @@ class PBAProcessor(StatefulProcessor):
             if n:
                 c[name] = c.get(name, 0) + n
 
-    def _emit(self, key: Any, out: KeyOutput) -> Iterator[Any]:
+    def _frame(self, key: Any, out: KeyOutput) -> Any:
+        """The output rows of a key's step (a pandas DataFrame), or ``None`` for none."""
         import pandas as pd
 
         self._count(out)
@@ -206,7 +262,7 @@ class PBAProcessor(StatefulProcessor):
         late = cfg.late_rows == "emit" and len(out.late_order)
         n_late = len(out.late_order) if late else 0
         if not m and not n_late:
-            return
+            return None
         data: dict[str, Any] = {name: [key[i]] * (m + n_late) for i, name in enumerate(cfg.key_names)}
         # Arrow-backed columns: PySpark converts them as they are (a numpy NaN would become a null)
         ends = pa.array(out.ends, type=pa.int64())
@@ -224,7 +280,7 @@ class PBAProcessor(StatefulProcessor):
                 [pa.nulls(m, pa.int64()), pa.array(out.late_order[:n_late], pa.int64())]))
             data["late_value"] = pd.arrays.ArrowExtensionArray(pa.concat_arrays(
                 [pa.nulls(m, pa.float64()), pa.array(out.late_value[:n_late], pa.float64())]))
-        yield pd.DataFrame(data)
+        return pd.DataFrame(data)
 
 
 def stream_windows(d: Any, cfg: StreamConfig, schema: Any) -> Any:

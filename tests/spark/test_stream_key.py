@@ -80,7 +80,7 @@ def test_count_windows_equal_the_batch_run(agg, r, s):
             assert not len(out.late_order)
         assert ends == list(want_e)
         same(res, want_r, agg, vals)
-        hdr = Header.from_row(st.header)
+        hdr = Header.from_blob(st.header)
         assert hdr.n == n and hdr.late == 0
         # only the tail is kept: less than a window's rows plus a chunk
         kept = (hdr.next_chunk - hdr.first_chunk) * chunk_rows + len(hdr.open_t)
@@ -95,7 +95,7 @@ def test_count_windows_late_rows_are_counted_and_returned():
     out = step.process(st, "k", np.array([15, 20, 30]), np.array([5.0, 3.0, 4.0]), None)
     assert out.late_order.tolist() == [15] and out.late_value.tolist() == [5.0]
     assert out.ends.tolist() == [3, 4] and out.results.tolist() == [5.0, 7.0]  # a tie (20) is not late
-    assert Header.from_row(st.header).late == 1
+    assert Header.from_blob(st.header).late == 1
 
 
 @pytest.mark.parametrize("pre", [True, False])
@@ -136,7 +136,7 @@ def test_time_windows_equal_the_batch_run(agg, r, s, offset, pre):
             res += as_list(out.results)
         assert ends == list(want_e)
         same(res, want_r, agg, vals)
-        hdr = Header.from_row(st.header)
+        hdr = Header.from_blob(st.header)
         assert hdr.timer == -(1 << 63) and not st.timers  # nothing left to emit: no timer
         assert len(hdr.pend_t) == 0 and hdr.next_chunk - hdr.first_chunk <= r // 1 + 2
 
@@ -153,7 +153,7 @@ def test_preaggregated_tail_holds_a_row_per_sub_slice():
         ea = step.process(a, "k", t, v, i * 10 - 1)
         eb = raw.process(b, "k", t, v, i * 10 - 1)
         assert ea.ends.tolist() == eb.ends.tolist() and ea.results.tolist() == eb.results.tolist()
-    rows_of = [Header.from_row(x.header) for x in (a, b)]
+    rows_of = [Header.from_blob(x.header) for x in (a, b)]
     kept = [(h.next_chunk - h.first_chunk) * 4 + len(h.open_t) for h in rows_of]
     assert kept[0] <= 16 and kept[1] >= 500
     big = KeyWindows(StepConfig(win, "max", chunk_rows=4096, namespace="pre-big"))  # one open chunk, trimmed
@@ -161,7 +161,7 @@ def test_preaggregated_tail_holds_a_row_per_sub_slice():
     for i in range(40):
         t = np.arange(i * 10, i * 10 + 10, 0.2).astype(np.int64)
         big.process(c, "k", t, np.sin(t + 0.5 * i), i * 10 - 1)
-    h = Header.from_row(c.header)
+    h = Header.from_blob(c.header)
     assert not c.chunk_map and len(h.open_t) <= 12
 
 
@@ -179,7 +179,7 @@ def test_time_windows_late_rows_and_the_timer():
     st.timers.discard(15)  # Spark removes a timer when it fires
     out = step.process(st, "k", np.empty(0, np.int64), np.empty(0), 16, fired=15)  # the timer at 15 fires
     assert out.ends.tolist() == [15] and out.results.tolist() == [1.0] and st.timers == {20}
-    assert Header.from_row(st.header).late == 2
+    assert Header.from_blob(st.header).late == 2
 
 
 def test_state_calls_per_micro_batch_are_few():
@@ -217,3 +217,47 @@ def test_a_worker_keeps_the_operators_of_a_few_queries_only():
     for i in range(stream_key.CACHED_QUERIES):
         stream_key.worker_cache(f"q-{i}", 10)
     assert "q-first" not in stream_key._caches and closed == ["op"]
+
+
+@pytest.mark.parametrize("agg", ["max", "count", "argmax", "sum"])
+def test_rows_waiting_for_the_watermark_are_kept_folded(agg):
+    """A micro-batch's rows wait for the next watermark as one partial per sub-slice (the header stays small),
+    and the windows are those of the raw rows (bit for bit but for a float sum's rounding)."""
+    win = pr.TimeWindow(range=100, slide=10)
+    rng = np.random.default_rng(5)
+    folded = KeyWindows(StepConfig(win, agg, chunk_rows=8, namespace=f"fold-{agg}"))
+    raw = KeyWindows(StepConfig(win, agg, chunk_rows=8, namespace=f"fold-raw-{agg}", preaggregate=False))
+    a, b = DictState(), DictState()
+    got, want = [], []
+    wm = 0
+    for i in range(30):  # 500 rows per micro-batch over ~50 time units, the watermark 7 behind: a sub-slice
+        t = np.sort(rng.integers(max(wm + 1, i * 50 - 5), i * 50 + 50, 500))  # gets rows after it was released
+        v = np.round(rng.normal(size=500), 1)
+        v[rng.random(500) < 0.02] = np.nan
+        perm = rng.permutation(500)
+        for step, st, res in ((folded, a, got), (raw, b, want)):
+            out = step.process(st, "k", t[perm], v[perm], wm)  # any order within the micro-batch
+            res.append((out.ends.tolist(), np.asarray(out.results, float).tolist()))
+        assert len(Header.from_blob(a.header).pend_t) <= 7 and len(Header.from_blob(b.header).pend_t) >= 400
+        wm = int(t.max()) - 7
+    for (ge, gr), (we, wr) in zip(got, want):
+        assert ge == we
+        if agg == "sum":
+            np.testing.assert_allclose(gr, wr, rtol=1e-12, atol=1e-12)
+        else:
+            assert np.array_equal(gr, wr, equal_nan=True)
+
+
+def test_header_bytes_round_trip_and_a_foreign_layout_is_refused():
+    h = Header(n=5, last=-3, emitted=9, late=2, first_chunk=1, next_chunk=3, chunk_last=np.array([4, 8]),
+               open_t=np.array([1, 2]), open_v=np.array([-0.0, np.inf]), pend_t=np.array([7]),
+               pend_v=np.array([np.nan]), timer=11)
+    g = Header.from_blob(h.to_blob())
+    assert (g.n, g.last, g.emitted, g.late, g.first_chunk, g.next_chunk, g.timer, g.token) == \
+        (5, -3, 9, 2, 1, 3, 11, h.token)
+    assert g.chunk_last.tolist() == [4, 8] and g.open_t.tolist() == [1, 2] and g.pend_t.tolist() == [7]
+    assert np.signbit(g.open_v[0]) and np.isinf(g.open_v[1]) and np.isnan(g.pend_v[0])
+    blob = bytearray(h.to_blob())
+    blob[0] = 99
+    with pytest.raises(ValueError, match="layout 99"):
+        Header.from_blob(bytes(blob))
