@@ -70,6 +70,7 @@ import numpy as np
 
 import pba_runtime as pr
 
+from ..algorithms.keyed_batch import insert_many_keyed
 from ..batch import COMPILED_SPLIT_MIN, PARALLEL_BATCH_MIN
 from ..host import HostSpec, KeyedHost
 from ..kernels import warm_in_background
@@ -78,7 +79,7 @@ from .byte_ring import ByteRing
 from .metrics import PhaseClock
 from .output_stage import OutputStage
 from .part_files import PartWriter
-from .partitioning import group_by_key
+from .partitioning import group_by_key, group_runs
 from .sinks import PART_FORMATS, format_csv_batch, format_late, format_results, result_table, sink_modules
 
 __all__ = ["SlotSpec", "TaskSlot", "slot_main", "make_operator"]
@@ -262,44 +263,61 @@ class TaskSlot:
 
     def aggregate(self, keys: np.ndarray, values: np.ndarray, timestamps: np.ndarray | None) -> tuple[list, list]:
         """Feed one batch to its keys' operators: ``(parts, late_parts)``, ``[(key, ends, results), ...]`` and
-        ``[(key, timestamps, values), ...]``, for :meth:`_format`."""
+        ``[(key, timestamps, values), ...]``, for :meth:`_format`.
+
+        Count windows: the batch is sorted by key once (stably) and handed to every key's operator at once
+        (:func:`~pba_runtime.algorithms.keyed_batch.insert_many_keyed`: the common case, such as the default
+        job's, merges all keys in one compiled call); time windows: one ``insert_many`` per key.
+        """
         clock = self.clock
         clock.mark()
+        if not self._is_time:
+            order, firsts, bounds = group_runs(keys)
+            sorted_values = values[order]
+            clock.lap("group")
+            keys_seen = self.host.keys
+            slide = self._slide
+            ops = []
+            for i, key in enumerate(firsts):
+                hosted = keys_seen.get(key)
+                if hosted is None:
+                    hosted = self._open(key, (bounds[i + 1] - bounds[i]) // slide)
+                ops.append(hosted.op)
+            outs = insert_many_keyed(ops, sorted_values, bounds)
+            parts = [(key, ends, res) for key, (ends, res) in zip(firsts, outs) if len(ends)]
+            self._account(len(firsts), len(values), parts)
+            clock.lap("aggregate")
+            return parts, []
         groups = list(group_by_key(keys))
         clock.lap("group")
         parts = []
         late_parts: list = []
-        is_time = self._is_time
         host = self.host
         keys_seen = host.keys
-        largest = self.largest_piece
         for key, idx in groups:
             hosted = keys_seen.get(key)
             if hosted is None:
-                hosted = self._open(key, idx, timestamps)
+                ts = timestamps[idx]
+                hosted = self._open(key, int(ts.max() - ts.min()) // self._slide + 1)
             op = hosted.op
-            if is_time:
-                ends, res = op.insert_many(values[idx], timestamps[idx])
-                self._take_late(key, op, late_parts)
-            else:
-                ends, res = op.insert_many(values[idx])
+            ends, res = op.insert_many(values[idx], timestamps[idx])
+            self._take_late(key, op, late_parts)
             if len(ends):
                 parts.append((key, ends, res))
-                if len(ends) > largest:
-                    largest = len(ends)
-        self.largest_piece = largest
-        self.calls += len(groups)
-        self.tuples += len(values)
+        self._account(len(groups), len(values), parts)
         clock.lap("aggregate")
         return parts, late_parts
 
-    def _open(self, key: Any, idx: np.ndarray, timestamps: np.ndarray | None) -> Any:
+    def _account(self, calls: int, tuples: int, parts: list) -> None:
+        """Count a batch: its keys' calls, its tuples, the most windows one key emitted."""
+        self.calls += calls
+        self.tuples += tuples
+        for _, ends, _ in parts:
+            if len(ends) > self.largest_piece:
+                self.largest_piece = len(ends)
+
+    def _open(self, key: Any, key_slices: int) -> Any:
         """Open ``key``'s operator at its first piece: ``"auto"`` sees the piece's slices (``small_key``)."""
-        if self._is_time:
-            ts = timestamps[idx]
-            key_slices = int(ts.max() - ts.min()) // self._slide + 1
-        else:
-            key_slices = len(idx) // self._slide
         hosted = self.host.open(key_slices)
         self.host.add(key, hosted)
         return hosted
