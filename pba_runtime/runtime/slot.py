@@ -76,6 +76,7 @@ from ..host import HostSpec, KeyedHost
 from ..kernels import warm_in_background
 from ..pool import ORPHAN_EXIT_CODE, exit_with_parent
 from .byte_ring import ByteRing
+from .malloc_tuning import keep_freed_memory
 from .metrics import PhaseClock
 from .output_stage import OutputStage
 from .part_files import PartWriter
@@ -544,6 +545,7 @@ def slot_main(spec: SlotSpec, in_q: Any, out_q: Any, states: dict[Any, Any]) -> 
     """Body of a slot process (see the module doc)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the coordinator's to handle
     exit_with_parent()  # a read() of a half-written batch would never return to _get's check
+    keep_freed_memory()  # each batch's arrays from the heap, not fresh pages (see malloc_tuning)
     if spec.log_config is not None:
         from .. import logs
 
