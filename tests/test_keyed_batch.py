@@ -170,3 +170,14 @@ def test_bad_bounds():
     op = pr.create("sba", pr.CountWindow(range=2, slide=1), "max")
     with pytest.raises(ValueError, match="bounds must have"):
         insert_many_keyed([op], np.ones(3), [0, 3, 3])
+
+
+def test_lean_path_takes_strided_and_other_inputs():
+    """Strided, integer and list inputs give what the general path gives."""
+    w = pr.CountWindow(range=4, slide=1)
+    base = np.arange(40, dtype=np.float64)[::-1]
+    for chunk in (base[::2], np.arange(10), list(range(10)), base[:10]):
+        a, b = pr.create("sba", w, "max"), pr.create("sba", w, "max")
+        ea, ra = a.insert_many(chunk)
+        eb, rb = b._insert_many(chunk)
+        assert ea.tolist() == eb.tolist() and ra.tolist() == rb.tolist()

@@ -478,7 +478,8 @@ class PBA(SlicedAggregator):
     # ------------------------------------------------------------------ batch path
     def insert_many(self, values, timestamps=None):
         if (self._lean_batch and timestamps is None and values.__class__ is np.ndarray
-                and values.dtype == np.float64 and values.ndim == 1 and not self._tuple_mode
+                and values.dtype == np.float64 and values.ndim == 1 and values.flags.c_contiguous
+                and not self._tuple_mode
                 and not self._flushed and not self._closed):
             out = self._insert_lean(values)
             if out is not None:
