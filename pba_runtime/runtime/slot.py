@@ -10,8 +10,10 @@ messages from its bounded input queue, in order:
 
 * ``("data", keys, values, timestamps, arrival)``: a batch of its tuples. It
   groups them by key with a stable sort (each key keeps arrival order) and
-  feeds each key's tuples to that key's operator with one
-  ``op.insert_many(values, timestamps)``; late tuples (time windows with a
+  feeds each key's tuples to that key's operator: count windows all keys at
+  once (:func:`~pba_runtime.algorithms.keyed_batch.insert_many_keyed`, one
+  compiled merge for the common case), time windows with one
+  ``op.insert_many(values, timestamps)`` per key; late tuples (time windows with a
   lateness bound) come back from ``op.take_late()``. The results of the whole
   batch are formatted here, in parallel with the other slots, and sent to the
   sink as one ``("out", slot, result_bytes, windows, arrival, late_bytes, late)``;
@@ -203,7 +205,7 @@ class TaskSlot:
         self._is_time = isinstance(spec.window, pr.TimeWindow)
         self._range = spec.window.range
         self._slide = spec.window.slide
-        self.calls = 0  # insert_many calls (one per key per batch)
+        self.calls = 0  # per-key merges (one per key per batch)
         self.largest_piece = 0  # most windows one insert_many call emitted
         self.parts = None
         self.output: Any = None  # the OutputStage, when slot_main runs one
