@@ -21,6 +21,11 @@ same round (median [min-max] over the rounds).
     python bench/bench_runtime_versions.py --old /tmp/h18r-old            # 6M tuples, 3 rounds
     python bench/bench_runtime_versions.py --old /tmp/h18r-old --tuples 2000000 --rounds 2
     python bench/bench_runtime_versions.py --old /tmp/before-sinks --sinks --rounds 4
+    python bench/bench_runtime_versions.py --old /tmp/main --job --rounds 5 --json bench/results/runtime_job_versions.json
+
+``--job`` compares the default job only (no sink, and with a CSV sink), each new run also as a ratio to
+the old tree's run of the same round. ``--json`` writes the raw runs with the 1-min load average of
+each round (``{"tuples", "rounds", "loadavg_per_round", "runs"}``).
 """
 
 from __future__ import annotations
@@ -45,6 +50,12 @@ CONFIGS = [  # (name, tree, extra arguments); {tmp} is a scratch directory
     ("new default, csv sink", "new", ["--sink", "csv:{tmp}/new.csv"]),
     ("new default, parquet sink", "new", ["--sink", "parquet:{tmp}/new-parquet"]),
     ("new default, arrow sink", "new", ["--sink", "arrow:{tmp}/new-arrow"]),
+]
+JOB_CONFIGS = [
+    ("old default, no sink", "old", []),
+    ("new default, no sink", "new", []),
+    ("old default, csv sink", "old", ["--sink", "csv:{tmp}/old.csv"]),
+    ("new default, csv sink", "new", ["--sink", "csv:{tmp}/new.csv"]),
 ]
 SINK_CONFIGS = [(f"{tree} {sink}", tree, [] if sink == "no sink" else ["--sink", f"{sink}:{{tmp}}/{tree}-{sink}"])
                 for tree in ("old", "new") for sink in ("no sink", "csv", "parquet", "arrow")]
@@ -73,8 +84,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--json", default=None, help="also write the raw runs here")
     p.add_argument("--sinks", action="store_true", help="no sink, csv, parquet, arrow in each tree")
+    p.add_argument("--job", action="store_true", help="the default job only, no sink and csv, old against new")
     a = p.parse_args(argv)
-    configs = SINK_CONFIGS if a.sinks else CONFIGS
+    configs = SINK_CONFIGS if a.sinks else JOB_CONFIGS if a.job else CONFIGS
+    loads = [list(os.getloadavg())]
     trees = {"old": str(Path(a.old).resolve()), "new": str(HERE)}
     runs: dict[str, list[dict]] = {name: [] for name, _, _ in configs}
     with tempfile.TemporaryDirectory() as tmp:
@@ -84,6 +97,7 @@ def main(argv: list[str] | None = None) -> int:
             for name, tree, args in configs:
                 runs[name].append(run_once(trees[tree], args, a.tuples, tmp))
                 print(f"round {r + 1}: {name}: {runs[name][-1]['rate'] / 1e6:.2f}M tuples/s", file=sys.stderr)
+            loads.append(list(os.getloadavg()))
     print(f"{a.tuples:,} tuples, {a.rounds} rounds interleaved; median [min-max]")
     print(f"{'configuration':38s} {'stream tuples/s':>26s} {'command wall s':>22s} {'cpu s (coord+slots)':>20s}"
           + ("  / no sink, same tree and round" if a.sinks else ""))
@@ -96,11 +110,20 @@ def main(argv: list[str] | None = None) -> int:
         if a.sinks and not name.endswith("no sink"):
             q = [x["rate"] / n["rate"] for x, n in zip(xs, runs[f"{tree} no sink"])]
             extra = f"  {statistics.median(q):.2f}x [{min(q):.2f}-{max(q):.2f}]"
+        if a.job and tree == "new":
+            old = runs[name.replace("new", "old", 1)]
+            q = [x["rate"] / o["rate"] for x, o in zip(xs, old)]
+            qc = [(o["coordinator_cpu"] + o["slots_cpu"]) / (x["coordinator_cpu"] + x["slots_cpu"])
+                  for x, o in zip(xs, old)]
+            extra = (f"  new/old rate {statistics.median(q):.2f}x [{min(q):.2f}-{max(q):.2f}],"
+                     f" old/new CPU {statistics.median(qc):.2f}x [{min(qc):.2f}-{max(qc):.2f}]")
         print(f"{name:38s} {statistics.median(rate):9.2f}M [{min(rate):5.2f}-{max(rate):5.2f}] "
               f"{statistics.median(wall):8.2f} [{min(wall):4.2f}-{max(wall):4.2f}] {statistics.median(cpu):12.2f}"
               + extra)
+    print(f"1-min load average per round: {[round(x[0], 1) for x in loads]}")
     if a.json:
-        Path(a.json).write_text(json.dumps(runs, indent=1))
+        Path(a.json).write_text(json.dumps({"tuples": a.tuples, "rounds": a.rounds, "configs": [c[0] for c in configs],
+                                            "loadavg_per_round": loads, "runs": runs}, indent=1))
     return 0
 
 

@@ -942,6 +942,44 @@ def spark_streaming_floor_section(fl: dict) -> list[str]:
             + table(["plan", "micro-batch, median (min-max)", "after the first", "idle micro-batch"], rows))
 
 
+
+
+def runtime_job_section(rj: dict) -> list[str]:
+    """Issue 18: pba-run's default job in this tree against the tree before (bench_runtime_versions.py --job)."""
+    runs = rj.get("runs", {})
+    loads = [round(x[0], 1) for x in rj.get("loadavg_per_round", [])]
+    out = ["## pba-run's default job, before and after (issue 18)", "",
+           f"`python bench/bench_runtime_versions.py --old <tree before> --job`: the default job "
+           f"({rj.get('tuples', 0):,} tuples, 84 keys, `W[1024, 1]` max, `--algorithm auto`, parallelism 2), "
+           f"each run a fresh `pba-run`, the two trees interleaved over {rj.get('rounds')} rounds; medians "
+           f"[min-max]; CPU: coordinator and slots during the stream. 1-min load at each round: "
+           f"{', '.join(map(str, loads))} (2 cores).", ""]
+
+    def med(xs: list[float]) -> str:
+        return f"{statistics.median(xs):.2f} [{min(xs):.2f}-{max(xs):.2f}]"
+
+    rows, goal = [], None
+    for name in rj.get("configs", list(runs)):
+        xs = runs[name]
+        cpu = [x["coordinator_cpu"] + x["slots_cpu"] for x in xs]
+        vs = "-"
+        old = runs.get(name.replace("new", "old", 1)) if name.startswith("new") else None
+        if old:
+            q = [x["rate"] / o["rate"] for x, o in zip(xs, old)]
+            qc = [(o["coordinator_cpu"] + o["slots_cpu"]) / (x["coordinator_cpu"] + x["slots_cpu"])
+                  for x, o in zip(xs, old)]
+            vs = f"{med(q)}x rate, {med(qc)}x less CPU"
+            if name.endswith("no sink"):
+                goal = q
+        rows.append([name, med([x["rate"] / 1e6 for x in xs]), f"{statistics.median(cpu):.2f}", vs])
+    out += table(["configuration", "M tuples/s", "CPU s", "new over old (same round)"], rows)
+    if goal:
+        out += table(["goal", "new over old, no sink", ""],
+                     [["the default job >= 3x the tuples/s before", med(goal) + "x",
+                       met(statistics.median(goal) >= 3.0)]])
+    return out
+
+
 def build(res_dir: Path) -> str:
     """The Markdown report for the JSON files in ``res_dir``."""
     tp = C.read_json(res_dir / "exp_throughput.json")
@@ -981,6 +1019,9 @@ def build(res_dir: Path) -> str:
     rs = C.read_json(res_dir / "runtime_sinks.json")
     if rs:
         out += runtime_sinks_section(rs)
+    rj = C.read_json(res_dir / "runtime_job_versions.json")
+    if rj:
+        out += runtime_job_section(rj)
     kr = C.read_json(res_dir / "kernels.json")
     if kr:
         out += kernels_section(kr)

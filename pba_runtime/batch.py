@@ -20,6 +20,7 @@ Examples
 from __future__ import annotations
 
 import itertools
+import math
 
 import numpy as np
 
@@ -234,7 +235,7 @@ def _results(nwin: int, shape: tuple, dtype: type, with_ends: bool) -> tuple[np.
     n_ends = nwin if with_ends else 0
     if np.dtype(dtype).itemsize != 8:  # not a float64/int64 result: two arrays
         return np.empty((nwin,) + tuple(shape), dtype=dtype), np.empty(n_ends, dtype=np.int64)
-    n_out = nwin * int(np.prod(shape, dtype=np.int64))
+    n_out = nwin * int(math.prod(shape))  # not np.prod: ~2 us a call
     buf = result_block(8 * (n_out + n_ends)).view(np.float64)
     out = buf[:n_out].view(dtype).reshape((nwin,) + tuple(shape))
     return out, buf[n_out:].view(np.int64)

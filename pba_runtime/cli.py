@@ -38,6 +38,7 @@ import pba_runtime as pr
 from .kernels import ENGINES, resolve_engine
 from .runtime import Job, UserError
 from .runtime.errors import JobError
+from .runtime.malloc_tuning import keep_freed_memory
 from .runtime.metrics import REASON_TEXT
 from .runtime.sources import DEFAULT_BATCH_SIZE, CsvSource, Debs12Source, Debs14Source, JsonlSource, Source
 
@@ -365,6 +366,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     old_term = None
     try:
         args = build_parser().parse_args(argv)
+        keep_freed_memory()  # pba-run's own process: the source's batch arrays from the heap (see malloc_tuning)
         _setup_logging(args.log_level)
         if args.log_file is not None:
             pr.configure_logging(args.log_file, args.log_level.upper())

@@ -73,9 +73,9 @@ from typing import Any
 import numpy as np
 
 from ..aggregations import as_float_array, quiet_non_finite
-from ..batch import windows_from_values, windows_with_ends
+from ..batch import COMPILED_SPLIT_MIN, _results, windows_from_values, windows_with_ends
 from ..chunking import plan_chunk_size
-from ..kernels import resolve_engine
+from ..kernels import merge_range, resolve_engine
 from ..merge import build_lcs
 from ..pool import WorkerPool, default_pool
 from .base import SlicedAggregator, no_timestamps, sizeof, validate_timestamps
@@ -161,6 +161,10 @@ class PBA(SlicedAggregator):
         # runs the episode path above (the reference; user aggregations always take it)
         self._fused_time = self._is_time and self.engine.compiled and _fused_layout(self.engine)
         self._flush_in_batch = False  # set by _insert_and_flush: the fused batch drains the stream too
+        # count windows, slide 1, the compiled merge of scalar partials: _insert_lean's case
+        self._lean_batch = (not self._is_time and self._s == 1 and self._q > 1 and self.engine.compiled
+                            and self.engine.layout == "scalar" and self.engine.from_values is None
+                            and not self.agg.positional and self.agg.float_passthrough)
 
     # ------------------------------------------------------------------ merger
     def _reset_merger(self, f: int = 0, g: int = 0) -> None:
@@ -473,8 +477,66 @@ class PBA(SlicedAggregator):
         self._cursor()
 
     # ------------------------------------------------------------------ batch path
-    @quiet_non_finite
     def insert_many(self, values, timestamps=None):
+        if (self._lean_batch and timestamps is None and values.__class__ is np.ndarray
+                and values.dtype == np.float64 and values.ndim == 1 and values.flags.c_contiguous
+                and not self._tuple_mode
+                and not self._flushed and not self._closed):
+            out = self._insert_lean(values)
+            if out is not None:
+                return out
+        return self._insert_many(values, timestamps)
+
+    def _insert_lean(self, vals: np.ndarray) -> tuple[np.ndarray, Any] | None:
+        """The batch path of the keyed runtime's common case, its Python trimmed: count windows, slide 1,
+        the compiled merge of scalar partials, windows that fit in one block (no pool hand-off).
+
+        The same steps as :meth:`_insert_many` for that case (the lift, the merge of the history and
+        the batch in rows of ``q`` from the first window, the lower, the history kept), called
+        directly: each key of a slot pays this per batch, and the layers between cost 5-10x the
+        merge of a few hundred values. ``None``: not that case (see :meth:`lean_plan`); the general
+        path then runs. Numba's loops raise no floating-point warnings, so no ``errstate`` is needed.
+        """
+        plan = self.lean_plan(len(vals))
+        if plan is None:
+            return None
+        k_lo, nwin, hist = plan
+        P = self._kernel.lift(vals, None)
+        X = P if hist is None else np.concatenate([hist, P])
+        out, ends = _results(nwin, (), np.float64, True)
+        merge_range(self.engine, X, self._q, 0, nwin, out, ends, k_lo + self._r, 1)
+        return ends, self.lean_finish(X, k_lo, nwin, len(vals), out)
+
+    def lean_plan(self, N: int) -> tuple[int, int, np.ndarray | None] | None:
+        """Whether a batch of ``N`` values takes the lean path (:meth:`_insert_lean`, or several keys in one
+        compiled call, :func:`pba_runtime.algorithms.keyed_batch.insert_many_keyed`): ``(k_lo, nwin, history)``,
+        the batch's first window, its windows and the slices before the batch that they hold (``None``:
+        none); ``None`` when it does not: not this case, no window completes, a batch large enough for the
+        pool, or a history that does not start at the first window."""
+        if not self._lean_batch or self._tuple_mode or self._flushed or self._closed:
+            return None
+        n0, r = self._n, self._r
+        k_lo = n0 + 1 - r if n0 + 1 > r else 0
+        nwin = n0 + N - r - k_lo + 1
+        if N == 0 or nwin <= 0 or nwin >= COMPILED_SPLIT_MIN or self._front != k_lo:
+            return None
+        hist = self._history() if self._back > self._front else None
+        return k_lo, nwin, (hist if hist is not None and len(hist) else None)
+
+    def lean_finish(self, X: np.ndarray, k_lo: int, nwin: int, N: int, out: np.ndarray) -> Any:
+        """After the lean path's merge of ``X`` (history and batch) into ``out``: the lowered results, and
+        the history kept, as :meth:`_insert_many` keeps it."""
+        results = self._kernel.lower(out)
+        self._emitted += nwin
+        k_hi = k_lo + nwin - 1
+        self._next_k = k_hi + 1
+        self._finish_batch(X, k_lo, self._back + N, N, 0, self.agg.identity, front=k_hi + 1)
+        if self.agg.result == "int":
+            results = np.asarray(results, dtype=np.int64)
+        return results
+
+    @quiet_non_finite
+    def _insert_many(self, values, timestamps=None):
         self._leave_tuple_mode()
         kernel = self._kernel
         if kernel is None or self.engine.name == "python":

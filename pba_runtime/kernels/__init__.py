@@ -36,7 +36,7 @@ import numpy as np
 from ..aggregations import BUILTIN_AGGREGATIONS, Aggregation, ArgmaxKernel, Kernel, StdKernel, UfuncKernel
 from .scratch import scratch
 
-__all__ = ["ENGINES", "CompileWarning", "Engine", "resolve_engine", "check_engine", "compiled_available",
+__all__ = ["ENGINES", "CompileWarning", "Engine", "resolve_engine", "check_engine", "compiled_available", "merge_keyed",
            "merge_range", "values_range", "warm", "warm_in_background"]
 
 ENGINES = ("auto", "compiled", "numpy", "python")
@@ -320,6 +320,20 @@ def merge_range(engine: Engine, X: np.ndarray, q: int, a0: int, a1: int, out: np
         engine.kernel.merge(X, q, a0, a1, out, ends, first_end, step, lowered)
     else:  # pragma: no cover - resolve_engine never builds one
         raise ValueError(f"no compiled merge for layout {engine.layout!r}")
+
+
+def merge_keyed(engine: Engine, X: np.ndarray, xstart: np.ndarray, nwin: np.ndarray, ostart: np.ndarray,
+                first_end: np.ndarray, q: int, out: np.ndarray, ends: np.ndarray) -> None:
+    """Several keys' merges in one compiled call (scalar layout; count windows, slide 1): key ``k``'s
+    history and batch are ``X[xstart[k] : xstart[k] + nwin[k] + q - 1]``, its windows go to ``out`` and
+    ``ends`` from ``ostart[k]`` (:func:`pba_runtime.kernels.compiled.merge_scalar_keyed`): the results
+    of :func:`merge_range` on each key's partials, without a Python call per key."""
+    from . import compiled as C
+
+    if engine.layout != "scalar":  # pragma: no cover - the caller's guard
+        raise ValueError(f"merge_keyed takes scalar partials, not layout {engine.layout!r}")
+    C.merge_scalar_keyed(X, xstart, nwin, ostart, first_end, q, engine.ops[0], out, ends, scratch("lcs", q),
+                         scratch("csa", q))
 
 
 def values_range(engine: Engine, V: np.ndarray, q: int, a0: int, a1: int, out: np.ndarray, ends: np.ndarray,

@@ -224,6 +224,22 @@ def merge_scalar_two_pass(X, q, a0, a1, out, ends, first_end, step, op, lcs, csa
 
 
 @njit(**_JIT)
+def merge_scalar_keyed(X, xstart, nwin, ostart, first_end, q, op, out, ends, lcs, csa):
+    """:func:`merge_scalar` of several keys in one call: key ``k``'s partials are
+    ``X[xstart[k] : xstart[k] + nwin[k] + q - 1]`` (its history, then its batch), its ``nwin[k]``
+    windows go to ``out`` and ``ends`` from ``ostart[k]``, ends ``first_end[k] + a`` (slide 1).
+
+    Each key gets :func:`merge_scalar`'s operations on its own partials, in rows of ``q`` from its
+    first window (the same bits as one call per key)."""
+    for k in range(xstart.shape[0]):
+        n = nwin[k]
+        x0 = xstart[k]
+        o0 = ostart[k]
+        _scalar_op(X[x0 : x0 + n + q - 1], q, 0, n, out[o0 : o0 + n], op, lcs, csa)
+        _fill_ends(ends[o0 : o0 + n], 0, n, first_end[k], 1)
+
+
+@njit(**_JIT)
 def merge_columns(X, q, a0, a1, out, ends, first_end, step, ops, lcs, csa):
     """Vector partials ``X`` (2-D, one row a slice) whose column ``k`` combines by ``ops[k]`` (a code
     above); ``lcs``, ``csa``: ``(q, X.shape[1])`` scratch.

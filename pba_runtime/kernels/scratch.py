@@ -18,6 +18,7 @@ Examples
 
 from __future__ import annotations
 
+import math
 import threading
 
 import numpy as np
@@ -39,7 +40,7 @@ def scratch(slot: str, shape: int | tuple, dtype=np.float64) -> np.ndarray:
     """
     dtype = np.dtype(dtype)
     shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)
-    size = int(np.prod(shape, dtype=np.int64))
+    size = int(math.prod(shape))  # not np.prod: ~2 us a call, paid by every merge
     nbytes = size * dtype.itemsize
     kept = getattr(_local, "buffers", None)
     if kept is None:

@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["stable_hash", "slot_of", "split_by_slot", "group_by_key", "key_to_python", "key_array", "Partitioner",
+__all__ = ["stable_hash", "slot_of", "split_by_slot", "group_by_key", "group_runs", "key_to_python", "key_array", "Partitioner",
            "compact_keys"]
 
 _M1 = np.uint64(0xBF58476D1CE4E5B9)
@@ -212,19 +212,32 @@ def _stable_order(keys: np.ndarray) -> np.ndarray:
     return np.argsort(keys, kind="stable")
 
 
+def group_runs(keys: np.ndarray) -> tuple[np.ndarray, list, list[int]]:
+    """``(order, firsts, bounds)``: a stable sort order of ``keys``, its distinct keys in sorted order, and
+    where each key's run starts in ``keys[order]`` (``len(firsts) + 1`` offsets).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> order, firsts, bounds = group_runs(np.array([7, 3, 7, 3, 9]))
+    >>> order.tolist(), firsts, bounds
+    ([1, 3, 0, 2, 4], [3, 7, 9], [0, 2, 4, 5])
+    """
+    n = len(keys)
+    if n == 0:
+        return np.empty(0, dtype=np.intp), [], [0]
+    order = _stable_order(keys)
+    sk = keys[order]
+    cuts = (np.flatnonzero(sk[1:] != sk[:-1]) + 1).tolist()
+    bounds = [0, *cuts, n]
+    return order, sk[bounds[:-1]].tolist(), bounds
+
+
 def group_by_key(keys: np.ndarray) -> Iterator[tuple[Any, np.ndarray]]:
     """Yield ``(key, indices)`` per distinct key; indices increase (arrival order kept).
 
     Keys come out sorted; each key's indices are in the order the tuples arrived.
     """
-    n = len(keys)
-    if n == 0:
-        return
-    order = _stable_order(keys)
-    sk = keys[order]
-    cuts = np.flatnonzero(sk[1:] != sk[:-1]) + 1
-    starts = [0, *cuts.tolist()]
-    ends = [*cuts.tolist(), n]
-    firsts = sk[starts].tolist()
-    for k, lo, hi in zip(firsts, starts, ends):
-        yield k, order[lo:hi]
+    order, firsts, bounds = group_runs(keys)
+    for i, k in enumerate(firsts):
+        yield k, order[bounds[i] : bounds[i + 1]]

@@ -10,8 +10,10 @@ messages from its bounded input queue, in order:
 
 * ``("data", keys, values, timestamps, arrival)``: a batch of its tuples. It
   groups them by key with a stable sort (each key keeps arrival order) and
-  feeds each key's tuples to that key's operator with one
-  ``op.insert_many(values, timestamps)``; late tuples (time windows with a
+  feeds each key's tuples to that key's operator: count windows all keys at
+  once (:func:`~pba_runtime.algorithms.keyed_batch.insert_many_keyed`, one
+  compiled merge for the common case), time windows with one
+  ``op.insert_many(values, timestamps)`` per key; late tuples (time windows with a
   lateness bound) come back from ``op.take_late()``. The results of the whole
   batch are formatted here, in parallel with the other slots, and sent to the
   sink as one ``("out", slot, result_bytes, windows, arrival, late_bytes, late)``;
@@ -70,15 +72,17 @@ import numpy as np
 
 import pba_runtime as pr
 
+from ..algorithms.keyed_batch import insert_many_keyed
 from ..batch import COMPILED_SPLIT_MIN, PARALLEL_BATCH_MIN
 from ..host import HostSpec, KeyedHost
 from ..kernels import warm_in_background
 from ..pool import ORPHAN_EXIT_CODE, exit_with_parent
 from .byte_ring import ByteRing
+from .malloc_tuning import keep_freed_memory
 from .metrics import PhaseClock
 from .output_stage import OutputStage
 from .part_files import PartWriter
-from .partitioning import group_by_key
+from .partitioning import group_by_key, group_runs
 from .sinks import PART_FORMATS, format_csv_batch, format_late, format_results, result_table, sink_modules
 
 __all__ = ["SlotSpec", "TaskSlot", "slot_main", "make_operator"]
@@ -201,7 +205,7 @@ class TaskSlot:
         self._is_time = isinstance(spec.window, pr.TimeWindow)
         self._range = spec.window.range
         self._slide = spec.window.slide
-        self.calls = 0  # insert_many calls (one per key per batch)
+        self.calls = 0  # per-key merges (one per key per batch)
         self.largest_piece = 0  # most windows one insert_many call emitted
         self.parts = None
         self.output: Any = None  # the OutputStage, when slot_main runs one
@@ -262,44 +266,61 @@ class TaskSlot:
 
     def aggregate(self, keys: np.ndarray, values: np.ndarray, timestamps: np.ndarray | None) -> tuple[list, list]:
         """Feed one batch to its keys' operators: ``(parts, late_parts)``, ``[(key, ends, results), ...]`` and
-        ``[(key, timestamps, values), ...]``, for :meth:`_format`."""
+        ``[(key, timestamps, values), ...]``, for :meth:`_format`.
+
+        Count windows: the batch is sorted by key once (stably) and handed to every key's operator at once
+        (:func:`~pba_runtime.algorithms.keyed_batch.insert_many_keyed`: the common case, such as the default
+        job's, merges all keys in one compiled call); time windows: one ``insert_many`` per key.
+        """
         clock = self.clock
         clock.mark()
+        if not self._is_time:
+            order, firsts, bounds = group_runs(keys)
+            sorted_values = values[order]
+            clock.lap("group")
+            keys_seen = self.host.keys
+            slide = self._slide
+            ops = []
+            for i, key in enumerate(firsts):
+                hosted = keys_seen.get(key)
+                if hosted is None:
+                    hosted = self._open(key, (bounds[i + 1] - bounds[i]) // slide)
+                ops.append(hosted.op)
+            outs = insert_many_keyed(ops, sorted_values, bounds)
+            parts = [(key, ends, res) for key, (ends, res) in zip(firsts, outs) if len(ends)]
+            self._account(len(firsts), len(values), parts)
+            clock.lap("aggregate")
+            return parts, []
         groups = list(group_by_key(keys))
         clock.lap("group")
         parts = []
         late_parts: list = []
-        is_time = self._is_time
         host = self.host
         keys_seen = host.keys
-        largest = self.largest_piece
         for key, idx in groups:
             hosted = keys_seen.get(key)
             if hosted is None:
-                hosted = self._open(key, idx, timestamps)
+                ts = timestamps[idx]
+                hosted = self._open(key, int(ts.max() - ts.min()) // self._slide + 1)
             op = hosted.op
-            if is_time:
-                ends, res = op.insert_many(values[idx], timestamps[idx])
-                self._take_late(key, op, late_parts)
-            else:
-                ends, res = op.insert_many(values[idx])
+            ends, res = op.insert_many(values[idx], timestamps[idx])
+            self._take_late(key, op, late_parts)
             if len(ends):
                 parts.append((key, ends, res))
-                if len(ends) > largest:
-                    largest = len(ends)
-        self.largest_piece = largest
-        self.calls += len(groups)
-        self.tuples += len(values)
+        self._account(len(groups), len(values), parts)
         clock.lap("aggregate")
         return parts, late_parts
 
-    def _open(self, key: Any, idx: np.ndarray, timestamps: np.ndarray | None) -> Any:
+    def _account(self, calls: int, tuples: int, parts: list) -> None:
+        """Count a batch: its keys' calls, its tuples, the most windows one key emitted."""
+        self.calls += calls
+        self.tuples += tuples
+        for _, ends, _ in parts:
+            if len(ends) > self.largest_piece:
+                self.largest_piece = len(ends)
+
+    def _open(self, key: Any, key_slices: int) -> Any:
         """Open ``key``'s operator at its first piece: ``"auto"`` sees the piece's slices (``small_key``)."""
-        if self._is_time:
-            ts = timestamps[idx]
-            key_slices = int(ts.max() - ts.min()) // self._slide + 1
-        else:
-            key_slices = len(idx) // self._slide
         hosted = self.host.open(key_slices)
         self.host.add(key, hosted)
         return hosted
@@ -526,6 +547,7 @@ def slot_main(spec: SlotSpec, in_q: Any, out_q: Any, states: dict[Any, Any]) -> 
     """Body of a slot process (see the module doc)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the coordinator's to handle
     exit_with_parent()  # a read() of a half-written batch would never return to _get's check
+    keep_freed_memory()  # each batch's arrays from the heap, not fresh pages (see malloc_tuning)
     if spec.log_config is not None:
         from .. import logs
 
