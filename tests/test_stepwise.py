@@ -215,6 +215,27 @@ def test_pba_equals_sba_bit_for_bit(agg, window):
         assert pba.stats["lcs_tasks"] + pba.stats["lcs_built_on_main_loop"] >= 1
 
 
+@pytest.mark.parametrize("b", [1, 5, 33, 63, 64])
+@pytest.mark.parametrize("agg", ["max", "sum", "argmax", SPREAD], ids=lambda a: a if isinstance(a, str) else a.name)
+def test_sba_slide_one_runs_match_python(agg, b):
+    """Count windows with slide 1 step a run of tuples between chunk boundaries in one tight loop
+    (``sba.run_count_s1``): with no middle chunk (b = 63), one (b = 33), several or a window inside one
+    chunk (the generic step: b = 1, 5, 64), fed whole or in pieces, SBA gives the Python operator's
+    windows and PBA SBA's bits."""
+    w = pr.CountWindow(range=64, slide=1)
+    vals, _ = _stream(8, 3000, w, agg)
+    out = pr.replay("sba", w, agg, vals, chunk_size=b)
+    ends, want = _python("sba", w, agg, vals, None, b)
+    assert out.ends.tolist() == ends
+    assert_results_equal(agg, list(out.results), want)
+    st_ = Stepper("sba", w, agg, chunk_size=b)
+    parts = [st_.run(vals[lo:lo + 97]) for lo in range(0, 3000, 97)]
+    assert np.concatenate([p[1] for p in parts]).tobytes() == np.asarray(out.results, dtype=float).tobytes()
+    with pr.WorkerPool("thread", 1) as pool:
+        pba = pr.replay("pba", w, agg, vals, chunk_size=b, pool=pool)
+    assert np.asarray(pba.results).tobytes() == np.asarray(out.results).tobytes()
+
+
 def test_pba_large_window_worker_builds_the_lcs():
     """W[2^10, 1] over 50k values: the worker builds lcs; stalls are counted (their number depends on the load)."""
     vals = np.random.default_rng(5).random(50_000)
