@@ -250,11 +250,30 @@ def test_pba_large_window_worker_builds_the_lcs():
     assert st_["stalls"] >= 0 and st_["stall_ns"] >= 0
 
 
+def test_pba_hands_off_only_chunks_worth_it():
+    """Planned chunks below MIN_WORKER_CHUNK slices are built on the main loop (stats say why); an explicit
+    chunk_size goes to the worker whatever its size; the results are SBA's bits either way."""
+    vals = np.random.default_rng(9).random(20_000)
+    small = pr.CountWindow(range=64, slide=1)  # Theorem 1: 33 slices
+    with pr.WorkerPool("thread", 1) as pool:
+        planned = pr.replay("pba", small, "max", vals, pool=pool)
+        forced = pr.replay("pba", small, "max", vals, pool=pool, chunk_size=33)
+        big = pr.replay("pba", pr.CountWindow(range=2 * pr.chunking.MIN_WORKER_CHUNK, slide=1), "max", vals, pool=pool)
+    sba = pr.replay("sba", small, "max", vals)
+    assert planned.stats["chunk_size"] == 33 and planned.stats["lcs_on"] == "main loop"
+    assert "MIN_WORKER_CHUNK" in planned.stats["why"] and planned.stats["lcs_tasks"] == 0
+    assert planned.stats["stalls"] == 0
+    assert forced.stats["lcs_on"] == "worker thread" and "why" not in forced.stats
+    assert big.stats["lcs_on"] == "worker thread" and big.stats["chunk_size"] >= pr.chunking.MIN_WORKER_CHUNK
+    for out in (planned, forced):
+        assert out.results.tobytes() == sba.results.tobytes()
+
+
 def test_pba_with_a_closed_pool_builds_on_the_main_loop():
     pool = pr.WorkerPool("thread", 1)
     pool.close()
     vals = np.arange(100.0)
-    out = pr.replay("pba", pr.CountWindow(range=8, slide=1), "max", vals, pool=pool)
+    out = pr.replay("pba", pr.CountWindow(range=8, slide=1), "max", vals, pool=pool, chunk_size=5)  # for the worker
     assert out.results.tolist() == [float(e - 1) for e in out.ends]
     assert "closed" in out.stats["why"]
 
