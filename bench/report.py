@@ -645,11 +645,12 @@ DIFFERENCES = """## Why the results differ from the paper
 
 FINDINGS = """## Findings about the library (for its owners)
 
-* **Compiled PBA's hand-off at small ranges.** With Theorem 1's chunk size, `pr.replay("pba", ...)` hands a
-  chunk of a few slices to the worker every few tuples and the main loop then waits for it at nearly every
-  chunk (the *PBA stalls* column of Fig. 4: about one stall per chunk up to 2^7): 1-30M tuples/s against
-  SBA's 50-100M. A larger chunk than Theorem 1's at small ranges (or SBA there, as `"auto"` does) would
-  avoid it.
+* **Compiled PBA's hand-off at small ranges.** With Theorem 1's chunk size, `pr.replay("pba", ...)` handed a
+  chunk of a few slices to the worker every few tuples and the main loop then waited for it at nearly every
+  chunk: 1-25M tuples/s against SBA's 50-120M at W[8,1]..W[256,1]. `pr.replay` now hands a planned chunk to
+  the worker only from `chunking.MIN_WORKER_CHUNK` = 512 slices (Theorem 1's slack, `b - 1` tuples of ~4 ns,
+  cannot hold a hand-off below that); smaller chunks' lcs are built on the main loop, as SBA does (the *PBA
+  stalls* column says *(main loop)*; same chunks, so the same bits).
 * **The interpreter's PBA at small ranges** (2^3-2^7) runs 3-20x below SBA for the same reason: a task
   hand-off per chunk of a few slices (the interpreter table).
 * **End-of-stream flush of time windows.** It was one Python step per open window
