@@ -296,11 +296,11 @@ def source(alg: Algorithm, w: int, *, positional: bool, latency: bool, vector: b
     return unsigned_indices(expand(helpers + "\n" + src, w), names)
 
 
-_UINT = "np.uint64("
+_UINT = "uidx("
 
 
 def unsigned_indices(src: str, names: tuple[str, ...]) -> str:
-    """``src`` with each subscript of an array in ``names`` (not a slice) cast to ``np.uint64``.
+    """``src`` with each subscript of an array in ``names`` (not a slice) made unsigned (:func:`.index.uidx`).
 
     numba lets a signed index count from the end (``a[-1]``): every load and store pays a sign test
     and a select for it, and the loop keeps each array's length live for it. Every index in these
@@ -308,7 +308,7 @@ def unsigned_indices(src: str, names: tuple[str, ...]) -> str:
     ``docs/stepwise.md``). Integer literals are left alone (LLVM folds them).
 
     >>> unsigned_indices("x = a[i + 1] + b[0, j]\\na[k] = c[i]", ("a", "b"))
-    'x = a[np.uint64(i + 1)] + b[0, np.uint64(j)]\\na[np.uint64(k)] = c[i]'
+    'x = a[uidx(i + 1)] + b[0, uidx(j)]\\na[uidx(k)] = c[i]'
     """
     pat = re.compile(r"\b(" + "|".join(map(re.escape, names)) + r")\[([^\[\]:]+)\]")
 
