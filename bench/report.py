@@ -403,14 +403,14 @@ WHY = {
         "slices (about a nanosecond per slice, so about a nanosecond per tuple amortised at slide 1): the most "
         "PBA can save over SBA is that nanosecond, and the hand-off of each chunk to the worker costs about as "
         "much when the worker has a core, far more when it has none (the *PBA stalls* columns: on this loaded "
-        "machine the main loop waits for its lcs). Compiled Two-Stacks is ahead of both: its push and query "
-        "are a few instructions and its flip a tight loop over a contiguous array, ~1 ns per element amortised; "
-        "the paper's Java pays object and bounds-check costs in every step that machine code does not."),
+        "machine the main loop waits for its lcs). With its worker, PBA also tops out near 200M tuples/s when it "
+        "does not stall: each chunk's slices cross to the worker's core and its lcs back (~16 bytes per tuple), "
+        "where SBA (~250M tuples/s at slide 1) keeps both in its own cache."),
     2: ("Why: SBA's per-tuple step (append to the chunk, one combine for csa, one for the window) is the shortest.",
-        "Why: SBA stays above SlickDeque (its deque's pops are data-dependent branches), but compiled Two-Stacks' "
-        "push/query is as short as SBA's step and its flip costs ~1 ns per element, amortised once per range: "
-        "in machine code neither algorithm pays what the Java objects cost, so the merges SBA saves are worth "
-        "little (compare the SBA and TS columns, and the Java table: Java's SBA is 1.5x its Two-Stacks)."),
+        "Why: SBA is above both from 2^5 on (its run of tuples between chunk boundaries is one tight loop: a "
+        "combine for csa and one or two for the window per tuple), but at the smallest ranges (2^3-2^4) its "
+        "chunks are a few slices, so most tuples take the generic step at a chunk boundary, while Two-Stacks' "
+        "flip over a few elements costs next to nothing (compare the SBA and TS columns)."),
     3: ("Why: PBA's main loop does constant work per window; at a chunk boundary it only hands the chunk to the "
         "worker, whose lcs is ready before it is needed (stalls are rare).",
         "Why: PBA's periodic spike is the tuple that needs the lcs of the chunk just closed: when the worker "
@@ -645,11 +645,12 @@ DIFFERENCES = """## Why the results differ from the paper
 
 FINDINGS = """## Findings about the library (for its owners)
 
-* **Compiled PBA's hand-off at small ranges.** With Theorem 1's chunk size, `pr.replay("pba", ...)` hands a
-  chunk of a few slices to the worker every few tuples and the main loop then waits for it at nearly every
-  chunk (the *PBA stalls* column of Fig. 4: about one stall per chunk up to 2^7): 1-30M tuples/s against
-  SBA's 50-100M. A larger chunk than Theorem 1's at small ranges (or SBA there, as `"auto"` does) would
-  avoid it.
+* **Compiled PBA's hand-off at small ranges.** With Theorem 1's chunk size, `pr.replay("pba", ...)` handed a
+  chunk of a few slices to the worker every few tuples and the main loop then waited for it at nearly every
+  chunk: 1-25M tuples/s against SBA's 50-120M at W[8,1]..W[256,1]. `pr.replay` now hands a planned chunk to
+  the worker only from `chunking.MIN_WORKER_CHUNK` = 512 slices (Theorem 1's slack, `b - 1` tuples of ~4 ns,
+  cannot hold a hand-off below that); smaller chunks' lcs are built on the main loop, as SBA does (the *PBA
+  stalls* column says *(main loop)*; same chunks, so the same bits).
 * **The interpreter's PBA at small ranges** (2^3-2^7) runs 3-20x below SBA for the same reason: a task
   hand-off per chunk of a few slices (the interpreter table).
 * **End-of-stream flush of time windows.** It was one Python step per open window

@@ -72,6 +72,7 @@ __all__ = [
     "CostModel",
     "DEFAULT_COSTS",
     "PYTHON_LOOP_COSTS",
+    "MIN_WORKER_CHUNK",
 ]
 
 
@@ -126,6 +127,22 @@ DEFAULT_COSTS = CostModel(worker=0.03, launch=600.0)
 #: b = 99286 (31786 tuples of slack). SBA and PBA plan alike, so they still get
 #: the same chunks (and the same bits) for a given window and aggregation.
 PYTHON_LOOP_COSTS = CostModel(worker=0.3, launch=2000.0)
+
+
+#: The smallest chunk whose lcs the compiled PBA (``pr.replay``) hands to its worker; smaller chunks'
+#: lcs are built on the main loop, as SBA does (same chunks: the same bits).
+#:
+#: Why: Theorem 1's chunk leaves ``b - 1`` tuples between a chunk's close and the first window that
+#: needs its lcs, and the compiled main loop steps a tuple in ~4 ns (SBA, max, slide 1), so the slack is
+#: ~4 ns per slice; against it the worker pays the hand-off (the queue's, ``saa``'s and ``lcs``' cache
+#: lines cross cores: ~0.3-1 us with the worker spinning on a free core; 5-12 us per stall measured on
+#: the loaded 2-core project machine, where it must first be scheduled) and ``b - 2`` combines of its
+#: own. Below ~500 slices the slack (~2 us) cannot hold a hand-off, and the whole lcs costs the main loop
+#: less than one stall: at W[8,1]..W[256,1] (b = 5..129) PBA stalled on 78-100% of its chunks and ran
+#: 1-25M tuples/s against SBA's 50-120M (2M doubles, load 7). Theorem 1/2's chunk itself is kept (a
+#: larger minimum chunk, b = q, still stalls on every chunk: it leaves no slack at all, it only halves
+#: the hand-offs), so SBA and PBA keep their chunks and their bits for every window.
+MIN_WORKER_CHUNK = 512
 
 
 def generalized_chunk_size(r: int, s: int, costs: CostModel = CostModel()) -> int:

@@ -30,7 +30,7 @@ import numpy as np
 
 from .aggregations import Aggregation, as_float_array, get_aggregation
 from .algorithms.base import no_timestamps, validate_timestamps
-from .chunking import plan_chunk_size, theorem1
+from .chunking import MIN_WORKER_CHUNK, plan_chunk_size, theorem1
 from .pool import WorkerPool, default_pool
 from .windows import CountWindow, TimeWindow, validate_window
 
@@ -86,7 +86,10 @@ def replay(algorithm: str, window: CountWindow | TimeWindow, agg: str | Aggregat
     chunk_size : int, optional
         SBA/PBA: slices per chunk; default Theorem 1 verbatim for count windows (the main loop and the
         worker are both compiled, so they pay the same per combine, Theorem 1's assumption, and the
-        hand-off is a store and a fence) and Theorem 2 for time windows, as the operators plan it.
+        hand-off is a store and a fence) and Theorem 2 for time windows, as the operators plan it. PBA
+        hands a planned chunk to its worker only if it has at least
+        :data:`pba_runtime.chunking.MIN_WORKER_CHUNK` slices (smaller: the main loop builds the lcs, and
+        ``stats["why"]`` says so); an explicit ``chunk_size`` always goes to the worker.
     """
     if algorithm == "fiba":
         raise ValueError("algorithm 'fiba' has no compiled per-tuple loop: its finger B-tree (nodes of variable "
@@ -123,7 +126,11 @@ def replay(algorithm: str, window: CountWindow | TimeWindow, agg: str | Aggregat
             b = chunk_size
     why = ""
     if algorithm == "pba":
-        if pool is None:
+        if chunk_size is None and b < MIN_WORKER_CHUNK:
+            pool = None
+            why = (f"chunks of {b} slices (< MIN_WORKER_CHUNK = {MIN_WORKER_CHUNK}): a hand-off to the worker costs "
+                   "more than the lcs, which the main loop builds (that is SBA)")
+        elif pool is None:
             if len(os.sched_getaffinity(0)) < 2:
                 why = "one core available: the lcs are built on the main loop (that is SBA)"
             else:

@@ -21,7 +21,9 @@ def test_bench_stepwise_smoke(tmp_path):
         for alg in ("sba", "pba", "two_stacks"):
             c = row[alg]
             assert c["median"] > 0 and c["min"] <= c["median"] <= c["max"]
-        assert row["stats_last_repeat"]["pba"]["lcs_on"] == "worker thread"
+        # chunks of 9-33 slices: below MIN_WORKER_CHUNK, PBA builds its lcs on the main loop and says why
+        assert row["stats_last_repeat"]["pba"]["lcs_on"] == "main loop"
+        assert "MIN_WORKER_CHUNK" in row["stats_last_repeat"]["pba"]["why"]
     lat = res["latency"]["max W[64,1]"]
     for alg in ("pba", "two_stacks"):
         assert 0 <= lat[alg]["p99"]["median"] <= lat[alg]["max"]["median"]

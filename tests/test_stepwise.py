@@ -226,6 +226,27 @@ def test_pba_equals_sba_bit_for_bit(agg, window):
         assert pba.stats["lcs_tasks"] + pba.stats["lcs_built_on_main_loop"] >= 1
 
 
+@pytest.mark.parametrize("b", [1, 5, 33, 63, 64])
+@pytest.mark.parametrize("agg", ["max", "sum", "argmax", SPREAD], ids=lambda a: a if isinstance(a, str) else a.name)
+def test_sba_slide_one_runs_match_python(agg, b):
+    """Count windows with slide 1 step a run of tuples between chunk boundaries in one tight loop
+    (``sba.run_count_s1``): with no middle chunk (b = 63), one (b = 33), several or a window inside one
+    chunk (the generic step: b = 1, 5, 64), fed whole or in pieces, SBA gives the Python operator's
+    windows and PBA SBA's bits."""
+    w = pr.CountWindow(range=64, slide=1)
+    vals, _ = _stream(8, 3000, w, agg)
+    out = pr.replay("sba", w, agg, vals, chunk_size=b)
+    ends, want = _python("sba", w, agg, vals, None, b)
+    assert out.ends.tolist() == ends
+    assert_results_equal(agg, list(out.results), want)
+    st_ = Stepper("sba", w, agg, chunk_size=b)
+    parts = [st_.run(vals[lo:lo + 97]) for lo in range(0, 3000, 97)]
+    assert np.concatenate([p[1] for p in parts]).tobytes() == np.asarray(out.results, dtype=float).tobytes()
+    with pr.WorkerPool("thread", 1) as pool:
+        pba = pr.replay("pba", w, agg, vals, chunk_size=b, pool=pool)
+    assert np.asarray(pba.results).tobytes() == np.asarray(out.results).tobytes()
+
+
 def test_pba_large_window_worker_builds_the_lcs():
     """W[2^10, 1] over 50k values: the worker builds lcs; stalls are counted (their number depends on the load)."""
     vals = np.random.default_rng(5).random(50_000)
@@ -240,11 +261,30 @@ def test_pba_large_window_worker_builds_the_lcs():
     assert st_["stalls"] >= 0 and st_["stall_ns"] >= 0
 
 
+def test_pba_hands_off_only_chunks_worth_it():
+    """Planned chunks below MIN_WORKER_CHUNK slices are built on the main loop (stats say why); an explicit
+    chunk_size goes to the worker whatever its size; the results are SBA's bits either way."""
+    vals = np.random.default_rng(9).random(20_000)
+    small = pr.CountWindow(range=64, slide=1)  # Theorem 1: 33 slices
+    with pr.WorkerPool("thread", 1) as pool:
+        planned = pr.replay("pba", small, "max", vals, pool=pool)
+        forced = pr.replay("pba", small, "max", vals, pool=pool, chunk_size=33)
+        big = pr.replay("pba", pr.CountWindow(range=2 * pr.chunking.MIN_WORKER_CHUNK, slide=1), "max", vals, pool=pool)
+    sba = pr.replay("sba", small, "max", vals)
+    assert planned.stats["chunk_size"] == 33 and planned.stats["lcs_on"] == "main loop"
+    assert "MIN_WORKER_CHUNK" in planned.stats["why"] and planned.stats["lcs_tasks"] == 0
+    assert planned.stats["stalls"] == 0
+    assert forced.stats["lcs_on"] == "worker thread" and "why" not in forced.stats
+    assert big.stats["lcs_on"] == "worker thread" and big.stats["chunk_size"] >= pr.chunking.MIN_WORKER_CHUNK
+    for out in (planned, forced):
+        assert out.results.tobytes() == sba.results.tobytes()
+
+
 def test_pba_with_a_closed_pool_builds_on_the_main_loop():
     pool = pr.WorkerPool("thread", 1)
     pool.close()
     vals = np.arange(100.0)
-    out = pr.replay("pba", pr.CountWindow(range=8, slide=1), "max", vals, pool=pool)
+    out = pr.replay("pba", pr.CountWindow(range=8, slide=1), "max", vals, pool=pool, chunk_size=5)  # for the worker
     assert out.results.tolist() == [float(e - 1) for e in out.ends]
     assert "closed" in out.stats["why"]
 

@@ -191,6 +191,69 @@ ALGORITHM = Algorithm(
                     fst = combine(fst, @L(ca, msl))
                 RES = combine(fst, lst)
     """,
+    # a run of tuples that open, close or leave no chunk and whose query needs no lcs check (its chunk's
+    # was confirmed, ``known``): push (csa, saa), pop (fj), query lcs[fj] (+) [ca of the one middle
+    # chunk] (+) csa, as ``query`` does it when ``li != b - 1``, ``fc != lc`` and ``fj != 0``; the scalars
+    # the generic step keeps per tuple (pg, pf, front, back, next_k) move once per run
+    run_count_s1="""
+        nrun = hi - i
+        if b - 2 - li < nrun:
+            nrun = b - 2 - li
+        if b - 1 - fj < nrun:
+            nrun = b - 1 - fj
+        if cap - q - 3 - no < nrun:
+            nrun = cap - q - 3 - no
+        if (nrun > 0 and fc != lc and lc - fc <= 2 and pg > pf and front == next_k - 1 and n + 1 == next_k + r
+                and known == ep * 1099511627776 + fc):
+            bl = lsl * b + li + 1
+            bf = fsl * b + fj + 1
+            iend = i + nrun
+            if lc - fc == 2:
+                msl = fsl + 1
+                if msl == K:
+                    msl = 0
+                cmid = @L(ca, msl)
+                while i < iend:
+                    @LAT t0 = ticks()
+                    xv = values[i]
+                    pv = @LIFT(xv, n)
+                    csa = combine(csa, pv)
+                    @S(saa, bl, pv)
+                    res = combine(combine(@L(lcs, bf), cmid), csa)
+                    bl += 1
+                    bf += 1
+                    i += 1
+                    n += 1
+                    out_ends[no] = n
+                    @OUT(res)
+                    @LAT lat[no] = ticks() - t0
+                    no += 1
+            else:
+                while i < iend:
+                    @LAT t0 = ticks()
+                    xv = values[i]
+                    pv = @LIFT(xv, n)
+                    csa = combine(csa, pv)
+                    @S(saa, bl, pv)
+                    res = combine(@L(lcs, bf), csa)
+                    bl += 1
+                    bf += 1
+                    i += 1
+                    n += 1
+                    out_ends[no] = n
+                    @OUT(res)
+                    @LAT lat[no] = ticks() - t0
+                    no += 1
+            li += nrun
+            fj += nrun
+            pg += nrun
+            pf += nrun
+            front += nrun
+            back += nrun
+            next_k += nrun
+            if i >= hi:
+                break
+    """,
     reset="""
         pg = 0
         pf = 0

@@ -58,6 +58,11 @@ class Algorithm:
     #: helpers numba inlines into their callers (a call that passes arrays costs their reference counts)
     inline: tuple[str, ...] = ()
     extra: dict = field(default_factory=dict)
+    #: count windows with slide 1, once the window is full: the steps of a run of tuples none of which
+    #: reaches one of the merger's boundaries, written as one tight loop (same combines, same order, each
+    #: tuple still pushed, popped and queried). It owns the slicing layer's state (``i``, ``n``, ``no``,
+    #: ``front``, ``back``, ``next_k``) for the tuples it steps and leaves the rest to the generic step
+    run_count_s1: str = ""
 
 
 _TEMPLATE = '''
@@ -93,6 +98,7 @@ def run(values, ts, lo, hi, si, sp, ida, @ARRAYS, out_ends, out_res, lat, no, fi
             @LAT for w in range(w0, no):
             @LAT     lat[w] = t1 - t0
     while i < hi and event == 0:
+        @RUN1
         if no + q + 3 > cap:
             event = 1
             break
@@ -261,6 +267,8 @@ def source(alg: Algorithm, w: int, *, positional: bool, latency: bool, vector: b
         src = _macro(src, "POP", lambda a: alg.pop)
         src = _macro(src, "QUERY", lambda a: _sub(alg.query, "RES", a))
         src = _macro(src, "RESET", lambda a: alg.reset)
+    src = _macro(src, "RUN1", lambda a: "pass" if time or not alg.run_count_s1 else
+                 "if s == 1:\n" + _indent(alg.run_count_s1, "    "))
     src = _macro(src, "AFTER", lambda a: alg.after_tuple or "pass")
     src = _macro(src, "OUT", lambda a: (f"v = lower({a})\n@S(out_res, no, v)" if vector
                                         else f"out_res[no] = lower({a})"))
@@ -284,7 +292,36 @@ def source(alg: Algorithm, w: int, *, positional: bool, latency: bool, vector: b
         from .slick_deque import same_source
 
         helpers += "\n" + same_source(w)
-    return expand(helpers + "\n" + src, w)
+    names = ("values", "ts", "out_ends", "out_res", "lat", "si", "sp", "ida", "pr_") + alg.arrays
+    return unsigned_indices(expand(helpers + "\n" + src, w), names)
+
+
+_UINT = "uidx("
+
+
+def unsigned_indices(src: str, names: tuple[str, ...]) -> str:
+    """``src`` with each subscript of an array in ``names`` (not a slice) made unsigned (:func:`.index.uidx`).
+
+    numba lets a signed index count from the end (``a[-1]``): every load and store pays a sign test
+    and a select for it, and the loop keeps each array's length live for it. Every index in these
+    loops is >= 0 by construction, so an unsigned one says so and the code goes (measured: see
+    ``docs/stepwise.md``). Integer literals are left alone (LLVM folds them).
+
+    >>> unsigned_indices("x = a[i + 1] + b[0, j]\\na[k] = c[i]", ("a", "b"))
+    'x = a[uidx(i + 1)] + b[0, uidx(j)]\\na[uidx(k)] = c[i]'
+    """
+    pat = re.compile(r"\b(" + "|".join(map(re.escape, names)) + r")\[([^\[\]:]+)\]")
+
+    def cast(m: re.Match) -> str:
+        parts = [p.strip() for p in _split(m.group(2))]
+        parts = [p if p.isdigit() or p.startswith(_UINT) else f"{_UINT}{p})" for p in parts]
+        return f"{m.group(1)}[{', '.join(parts)}]"
+
+    while True:
+        new = pat.sub(cast, src)
+        if new == src:
+            return src
+        src = new
 
 
 def _lift(form: str, x: str, pos: str, w: int) -> str:
