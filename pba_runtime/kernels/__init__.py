@@ -159,6 +159,9 @@ def warm(engine: Engine) -> None:
         return
     X = np.zeros((4,) + (engine.kernel.shape if engine.kernel is not None else ()))
     merge_range(engine, X, 2, 0, 3, np.empty((3,) + X.shape[1:]), np.empty(3, dtype=np.int64), 0, 1)
+    if engine.layout == "scalar":  # and the runtime's merge of many keys in one call (algorithms/keyed_batch.py)
+        one = np.zeros(1, dtype=np.int64)
+        merge_keyed(engine, X, one, one + 3, one, one, 2, np.empty(3), np.empty(3, dtype=np.int64))
 
 
 def warm_in_background(engine: Engine) -> threading.Thread | None:
