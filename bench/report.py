@@ -1017,21 +1017,16 @@ def build(res_dir: Path) -> str:
     out += interpreter_section(tp, lat)
     if sc:
         out += scaling_section(sc)
-    rs = C.read_json(res_dir / "runtime_sinks.json")
-    if rs:
-        out += runtime_sinks_section(rs)
-    rj = C.read_json(res_dir / "runtime_job_versions.json")
-    if rj:
-        out += runtime_job_section(rj)
-    kr = C.read_json(res_dir / "kernels.json")
-    if kr:
-        out += kernels_section(kr)
-    ss = C.read_json(res_dir / "spark_streaming.json")
-    if ss:
-        out += spark_streaming_section(ss)
-        fl = C.read_json(res_dir / "spark_streaming_floor.json")
-        if fl:
-            out += spark_streaming_floor_section(fl)
+    # the issues' own benches, each rendered when its results file is there (the floor only beside the streaming run)
+    streaming = C.read_json(res_dir / "spark_streaming.json")
+    for name, section in (("runtime_sinks.json", runtime_sinks_section),
+                          ("runtime_job_versions.json", runtime_job_section),
+                          ("kernels.json", kernels_section),
+                          ("spark_streaming.json", spark_streaming_section),
+                          ("spark_streaming_floor.json", spark_streaming_floor_section)):
+        res = C.read_json(res_dir / name)
+        if res and (streaming or not name.startswith("spark_streaming")):
+            out += section(res)
     return "\n".join(out).rstrip() + "\n"
 
 
