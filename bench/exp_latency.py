@@ -275,6 +275,7 @@ def main(argv: list[str] | None = None) -> dict:
         res["policy"] = policy
         print(f"== scheduling policy of the measuring threads: {policy}", flush=True)
         res["noise_floor"] = [noise_floor.measure(floor_s)]
+        res["cross_core_ns"] = [round(noise_floor.cross_core_ns(), 1)]
         print("== Table 2: max over count windows (compiled)", flush=True)
         res["count"], res["traces"]["count"] = count_latency(cfg, args.reps or cfg["count_reps"], pool)
         load.mark("count")
@@ -282,6 +283,7 @@ def main(argv: list[str] | None = None) -> dict:
         res["time"], res["traces"]["time"] = time_latency(cfg, args.reps or cfg["time_reps"], pool)
         load.mark("time")
         res["noise_floor"].append(noise_floor.measure(floor_s))
+        res["cross_core_ns"].append(round(noise_floor.cross_core_ns(), 1))
     for nf in res["noise_floor"]:
         print(f"  noise floor: max {nf['max_ns'] / 1e3:.1f} us, > 5 us {nf['over_5us_per_s']:.0f}/s, "
               f"> 20 us {nf['over_20us_per_s']:.0f}/s", flush=True)

@@ -72,6 +72,7 @@ def test_throughput_smoke(smoke_dir):
     res = _load(smoke_dir, "exp_throughput.json")
     _check_machine(res)
     assert res["smoke"] is True and res["engine"] == "compiled"
+    assert res["policy"].startswith("SCHED_") and len(res["cross_core_ns"]) == 2
     assert set(res["algorithms"]) == set(replay_module.REPLAY_ALGORITHMS)  # whatever the registry holds
     for d in ("uniform", "debs12"):
         for key in ("count_range", "count_slide"):
@@ -128,7 +129,7 @@ def test_latency_smoke(smoke_dir):
                 assert 0 <= s["min"] <= s["med"] <= s["max"]
     if HAS_MPL:
         assert set(res["plots"]) == {"exp_latency_fig7_wall.png"}
-    assert res["policy"].startswith("SCHED_") and len(res["noise_floor"]) == 2
+    assert res["policy"].startswith("SCHED_") and len(res["noise_floor"]) == 2 and len(res["cross_core_ns"]) == 2
 
 
 def test_noise_floor_measures_gaps_and_restores_the_policy():
@@ -142,6 +143,7 @@ def test_noise_floor_measures_gaps_and_restores_the_policy():
     assert policy.startswith("SCHED_")
     assert 0 <= r["p99_ns"] <= r["p999_ns"] <= r["max_ns"] and r["reads"] >= 1000
     assert r["over_5us"] >= r["over_20us"] >= 0
+    assert noise_floor.cross_core_ns(1000) > 0
     with pytest.raises(ValueError, match="seconds"):
         noise_floor.measure(0)
 
