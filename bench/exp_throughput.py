@@ -46,6 +46,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_baselines  # noqa: E402
 import bench_core  # noqa: E402
 import exp_common as C  # noqa: E402
+import noise_floor  # noqa: E402
 import numpy as np  # noqa: E402
 
 import pba_runtime as pr  # noqa: E402
@@ -300,6 +301,9 @@ def main(argv: list[str] | None = None) -> dict:
                         help="keep the other sections of an existing exp_throughput.json (re-run some only)")
         ap.add_argument("--batch", action="store_true",
                         help="also the batch path (sliding_aggregate, bottleneck, pandas): several minutes more")
+        ap.add_argument("--rt", action="store_true",
+                        help="the compiled sections with the measuring threads on SCHED_FIFO where permitted: "
+                             "no other process takes their cores (PBA's worker gets a free core)")
 
     args = C.parse_args(__doc__, argv, extra)
     cfg = dict(SIZES["smoke" if args.smoke else "full"])
@@ -320,7 +324,11 @@ def main(argv: list[str] | None = None) -> dict:
     res: dict = {"experiment": "throughput", "engine": "compiled", "agg": "max", "sizes": cfg, "reps": reps,
                  "smoke": args.smoke, "algorithms": C.replay_algorithms(), "batch": args.batch,
                  "cpus_available": len(os.sched_getaffinity(0))}
-    with pr.WorkerPool(kind="thread", workers=1) as pool:
+    with noise_floor.realtime(args.rt) as policy, pr.WorkerPool(kind="thread", workers=1) as pool:
+        res["policy"] = policy
+        res["cross_core_ns"] = [round(noise_floor.cross_core_ns(), 1)]
+        print(f"== measuring threads: {policy}; a cache line's round trip between the cores "
+              f"{res['cross_core_ns'][0]:.0f} ns", flush=True)
         if "count_range" in args.sections:
             res["count_range"] = {}
             for d in ("uniform", "debs12"):
@@ -345,6 +353,7 @@ def main(argv: list[str] | None = None) -> dict:
                 print(f"== time windows, varying {which}, DEBS'12-like", flush=True)
                 res[f"time_{which}"] = time_sweep(debs_vals, debs_ts, cfg, reps, pool, which, args.batch)
                 load.mark(f"time_{which}")
+        res["cross_core_ns"].append(round(noise_floor.cross_core_ns(), 1))
     if "interpreter" in args.sections:
         print("== the interpreter (Python insert per tuple), count windows, slide 1", flush=True)
         res["interpreter"] = interpreter(data, cfg, reps)

@@ -72,6 +72,7 @@ def test_throughput_smoke(smoke_dir):
     res = _load(smoke_dir, "exp_throughput.json")
     _check_machine(res)
     assert res["smoke"] is True and res["engine"] == "compiled"
+    assert res["policy"].startswith("SCHED_") and len(res["cross_core_ns"]) == 2
     assert set(res["algorithms"]) == set(replay_module.REPLAY_ALGORITHMS)  # whatever the registry holds
     for d in ("uniform", "debs12"):
         for key in ("count_range", "count_slide"):
@@ -128,6 +129,23 @@ def test_latency_smoke(smoke_dir):
                 assert 0 <= s["min"] <= s["med"] <= s["max"]
     if HAS_MPL:
         assert set(res["plots"]) == {"exp_latency_fig7_wall.png"}
+    assert res["policy"].startswith("SCHED_") and len(res["noise_floor"]) == 2 and len(res["cross_core_ns"]) == 2
+
+
+def test_noise_floor_measures_gaps_and_restores_the_policy():
+    """The latency experiment's noise floor: a loop's clock gaps; ``realtime`` puts the policy back."""
+    import noise_floor
+
+    before = os.sched_getscheduler(0), os.sched_getparam(0).sched_priority
+    with noise_floor.realtime() as policy:
+        r = noise_floor.measure(0.01)
+    assert (os.sched_getscheduler(0), os.sched_getparam(0).sched_priority) == before
+    assert policy.startswith("SCHED_")
+    assert 0 <= r["p99_ns"] <= r["p999_ns"] <= r["max_ns"] and r["reads"] >= 1000
+    assert r["over_5us"] >= r["over_20us"] >= 0
+    assert noise_floor.cross_core_ns(1000) > 0
+    with pytest.raises(ValueError, match="seconds"):
+        noise_floor.measure(0)
 
 
 @pytest.mark.slow  # the module's smoke_dir compiles every replay engine (minutes, cold)

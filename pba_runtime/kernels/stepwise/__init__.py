@@ -97,7 +97,8 @@ def loop_module(alg: slicing.Algorithm, mono: Monoid, latency: bool, time: bool)
     if d is not None:
         head = ("import math\nimport numba\nimport numpy as np\n"
                 "from pba_runtime.kernels.stepwise.clock import ticks, fence, relax, nap\n"
-                "from pba_runtime.kernels.stepwise.index import uidx\n")
+                "from pba_runtime.kernels.stepwise.index import uidx\n"
+                "from pba_runtime.kernels.stepwise.cache_hints import evict, prefetch\n")
         if mono.names is not None:
             lift, combine, lower = mono.names
             head += (f"from pba_runtime.kernels.stepwise.monoids import {lift} as lift, {combine} as combine, "
@@ -127,13 +128,14 @@ def loop_module(alg: slicing.Algorithm, mono: Monoid, latency: bool, time: bool)
 
         import numba
 
+        from .cache_hints import evict, prefetch
         from .clock import fence, nap, relax, ticks
         from .index import uidx
 
         mod = types.SimpleNamespace()
         ns = {"numba": numba, "np": np, "math": math, "lift": mono.lift, "combine": mono.combine,
               "lower": mono.lower, "inverse": mono.inverse, "ticks": ticks, "fence": fence, "relax": relax,
-              "nap": nap, "uidx": uidx}
+              "nap": nap, "uidx": uidx, "prefetch": prefetch, "evict": evict}
         exec(compile(body + "\n" + tail.replace("cache=True", "cache=False"),
                      f"<pba_runtime stepwise {alg.name} {mono.name}>", "exec"), ns)
         for n in names:
@@ -146,7 +148,8 @@ def loop_module(alg: slicing.Algorithm, mono: Monoid, latency: bool, time: bool)
 def _deps_digest() -> str:
     """What the generated loops depend on besides their own text (a changed monoid re-generates them)."""
     here = Path(__file__).parent
-    return "".join(hashlib.sha256((here / f).read_bytes()).hexdigest() for f in ("monoids.py", "clock.py", "index.py"))
+    return "".join(hashlib.sha256((here / f).read_bytes()).hexdigest() for f in ("monoids.py", "clock.py", "index.py",
+                                                                                "cache_hints.py"))
 
 
 class Stepper:
