@@ -181,7 +181,8 @@ class SlotGrouper:
             if not has_ts:
                 out_t = None
         else:
-            ranks = self._rank[keys].astype(np.uint16)  # 16 bits: numpy's stable sort is then a radix sort
+            # 8 or 16 bits: numpy's stable sort is then a radix sort (one pass or two)
+            ranks = self._rank.take(keys).astype(np.uint8 if self._size <= 256 else np.uint16)
             out_v, out_t, counts = group_reference(ranks, self._size, values, timestamps)
         return self._split(counts, out_v, out_t)
 

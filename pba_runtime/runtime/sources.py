@@ -280,13 +280,13 @@ class Debs14Source(_Generator):
     def _block(self, b: int, timestamps: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
         rng = np.random.default_rng([self.seed, b])
         n = GENERATOR_BLOCK
-        keys = self._table[rng.integers(0, 1 << 16, size=n, dtype=np.uint16)]
+        keys = self._table.take(rng.integers(0, 1 << 16, size=n, dtype=np.uint16))  # take: ~2x a [] gather
         # in place (the same operations, the same bits): each temporary array is fresh memory the
         # kernel zeroes page by page, and the generator's time was mostly that (29.9 -> 15 ns a tuple)
         level = rng.random(n)
         level *= 0.4
         level += 0.8  # +-20 % around the plug's level
-        values = self._base[keys]
+        values = self._base.take(keys)
         values *= level
         np.round(values, 3, out=values)
         if not timestamps:  # the disorder's draws come after the values': keys and values are the same
