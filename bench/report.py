@@ -952,7 +952,7 @@ def runtime_job_section(rj: dict) -> list[str]:
     out = ["## pba-run's default job, before and after (issue 18)", "",
            f"`python bench/bench_runtime_versions.py --old <tree before> --job`: the default job "
            f"({rj.get('tuples', 0):,} tuples, 84 keys, `W[1024, 1]` max, `--algorithm auto`, parallelism 2), "
-           f"each run a fresh `pba-run`, the two trees interleaved over {rj.get('rounds')} rounds; medians "
+           f"each run a fresh `pba-run`, the trees interleaved over {rj.get('rounds')} rounds; medians "
            f"[min-max]; CPU: coordinator and slots during the stream. 1-min load at each round: "
            f"{', '.join(map(str, loads))} (2 cores).", ""]
 
@@ -975,7 +975,9 @@ def runtime_job_section(rj: dict) -> list[str]:
                 goal = q
                 if base:
                     goal_base = [x["rate"] / b["rate"] for x, b in zip(xs, base)]
-                    vs += f"; {med(goal_base)}x the base tree's rate"
+                    qb = [(b["coordinator_cpu"] + b["slots_cpu"]) / (x["coordinator_cpu"] + x["slots_cpu"])
+                          for x, b in zip(xs, base)]
+                    vs += f"; over the base tree: {med(goal_base)}x rate, {med(qb)}x less CPU"
         rows.append([name, med([x["rate"] / 1e6 for x in xs]), f"{statistics.median(cpu):.2f}", vs])
     out += table(["configuration", "M tuples/s", "CPU s", "new over old (same round)"], rows)
     if goal:
