@@ -949,7 +949,7 @@ def runtime_job_section(rj: dict) -> list[str]:
     """Issue 18: pba-run's default job in this tree against the tree before (bench_runtime_versions.py --job)."""
     runs = rj.get("runs", {})
     loads = [round(x[0], 1) for x in rj.get("loadavg_per_round", [])]
-    out = ["## pba-run's default job, before and after (issue 18)", "",
+    out = [f"## pba-run's default job, before and after (issue 18; {rj.get('tuples', 0):,} tuples)", "",
            f"`python bench/bench_runtime_versions.py --old <tree before> --job`: the default job "
            f"({rj.get('tuples', 0):,} tuples, 84 keys, `W[1024, 1]` max, `--algorithm auto`, parallelism 2), "
            f"each run a fresh `pba-run`, the trees interleaved over {rj.get('rounds')} rounds; medians "
@@ -1030,6 +1030,7 @@ def build(res_dir: Path) -> str:
     streaming = C.read_json(res_dir / "spark_streaming.json")
     for name, section in (("runtime_sinks.json", runtime_sinks_section),
                           ("runtime_job_versions.json", runtime_job_section),
+                          ("runtime_job_versions_30m.json", runtime_job_section),  # the same job, 30M tuples
                           ("kernels.json", kernels_section),
                           ("spark_streaming.json", spark_streaming_section),
                           ("spark_streaming_floor.json", spark_streaming_floor_section)):
