@@ -157,3 +157,29 @@ def test_jobs_through_the_input_rings_give_the_reference_windows(tmp_path, monke
     assert summary["windows"] == sum(len(r) for r in want.values())
     assert summary["late"] == sum(len(x) for x in want_late.values())
     assert _mine() == before
+
+
+class _FailsLater(Source):
+    """Integer keys, a negative value (which ``geomean`` refuses) in batch 6 of 40: the slot fails while the
+    coordinator is ahead of it, waiting for room in a small input ring or on the queue."""
+
+    kind = "fails-later"
+
+    def describe(self):
+        return {"kind": self.kind}
+
+    def batches(self, start=None, batch_size=1000):
+        for b in range(40):
+            values = np.full(batch_size, 2.0)
+            if b == 5:
+                values[7] = -1.0
+            yield Batch(np.arange(batch_size, dtype=np.int64) % 3, values, None, (b + 1) * batch_size, 0.0)
+
+
+def test_a_slot_failing_while_the_coordinator_waits_for_its_ring_stops_the_job(monkeypatch):
+    monkeypatch.setattr(job_module, "input_ring_capacity", lambda *a: 20_000)
+    before = _mine()
+    with pytest.raises(pr.runtime.UserError, match="task slot 0"):
+        Job(_FailsLater(), pr.CountWindow(range=2, slide=1), "geomean", "sba", parallelism=1, batch_size=1000,
+            queue_size=16).run()
+    assert _mine() == before
