@@ -28,6 +28,11 @@ sink (``bench/results/runtime_sinks.json``).
     python bench/bench_runtime.py            # 6M tuples, 5 repeats
     python bench/bench_runtime.py --quick    # 2M tuples, 2 repeats
     python bench/bench_runtime.py --sinks    # no sink vs csv vs parquet vs arrow, 6M tuples, 7 repeats
+    python bench/bench_runtime.py --stages   # the default job's CPU per stage and process (runtime_stages.json)
+
+``--stages`` profiles the default job as ``pba-run`` runs it (``--algorithm auto``, no sink), at the
+default batch size and at 4x it, interleaved: CPU ns a tuple of each stage, the coordinator's apart from
+the slots' (medians over the repetitions), and the tuples/s.
 """
 
 from __future__ import annotations
@@ -156,14 +161,73 @@ def sinks_main(args: argparse.Namespace) -> None:
     print(f"load average per repetition: {load}\nwritten to {path}")
 
 
+def stages(summary: dict, tuples: int) -> dict[str, dict[str, float]]:
+    """CPU ns a tuple per stage, ``{"coordinator": {...}, "slots": {...}}`` (slots: both together)."""
+    t = summary["time_s"]
+    co, sl, sk = t["coordinator"], t["slots"], t["sink_thread"]
+    ns = 1e9 / tuples
+    coord = {k: v * ns for k, v in co["cpu"].items()}
+    coord["sink_thread"] = sk["thread_cpu"] * ns
+    coord["queue_feeder_threads"] = max(0.0, co["other_threads_cpu"] - sk["thread_cpu"]) * ns
+    coord["total"] = co["process_cpu"] * ns
+    slots = {k: v * ns for k, v in sl["cpu"].items()}
+    slots["other_threads"] = sl["other_threads_cpu"] * ns
+    slots["total"] = sl["process_cpu"] * ns
+    return {"coordinator": coord, "slots": slots}
+
+
+def stages_main(args: argparse.Namespace) -> None:
+    """The default job's CPU per stage and process, at two batch sizes (see the module doc)."""
+    configs = {"batch 65,536 (default)": 65_536, "batch 262,144": 262_144}
+    runs: dict[str, list[dict]] = {k: [] for k in configs}
+    load = [list(os.getloadavg())]
+    run(200_000, 2, algorithm="auto")  # warm-up: forkserver, imports
+    for rep in range(args.repeats):
+        for name, bs in configs.items():
+            s = run(args.tuples, 2, algorithm="auto", batch_size=bs)
+            runs[name].append(s)
+            print(f"[{rep + 1}/{args.repeats}] {name:24s} {s['tuples_per_s'] / 1e6:6.2f} M tuples/s", flush=True)
+        load.append(list(os.getloadavg()))
+    results = {}
+    for name, rs in runs.items():
+        st = [stages(s, args.tuples) for s in rs]
+        results[name] = {
+            "tuples_per_s": spread([s["tuples_per_s"] for s in rs]),
+            "latency_ms_p50_median": statistics.median(s["latency_ms"]["p50"] for s in rs),
+            "cpu_ns_per_tuple_median": {proc: {k: statistics.median(x[proc].get(k, 0.0) for x in st)
+                                               for k in st[0][proc]} for proc in ("coordinator", "slots")},
+        }
+    out = {"what": "pba-run default job (DEBS'14-like, 84 plugs, count W[1024, 1], max, algorithm auto (SBA), "
+                   "parallelism 2, no sink), in-process: CPU ns a tuple per stage and process",
+           "tuples": args.tuples, "repeats": args.repeats, "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+           "machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0], "platform": platform.platform(),
+                       "loadavg_per_repetition": load},
+           "results": results}
+    path = Path(args.out if args.out != str(RESULTS / "runtime.json") else RESULTS / "runtime_stages.json")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(out, indent=1, default=str))
+    for name, r in results.items():
+        t = r["tuples_per_s"]
+        print(f"\n{name}: {t['median'] / 1e6:.2f}M tuples/s [{t['min'] / 1e6:.2f}-{t['max'] / 1e6:.2f}], "
+              f"p50 latency {r['latency_ms_p50_median']:.1f} ms; CPU ns a tuple (medians):")
+        for proc, st in r["cpu_ns_per_tuple_median"].items():
+            print(f"  {proc:12s} " + ", ".join(f"{k} {v:.1f}" for k, v in st.items()))
+    print(f"load average per repetition: {[round(x[0], 1) for x in load]}\nwritten to {path}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tuples", type=int, default=6_000_000)
     ap.add_argument("--repeats", type=int, default=None)
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--sinks", action="store_true", help="no sink vs csv vs parquet vs arrow (runtime_sinks.json)")
+    ap.add_argument("--stages", action="store_true", help="the default job's CPU per stage (runtime_stages.json)")
     ap.add_argument("--out", default=str(RESULTS / "runtime.json"))
     args = ap.parse_args()
+    if args.stages:
+        args.repeats = args.repeats or (2 if args.quick else 7)
+        stages_main(args)
+        return
     if args.sinks:
         args.repeats = args.repeats or (3 if args.quick else 7)
         if args.quick:

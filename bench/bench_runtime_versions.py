@@ -22,10 +22,13 @@ same round (median [min-max] over the rounds).
     python bench/bench_runtime_versions.py --old /tmp/h18r-old --tuples 2000000 --rounds 2
     python bench/bench_runtime_versions.py --old /tmp/before-sinks --sinks --rounds 4
     python bench/bench_runtime_versions.py --old /tmp/main --job --rounds 5 --json bench/results/runtime_job_versions.json
+    python bench/bench_runtime_versions.py --old /tmp/main --base /tmp/issue-base --job --rounds 5
 
 ``--job`` compares the default job only (no sink, and with a CSV sink), each new run also as a ratio to
-the old tree's run of the same round. ``--json`` writes the raw runs with the 1-min load average of
-each round (``{"tuples", "rounds", "loadavg_per_round", "runs"}``).
+the old tree's run of the same round; ``--base <tree>`` adds a third, older tree to it (no sink: the issue's
+baseline beside the current main), each new run also as a ratio to the base tree's of the same round.
+``--json`` writes the raw runs with the 1-min load average of each round
+(``{"tuples", "rounds", "loadavg_per_round", "runs"}``).
 """
 
 from __future__ import annotations
@@ -57,6 +60,7 @@ JOB_CONFIGS = [
     ("old default, csv sink", "old", ["--sink", "csv:{tmp}/old.csv"]),
     ("new default, csv sink", "new", ["--sink", "csv:{tmp}/new.csv"]),
 ]
+BASE_CONFIG = ("base default, no sink", "base", [])
 SINK_CONFIGS = [(f"{tree} {sink}", tree, [] if sink == "no sink" else ["--sink", f"{sink}:{{tmp}}/{tree}-{sink}"])
                 for tree in ("old", "new") for sink in ("no sink", "csv", "parquet", "arrow")]
 
@@ -85,10 +89,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", default=None, help="also write the raw runs here")
     p.add_argument("--sinks", action="store_true", help="no sink, csv, parquet, arrow in each tree")
     p.add_argument("--job", action="store_true", help="the default job only, no sink and csv, old against new")
+    p.add_argument("--base", default=None, help="with --job: a third, older tree (no sink)")
     a = p.parse_args(argv)
     configs = SINK_CONFIGS if a.sinks else JOB_CONFIGS if a.job else CONFIGS
+    if a.job and a.base:
+        configs = [BASE_CONFIG, *configs]
     loads = [list(os.getloadavg())]
     trees = {"old": str(Path(a.old).resolve()), "new": str(HERE)}
+    if a.base:
+        trees["base"] = str(Path(a.base).resolve())
     runs: dict[str, list[dict]] = {name: [] for name, _, _ in configs}
     with tempfile.TemporaryDirectory() as tmp:
         for _, tree, args in configs:  # untimed: numba's cache of each tree, the page cache
@@ -117,6 +126,10 @@ def main(argv: list[str] | None = None) -> int:
                   for x, o in zip(xs, old)]
             extra = (f"  new/old rate {statistics.median(q):.2f}x [{min(q):.2f}-{max(q):.2f}],"
                      f" old/new CPU {statistics.median(qc):.2f}x [{min(qc):.2f}-{max(qc):.2f}]")
+            base = runs.get(BASE_CONFIG[0]) if name.endswith("no sink") else None
+            if base:
+                qb = [x["rate"] / b["rate"] for x, b in zip(xs, base)]
+                extra += f"; new/base rate {statistics.median(qb):.2f}x [{min(qb):.2f}-{max(qb):.2f}]"
         print(f"{name:38s} {statistics.median(rate):9.2f}M [{min(rate):5.2f}-{max(rate):5.2f}] "
               f"{statistics.median(wall):8.2f} [{min(wall):4.2f}-{max(wall):4.2f}] {statistics.median(cpu):12.2f}"
               + extra)

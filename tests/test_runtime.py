@@ -466,3 +466,15 @@ def test_generators_are_deterministic_by_position():
         assert np.array_equal(whole[col], np.concatenate([p[col] for p in parts]))
     counts = np.bincount(Debs14Source(plugs=84, tuples=None).take(0, 200_000)[0], minlength=84)
     assert counts.min() > 0 and counts.max() / counts.min() < 3.5  # slight skew
+
+
+@pytest.mark.parametrize("source", [Debs14Source(plugs=84, tuples=70_000, seed=4, disorder=100),
+                                    Debs12Source(sensors=3, tuples=70_000, disorder=50)])
+def test_generators_without_timestamps_give_the_same_keys_and_values(source):
+    """A count-window job asks for no timestamps (the generator skips them): the same keys and values."""
+    with_ts = list(source.batches(batch_size=40_000))
+    without = list(source.batches(batch_size=40_000, timestamps=False))
+    assert [b.position for b in with_ts] == [b.position for b in without]
+    for a, b in zip(with_ts, without):
+        assert np.array_equal(a.keys, b.keys) and np.array_equal(a.values, b.values)
+        assert a.timestamps is not None and b.timestamps is None

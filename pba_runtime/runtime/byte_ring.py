@@ -14,7 +14,10 @@ the GIL released) and then releases it.
 
 One producer (the slot's output stage thread) and one consumer (the
 coordinator's sink thread), each region released in the order it was
-written. Positions are absolute byte counts; region ``(p, n)`` lies at
+written. A slot's *input* ring runs the other way, with the same code: the
+coordinator's source loop writes each batch's grouped values there
+(:mod:`~pba_runtime.runtime.key_grouping`) and the slot copies them out and
+releases them. Positions are absolute byte counts; region ``(p, n)`` lies at
 ``p % capacity``, never across the end (a region that would is placed at the
 start, and the bytes skipped count as used). The consumer publishes how far
 it has released in the block's first 8 bytes; the producer waits, polling,
@@ -50,7 +53,7 @@ import numpy as np
 
 from ..shm import ShmBlock
 
-__all__ = ["ByteRing", "ring_capacity"]
+__all__ = ["ByteRing", "ring_capacity", "input_ring_capacity"]
 
 _HEADER = 64  # the released position (int64) in its own cache line
 _SLEEP_MIN, _SLEEP_MAX = 0.0002, 0.005
@@ -65,6 +68,18 @@ def ring_capacity(batch_size: int, queue_size: int) -> int:
     (18, 64)
     """
     return int(min(64 << 20, max(4 << 20, batch_size * (queue_size + 2) * 48)))
+
+
+def input_ring_capacity(batch_size: int, queue_size: int, timestamps: bool) -> int:
+    """Bytes of a slot's input ring: a whole batch's values (and timestamps) for every message its input queue
+    can hold, the one the slot is reading and the one being written, at least 1 MiB, at most 64 MiB (a
+    share that does not fit goes through the queue as before).
+
+    >>> input_ring_capacity(65_536, 4, False) // 2**20, input_ring_capacity(65_536, 4, True) // 2**20
+    (3, 6)
+    """
+    per_tuple = 16 if timestamps else 8
+    return int(min(64 << 20, max(1 << 20, batch_size * (queue_size + 2) * per_tuple)))
 
 
 class ByteRing:
@@ -89,11 +104,12 @@ class ByteRing:
         self.waits = 0  # producer: times it found the ring full
 
     @classmethod
-    def create(cls, capacity: int) -> ByteRing:
-        """A new ring of ``capacity`` bytes, in a shared-memory block this process owns."""
+    def create(cls, capacity: int, on_wait: Callable[[], None] | None = None) -> ByteRing:
+        """A new ring of ``capacity`` bytes, in a shared-memory block this process owns (``on_wait``: when this
+        process is the producer, as it is of a slot's input ring)."""
         if capacity < 1:
             raise ValueError(f"capacity must be a positive number of bytes, got {capacity!r}")
-        return cls(ShmBlock.create(_HEADER + int(capacity)))
+        return cls(ShmBlock.create(_HEADER + int(capacity)), on_wait)
 
     @classmethod
     def attach(cls, name: str, on_wait: Callable[[], None] | None = None) -> ByteRing:

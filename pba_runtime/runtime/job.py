@@ -31,6 +31,7 @@ Examples
 
 from __future__ import annotations
 
+import inspect
 import itertools
 import logging
 import math
@@ -49,7 +50,7 @@ import pba_runtime as pr
 
 from .. import logs
 from ..host import KeyedHost
-from .byte_ring import ByteRing, ring_capacity
+from .byte_ring import ByteRing, input_ring_capacity, ring_capacity
 from .checkpoint import (
     CHECKPOINT_FILE,
     BarrierAligner,
@@ -239,12 +240,13 @@ class Job:
             "late_output": [self.late_format, os.path.abspath(self.late_path)],
         }
 
-    def _slot_spec(self, index: int, epoch: int = 1, ring: str | None = None) -> SlotSpec:
+    def _slot_spec(self, index: int, epoch: int = 1, ring: str | None = None, in_ring: str | None = None) -> SlotSpec:
         profile = os.path.join(self.profile_dir, f"slot{index}.prof") if self.profile_dir else None
         return SlotSpec(index=index, window=self.window, agg=self.agg_spec, algorithm=self.algorithm,
                         engine=self.engine, allowed_lateness=self.allowed_lateness, sink_format=self.sink_format,
                         sink_path=self.sink_path, epoch=epoch, late_format=self.late_format, profile_path=profile,
-                        durable=self.checkpoint_dir is not None, ring=ring, log_config=logs.current_config(),
+                        durable=self.checkpoint_dir is not None, ring=ring, in_ring=in_ring,
+                        log_config=logs.current_config(),
                         cores=self.cores_per_slot())
 
     def cores_per_slot(self) -> int:
@@ -295,6 +297,8 @@ class _Run:
         self.in_qs: list[Any] = []
         self.out_q: Any = None
         self.rings: list[ByteRing] = []  # the CSV sink's: one per slot, result bytes without the pipe
+        self.in_rings: list[ByteRing] = []  # one per slot: its grouped input values without the pipe
+        self.grouper: Any = None  # a SlotGrouper when the keys are small integers (key_grouping)
         self.sink: FileSink | None = None
         self.late_sink: FileSink | None = None
         self.positions: dict[int, tuple[Any, int]] = {}
@@ -368,6 +372,9 @@ class _Run:
         if job.sink_format == "csv":
             capacity = ring_capacity(job.batch_size, job.queue_size)
             self.rings = [ByteRing.create(capacity) for _ in range(P)]
+        if self.grouper is not None:
+            capacity = input_ring_capacity(job.batch_size, job.queue_size, job.is_time)
+            self.in_rings = [ByteRing.create(capacity, on_wait=self._input_wait) for _ in range(P)]
         old_env = os.environ.get(WARM_ENV)
         if isinstance(job.agg_spec, str):  # read by pba_runtime.runtime.preload, if this starts the forkserver
             os.environ[WARM_ENV] = f"{job.agg_spec}:{job.engine}"
@@ -375,7 +382,8 @@ class _Run:
             for i in range(P):
                 q = ctx.Queue(maxsize=job.queue_size)
                 ring = self.rings[i].name if self.rings else None
-                p = ctx.Process(target=slot_main, args=(job._slot_spec(i, epoch, ring), q, self.out_q, states[i]),
+                in_ring = self.in_rings[i].name if self.in_rings else None
+                p = ctx.Process(target=slot_main, args=(job._slot_spec(i, epoch, ring, in_ring), q, self.out_q, states[i]),
                                 name=f"pba-slot-{i}", daemon=True)
                 p.start()
                 self.in_qs.append(q)
@@ -401,7 +409,7 @@ class _Run:
             if msg[0] != "ready":
                 raise JobError(f"task slot {msg[1]} sent {msg[0]!r} before it was ready")
             ready.add(msg[1])
-        for ring in self.rings:  # every slot has mapped its ring: no name is left to leak
+        for ring in [*self.rings, *self.in_rings]:  # every slot has mapped its rings: no name is left to leak
             ring.unlink()
 
     # ------------------------------------------------------------------ sink thread
@@ -527,6 +535,23 @@ class _Run:
         log.info("checkpoint %d: position %s, %d keys, %.1f ms", cid, position, n_keys, dt * 1000)
 
     # ------------------------------------------------------------------ coordinator
+    def _input_wait(self) -> None:
+        """While a slot's input ring is full: stop waiting once the job has failed (a slot died, say)."""
+        if self.failure is not None:
+            raise self.failure
+
+    def _ship(self, i: int, column: Any) -> Any:
+        """``column`` into slot ``i``'s input ring: its region ``(position, length)``; the array itself when it
+        cannot fit (the queue pickles it, as before), ``None`` for ``None``."""
+        if column is None or not self.in_rings:
+            return column
+        ring = self.in_rings[i]
+        buf = ring.reserve(column.nbytes)
+        if buf is None:
+            return column
+        buf.view(column.dtype)[:] = column
+        return ring.commit(column.nbytes)
+
     def _put(self, i: int, msg: tuple) -> None:
         q = self.in_qs[i]
         while True:
@@ -550,17 +575,26 @@ class _Run:
         self.end_position = start
         clock = self.clock
         partition = Partitioner(P)
+        grouper = self.grouper
         clock.mark()
         for batch in batches:
             clock.lap("source")
             n = len(batch)
-            if n:
+            ts = batch.timestamps if job.is_time else None
+            grouped = None if grouper is None or not n else grouper(batch.keys, batch.values, ts)
+            if grouped is not None:  # each slot's share grouped by key, its values through its input ring
+                clock.lap("partition")
+                for i, g in enumerate(grouped):
+                    if g is not None:
+                        self._put(i, ("grouped", g.keys, g.bounds, self._ship(i, g.values),
+                                      self._ship(i, g.timestamps), batch.arrival))
+                clock.lap("queue_put")
+            elif n:
                 keys = batch.keys
                 slots = partition(keys)
                 parts = split_by_slot(slots, P)
                 keys = compact_keys(keys)  # 1-2 bytes a key instead of 8 through the queue's pipe
                 clock.lap("partition")
-                ts = batch.timestamps if job.is_time else None
                 for i, idx in enumerate(parts):
                     if idx is None:
                         continue
@@ -607,7 +641,7 @@ class _Run:
             if job.checkpoint_dir is not None:
                 for path in prepare_checkpoint_dir(job.checkpoint_dir):
                     log.info("removed %s (left by a run killed while writing a checkpoint)", path)
-            batches: Iterator[Any] = job.source.batches(start, job.batch_size)
+            batches: Iterator[Any] = _batches(job.source, start, job.batch_size, job.is_time)
             first = next(batches, None)
             if on_start is not None:
                 on_start()
@@ -616,6 +650,10 @@ class _Run:
             raise
         if first is not None:
             batches = itertools.chain([first], batches)
+            if first.keys.dtype.kind in "iu":  # small integer keys, likely: group them here (key_grouping)
+                from . import key_grouping
+
+                self.grouper = key_grouping.SlotGrouper(job.parallelism)
         if ckpt is not None:
             self.metrics.restored.update(ckpt["counters"])
             self.checkpoint_id = ckpt["id"]
@@ -642,8 +680,15 @@ class _Run:
                 self.bar = tqdm(total=job.source.total, initial=job.source.progress(start),
                                 unit=job.source.progress_unit, unit_scale=True, file=sys.stderr,
                                 desc=f"pba-run {job.source.kind}", smoothing=0.1, dynamic_ncols=True)
+            warming = None
+            if self.grouper is not None:  # numba and the compiled grouping, while the slots start
+                from .key_grouping import warm_in_background
+
+                warming = warm_in_background()
             self._start_slots(ckpt)
             self._await_ready()
+            if warming is not None:
+                warming.join()
             self.metrics.start(startup=time.monotonic() - t_run)
             sink_thread = threading.Thread(target=self._sink_loop, name="pba-sink", daemon=True)
             sink_thread.start()
@@ -697,9 +742,9 @@ class _Run:
                         close_error = close_error or exc
             job.source.close()
             self._close_queues()
-            for ring in self.rings:  # after the sink thread and the slots: nothing reads or writes them now
+            for ring in [*self.rings, *self.in_rings]:  # after the sink thread and the slots: nobody uses them now
                 ring.close()
-            self.rings = []
+            self.rings, self.in_rings = [], []
         if close_error is not None:
             raise close_error
         return self.metrics.summary()
@@ -739,6 +784,14 @@ class _Run:
             if p.exitcode is not None:
                 p.close()
         self.in_qs, self.out_q, self.procs = [], None, []
+
+
+def _batches(source: Source, start: Any, batch_size: int, timestamps: bool) -> Iterator[Any]:
+    """``source.batches(...)``, telling it when the job needs no timestamps (count windows) if it takes the
+    keyword (a user's :class:`Source` subclass may not)."""
+    if not timestamps and "timestamps" in inspect.signature(source.batches).parameters:
+        return source.batches(start, batch_size, timestamps=False)
+    return source.batches(start, batch_size)
 
 
 def _install_sigusr1(event: threading.Event) -> Any:

@@ -23,6 +23,12 @@ messages from its bounded input queue, in order:
   slot's output stage (:mod:`~pba_runtime.runtime.output_stage`), a thread that
   overlaps them with the next batch's aggregation (their writers release the
   GIL) and keeps every message in order.
+* ``("grouped", keys, bounds, values, timestamps, arrival)``: a batch the coordinator grouped by key
+  already (:mod:`~pba_runtime.runtime.key_grouping`: small integer keys): key ``keys[j]``'s tuples are
+  ``values[bounds[j] : bounds[j + 1]]``. ``values`` and ``timestamps`` are regions ``(position, length)``
+  of the slot's input ring (:mod:`~pba_runtime.runtime.byte_ring`), copied out and released at once, or
+  arrays (a share too large for the ring; ``timestamps`` ``None`` for count windows). Then as ``"data"``,
+  without the sort.
 * ``("barrier", checkpoint_id)``: snapshot every key's operator and send
   ``("barrier", slot, checkpoint_id, {"states": pickle.dumps({key: snapshot}), "parts": [...], ...})``
   (``parts``: the part files it closed for this checkpoint to commit).
@@ -82,7 +88,7 @@ from .malloc_tuning import keep_freed_memory
 from .metrics import PhaseClock
 from .output_stage import OutputStage
 from .part_files import PartWriter
-from .partitioning import group_by_key, group_runs
+from .partitioning import group_runs
 from .sinks import PART_FORMATS, format_csv_batch, format_late, format_results, result_table, sink_modules
 
 __all__ = ["SlotSpec", "TaskSlot", "slot_main", "make_operator"]
@@ -134,6 +140,9 @@ class SlotSpec:
     ring : str, optional
         The CSV sink's shared-memory ring of this slot (:mod:`~pba_runtime.runtime.byte_ring`), made by
         the coordinator: the slot writes its result lines into it and sends their region.
+    in_ring : str, optional
+        The slot's input ring, made by the coordinator: the values (and timestamps) of its ``"grouped"``
+        batches.
     log_config : tuple, optional
         The coordinator's :func:`pba_runtime.configure_logging` setting
         (``pba_runtime.logs.current_config()``): the slot logs to the same file.
@@ -154,6 +163,7 @@ class SlotSpec:
     profile_path: str | None = None
     durable: bool = True
     ring: str | None = None
+    in_ring: str | None = None
     log_config: tuple | None = None
 
     def host_spec(self) -> HostSpec:
@@ -213,6 +223,7 @@ class TaskSlot:
             self.parts = PartWriter(spec.sink_path, spec.sink_format, spec.index, spec.epoch,
                                     durable=spec.durable)
         self.ring = None if spec.ring is None else ByteRing.attach(spec.ring, on_wait=_check_parent)
+        self.in_ring = None if spec.in_ring is None else ByteRing.attach(spec.in_ring)
         if states:
             self.host.restore(states)
 
@@ -264,50 +275,86 @@ class TaskSlot:
         self.clock.lap("format")
         return msg
 
+    def on_grouped(self, keys: list, bounds: list, values: Any, timestamps: Any, arrival: float) -> tuple:
+        """Process one batch the coordinator grouped (a ``"grouped"`` message); returns the ``("out", ...)``
+        message."""
+        values, timestamps = self.receive_grouped(values, timestamps)
+        parts, late_parts = self.aggregate_grouped(keys, bounds, values, timestamps)
+        self.clock.mark()
+        msg = self._format(parts, late_parts, arrival)
+        self.clock.lap("format")
+        return msg
+
+    def receive_grouped(self, values: Any, timestamps: Any) -> tuple[np.ndarray, np.ndarray | None]:
+        """A ``"grouped"`` message's columns as arrays: copied out of the input ring (and the ring's regions
+        released: the operators may keep views of what they are given), or as they came."""
+        self.clock.mark()
+        out = self._unship(values, np.float64), self._unship(timestamps, np.int64)
+        self.clock.lap("receive")
+        return out
+
+    def _unship(self, column: Any, dtype: Any) -> np.ndarray | None:
+        if column is None or isinstance(column, np.ndarray):
+            return column
+        view = self.in_ring.view(column)
+        arr = np.frombuffer(view, dtype=dtype).copy()
+        del view
+        self.in_ring.release(column)
+        return arr
+
     def aggregate(self, keys: np.ndarray, values: np.ndarray, timestamps: np.ndarray | None) -> tuple[list, list]:
         """Feed one batch to its keys' operators: ``(parts, late_parts)``, ``[(key, ends, results), ...]`` and
         ``[(key, timestamps, values), ...]``, for :meth:`_format`.
 
-        Count windows: the batch is sorted by key once (stably) and handed to every key's operator at once
+        The batch is sorted by key once (stably), then as :meth:`aggregate_grouped`.
+        """
+        clock = self.clock
+        clock.mark()
+        order, firsts, bounds = group_runs(keys)
+        sorted_values = values[order]
+        sorted_ts = None if timestamps is None or not self._is_time else timestamps[order]
+        clock.lap("group")
+        return self.aggregate_grouped(firsts, bounds, sorted_values, sorted_ts)
+
+    def aggregate_grouped(self, keys: list, bounds: list, values: np.ndarray,
+                          timestamps: np.ndarray | None) -> tuple[list, list]:
+        """:meth:`aggregate` of a batch grouped by key: key ``keys[j]``'s tuples, in arrival order, are
+        ``values[bounds[j] : bounds[j + 1]]`` (and ``timestamps``'s, for time windows).
+
+        Count windows: every key's operator at once
         (:func:`~pba_runtime.algorithms.keyed_batch.insert_many_keyed`: the common case, such as the default
         job's, merges all keys in one compiled call); time windows: one ``insert_many`` per key.
         """
         clock = self.clock
         clock.mark()
+        keys_seen = self.host.keys
         if not self._is_time:
-            order, firsts, bounds = group_runs(keys)
-            sorted_values = values[order]
-            clock.lap("group")
-            keys_seen = self.host.keys
             slide = self._slide
             ops = []
-            for i, key in enumerate(firsts):
+            for i, key in enumerate(keys):
                 hosted = keys_seen.get(key)
                 if hosted is None:
                     hosted = self._open(key, (bounds[i + 1] - bounds[i]) // slide)
                 ops.append(hosted.op)
-            outs = insert_many_keyed(ops, sorted_values, bounds)
-            parts = [(key, ends, res) for key, (ends, res) in zip(firsts, outs) if len(ends)]
-            self._account(len(firsts), len(values), parts)
+            outs = insert_many_keyed(ops, values, bounds)
+            parts = [(key, ends, res) for key, (ends, res) in zip(keys, outs) if len(ends)]
+            self._account(len(keys), len(values), parts)
             clock.lap("aggregate")
             return parts, []
-        groups = list(group_by_key(keys))
-        clock.lap("group")
         parts = []
         late_parts: list = []
-        host = self.host
-        keys_seen = host.keys
-        for key, idx in groups:
+        for i, key in enumerate(keys):
+            lo, hi = bounds[i], bounds[i + 1]
+            ts = timestamps[lo:hi]
             hosted = keys_seen.get(key)
             if hosted is None:
-                ts = timestamps[idx]
                 hosted = self._open(key, int(ts.max() - ts.min()) // self._slide + 1)
             op = hosted.op
-            ends, res = op.insert_many(values[idx], timestamps[idx])
+            ends, res = op.insert_many(values[lo:hi], ts)
             self._take_late(key, op, late_parts)
             if len(ends):
                 parts.append((key, ends, res))
-        self._account(len(groups), len(values), parts)
+        self._account(len(keys), len(values), parts)
         clock.lap("aggregate")
         return parts, late_parts
 
@@ -419,6 +466,8 @@ class TaskSlot:
             self.parts.close()
         if self.ring is not None:
             self.ring.close()
+        if self.in_ring is not None:
+            self.in_ring.close()
         self.host.close()
         self.pool.close(wait=False)
         if self._warm is not None:
@@ -483,8 +532,8 @@ def _run_stream(slot: TaskSlot, in_q: Any, out_q: Any) -> None:
     while True:
         msg = _get(in_q, slot)
         kind = msg[0]
-        if kind == "data":
-            out = slot.on_data(msg[1], msg[2], msg[3], msg[4])
+        if kind == "data" or kind == "grouped":
+            out = slot.on_data(*msg[1:]) if kind == "data" else slot.on_grouped(*msg[1:])
             if out[3] or out[6]:
                 _put(out_q, out, slot)
         elif kind == "barrier":
@@ -517,6 +566,10 @@ def _run_stream_staged(slot: TaskSlot, in_q: Any, out_q: Any) -> None:
         if kind == "data":
             arrival = msg[4]
             results(*slot.aggregate(msg[1], msg[2], msg[3]), arrival)
+        elif kind == "grouped":
+            _, keys, bounds, values, timestamps, arrival = msg
+            values, timestamps = slot.receive_grouped(values, timestamps)
+            results(*slot.aggregate_grouped(keys, bounds, values, timestamps), arrival)
         elif kind == "barrier":
             cid = msg[1]
             payload = slot.snapshot()

@@ -135,8 +135,13 @@ class Source:
         """The parameters that define the stream (a resumed job must match them)."""
         raise NotImplementedError
 
-    def batches(self, start: Any = None, batch_size: int = DEFAULT_BATCH_SIZE) -> Iterator[Batch]:
-        """Yield batches from ``start`` (a position from an earlier batch; ``None``: the beginning)."""
+    def batches(self, start: Any = None, batch_size: int = DEFAULT_BATCH_SIZE, *,
+                timestamps: bool = True) -> Iterator[Batch]:
+        """Yield batches from ``start`` (a position from an earlier batch; ``None``: the beginning).
+
+        ``timestamps=False``: the caller does not need them (count windows); a source may then leave
+        ``Batch.timestamps`` ``None`` (the generators do: ~1.3 ns a tuple less).
+        """
         raise NotImplementedError
 
     @property
@@ -182,7 +187,7 @@ class _Generator(Source):
     def _params(self) -> dict[str, Any]:
         return {}
 
-    def _block(self, b: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def _block(self, b: int, timestamps: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
         raise NotImplementedError
 
     def _disorder(self, rng: np.random.Generator, ts: np.ndarray) -> np.ndarray:
@@ -191,32 +196,35 @@ class _Generator(Source):
             ts[late] -= rng.integers(1, self.disorder + 1, size=len(late))
         return ts
 
-    def block(self, b: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Keys, values and timestamps of tuples ``[b * GENERATOR_BLOCK, (b+1) * GENERATOR_BLOCK)``."""
-        if self._cache is None or self._cache[0] != b:
-            self._cache = (b, self._block(b))
+    def block(self, b: int, timestamps: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+        """Keys, values and timestamps of tuples ``[b * GENERATOR_BLOCK, (b+1) * GENERATOR_BLOCK)``
+        (timestamps ``None`` when not asked for; keys and values the same either way)."""
+        if self._cache is None or self._cache[0] != (b, timestamps):
+            self._cache = ((b, timestamps), self._block(b, timestamps))
         return self._cache[1]
 
-    def take(self, start: int, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def take(self, start: int, n: int, timestamps: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
         """Tuples ``[start, start + n)`` as ``(keys, values, timestamps)``."""
         parts = []
         pos, end = start, start + n
         while pos < end:
             b, lo = divmod(pos, GENERATOR_BLOCK)
             hi = min(GENERATOR_BLOCK, lo + end - pos)
-            k, v, t = self.block(b)
-            parts.append((k[lo:hi], v[lo:hi], t[lo:hi]))
+            k, v, t = self.block(b, timestamps)
+            parts.append((k[lo:hi], v[lo:hi], None if t is None else t[lo:hi]))
             pos += hi - lo
         if len(parts) == 1:
             return parts[0]
-        return tuple(np.concatenate(cols) for cols in zip(*parts))  # type: ignore[return-value]
+        return tuple(None if cols[0] is None else np.concatenate(cols)  # type: ignore[return-value]
+                     for cols in zip(*parts))
 
-    def batches(self, start: Any = None, batch_size: int = DEFAULT_BATCH_SIZE) -> Iterator[Batch]:
+    def batches(self, start: Any = None, batch_size: int = DEFAULT_BATCH_SIZE, *,
+                timestamps: bool = True) -> Iterator[Batch]:
         pos = 0 if start is None else int(start)
         while self.tuples is None or pos < self.tuples:
             n = batch_size if self.tuples is None else min(batch_size, self.tuples - pos)
             arrival = time.monotonic()
-            k, v, t = self.take(pos, n)
+            k, v, t = self.take(pos, n, timestamps)
             pos += n
             yield Batch(k, v, t, pos, arrival)
 
@@ -269,18 +277,20 @@ class Debs14Source(_Generator):
     def _params(self) -> dict[str, Any]:
         return {"plugs": self.plugs}
 
-    def _block(self, b: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def _block(self, b: int, timestamps: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
         rng = np.random.default_rng([self.seed, b])
         n = GENERATOR_BLOCK
-        keys = self._table[rng.integers(0, 1 << 16, size=n, dtype=np.uint16)]
+        keys = self._table.take(rng.integers(0, 1 << 16, size=n, dtype=np.uint16))  # take: ~2x a [] gather
         # in place (the same operations, the same bits): each temporary array is fresh memory the
         # kernel zeroes page by page, and the generator's time was mostly that (29.9 -> 15 ns a tuple)
         level = rng.random(n)
         level *= 0.4
         level += 0.8  # +-20 % around the plug's level
-        values = self._base[keys]
+        values = self._base.take(keys)
         values *= level
         np.round(values, 3, out=values)
+        if not timestamps:  # the disorder's draws come after the values': keys and values are the same
+            return keys, values, None
         ts = np.arange(b * n, (b + 1) * n, dtype=np.int64)
         ts *= 1000
         ts //= self.plugs
@@ -330,7 +340,7 @@ class Debs12Source(_Generator):
     def _params(self) -> dict[str, Any]:
         return {"sensors": self.sensors}
 
-    def _block(self, b: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def _block(self, b: int, timestamps: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
         rng = np.random.default_rng([self.seed, b])
         n = GENERATOR_BLOCK
         pos = np.arange(b * n, (b + 1) * n, dtype=np.int64)
@@ -339,7 +349,7 @@ class Debs12Source(_Generator):
         ts = self.T0 + record * self.RECORD_MS
         cycle = np.sin(2 * math.pi * record / 360_000.0 + self._phase[sensor])  # one hour of records
         values = np.round(self._level[sensor] * (1.0 + 0.2 * cycle) + rng.normal(0.0, 25.0, size=n), 2)
-        return self.names[sensor], values, self._disorder(rng, ts)
+        return self.names[sensor], values, self._disorder(rng, ts) if timestamps else None
 
 
 # --------------------------------------------------------------------------- text sources
@@ -460,7 +470,8 @@ class _TextSource(Source):
     def _parse(self, lines: list[bytes], first_line: int) -> tuple[list, list, list | None]:
         raise NotImplementedError
 
-    def batches(self, start: Any = None, batch_size: int = DEFAULT_BATCH_SIZE) -> Iterator[Batch]:
+    def batches(self, start: Any = None, batch_size: int = DEFAULT_BATCH_SIZE, *,
+                timestamps: bool = True) -> Iterator[Batch]:
         if self.resumable:
             f = self._file = open(self.path, "rb")
             skip, line_no = self._header(f.readline)
