@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 import pba_runtime as pr
 from pba_runtime.runtime import Debs12Source, Debs14Source, Job, UserError
+from pba_runtime.runtime.byte_ring import ByteRing
 from pba_runtime.runtime.csv_text import csv_lines, float_text
 from pba_runtime.runtime.errors import JobError
 from pba_runtime.runtime.part_files import PartWriter, commit_parts, part_files, prepare_part_dir
@@ -73,6 +74,45 @@ def test_csv_lines_repeat_the_text_of_a_repeated_value_as_the_reference_writes_i
     parts = [(k, np.arange(cuts[k], cuts[k + 1], dtype=np.int64) + 9, values[cuts[k]:cuts[k + 1]])
              for k in range(n_keys)]
     assert format_csv_batch(parts, 3) == slow_csv(parts, 3)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.one_of(st.integers(-99, 10**6), st.sampled_from(["a", "b,c", ""])),
+                          st.sampled_from([-7, 0, 1, 5, 95, 995, 9_990, 99_995, 10**12 - 3, 2**62]),
+                          st.lists(st.sampled_from([1, 1, 1, 1, 0, 2, 9]), min_size=1, max_size=40),
+                          st.lists(st.sampled_from([2.5, 2.5, 2.5, 99.125, -0.5, 0.1 + 0.2]), min_size=1, max_size=40)),
+                min_size=1, max_size=5),
+       st.sampled_from([-3, 0, 1, 3, 10, 96, 1024]))
+def test_csv_lines_of_consecutive_windows_are_the_line_before_incremented(parts, range_):
+    """Slide-1 count windows: a row one position on with the same value is written as the line before with its
+    start and end incremented in their text. Carries across 9 -> 10 -> ... (start and end apart), negative and
+    zero starts, steps of 0 and more than one, value changes and key changes: the reference's bytes, with and
+    without the slot's ring."""
+    built = []
+    for key, first, steps, vals in parts:
+        ends = first + np.cumsum(np.array(steps, dtype=np.int64)) - steps[0]
+        built.append((key, ends, np.resize(np.array(vals), len(ends))))
+    expected = slow_csv(built, range_)
+    assert format_csv_batch(built, range_) == expected
+    ring = ByteRing.create(1 << 16)
+    try:
+        ref = format_csv_batch(built, range_, ring)
+        got = bytes(ring.view(ref)) if isinstance(ref, tuple) else ref
+        assert got == expected
+    finally:
+        ring.close()
+
+
+def test_csv_lines_of_a_slide_1_window_over_many_rows():
+    """The default job's shape: long runs of consecutive windows, a value repeated over most of them, ends
+    crossing 10**k; every row's bytes as the reference's."""
+    rng = np.random.default_rng(3)
+    parts = []
+    for key, first in ((46, 1), (7, 9_000), (1234, 99_000)):
+        ends = np.arange(first, first + 20_000, dtype=np.int64)
+        vals = np.maximum.accumulate(np.round(rng.random(len(ends)) * 100, 3))
+        parts.append((key, ends, vals))
+    assert format_csv_batch(parts, 1024) == slow_csv(parts, 1024)
 
 
 def test_csv_lines_checks_its_lengths():
