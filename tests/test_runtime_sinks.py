@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import pba_runtime as pr
-from pba_runtime.runtime import Debs12Source, Debs14Source, Job, UserError
+from pba_runtime.runtime import Debs12Source, Debs14Source, Job, UserError, csv_text
 from pba_runtime.runtime.byte_ring import ByteRing
 from pba_runtime.runtime.csv_text import csv_lines, float_text
 from pba_runtime.runtime.errors import JobError
@@ -103,12 +103,15 @@ def test_csv_lines_of_consecutive_windows_are_the_line_before_incremented(parts,
         ring.close()
 
 
-def test_csv_lines_of_a_slide_1_window_over_many_rows():
+@pytest.mark.parametrize("little", [True, False])
+def test_csv_lines_of_a_slide_1_window_over_many_rows(monkeypatch, little):
     """The default job's shape: long runs of consecutive windows, a value repeated over most of them, ends
-    crossing 10**k; every row's bytes as the reference's."""
+    crossing 10**k, keys whose lines are longer than the shortcut keeps (64 bytes); every row's bytes as the
+    reference's, also without the shortcut (a big-endian machine's path)."""
+    monkeypatch.setattr(csv_text, "_LITTLE", little)
     rng = np.random.default_rng(3)
     parts = []
-    for key, first in ((46, 1), (7, 9_000), (1234, 99_000)):
+    for key, first in ((46, 1), (7, 9_000), (1234, 99_000), ("k" * 40, 990), ("k" * 70, 5)):
         ends = np.arange(first, first + 20_000, dtype=np.int64)
         vals = np.maximum.accumulate(np.round(rng.random(len(ends)) * 100, 3))
         parts.append((key, ends, vals))
