@@ -65,12 +65,14 @@ __all__ = ["PartWriter", "commit_parts", "prepare_part_dir", "part_files", "ROWS
 ROWS_PER_GROUP = 1 << 17
 
 SUFFIXES = {"parquet": ".parquet", "arrow": ".arrow"}
-#: How the Parquet parts are encoded. The key is dictionary-encoded (it repeats), ``start`` and ``end`` are
-#: delta-encoded (consecutive windows' bounds differ by the slide: ~1 byte a value), the values plain, and
-#: no page is compressed: measured on the default job's results (1M rows), 32 ns and 8 bytes a row against
-#: 58 ns and 13 bytes with snappy over dictionary-encoded keys (statistics are kept for readers' filters).
-PARQUET_OPTIONS = {"use_dictionary": ["key"], "compression": "none",
-                   "column_encoding": {"start": "DELTA_BINARY_PACKED", "end": "DELTA_BINARY_PACKED"}}
+#: How the Parquet parts are encoded: every column plain (no dictionary, no delta encoding) and each page
+#: compressed with LZ4 (``LZ4_RAW``, which pyarrow, pandas, polars, DuckDB and Spark read); statistics are
+#: kept for readers' filters. Measured on the default job's results (1.3M rows in row groups of 128K,
+#: ``ParquetWriter`` alone, thread CPU, medians of 5): 15.5 ns and 0.70 bytes a row, against 24.2 ns and
+#: 8.9 bytes with the key dictionary-encoded, ``start``/``end`` delta-encoded and no compression (the
+#: encoding before), 17.4 ns and 2.6 bytes with snappy, 72 ns with zstd; the encoders cost more than LZ4
+#: does on plain pages, and less data crosses into the page cache. Without statistics: 13.5 ns.
+PARQUET_OPTIONS = {"use_dictionary": False, "compression": "lz4"}
 _IN_PROGRESS = ".inprogress"
 _PART = re.compile(r"^(\.)?part-(\d{6,})-(\d{4,})\.(parquet|arrow)(\.inprogress)?$")
 
