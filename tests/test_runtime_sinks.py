@@ -7,6 +7,7 @@ import csv
 import os
 
 import numpy as np
+import pandas as pd
 import pyarrow as pa
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
@@ -173,7 +174,13 @@ def test_part_writer_rolls_whole_files_in_row_groups(tmp_path, fmt):
     commit_parts(str(tmp_path), [f"part-000005-0003.{fmt}"])  # idempotent
     path = tmp_path / f"part-000005-0003.{fmt}"
     if fmt == "parquet":
-        assert pq.ParquetFile(path).num_row_groups == 2  # 12 rows, then 8
+        meta = pq.ParquetFile(path).metadata
+        assert meta.num_row_groups == 2  # 12 rows, then 8
+        column = meta.row_group(0).column(3)  # plain pages, LZ4-compressed, statistics kept for readers' filters
+        assert column.compression == "LZ4" and "PLAIN" in column.encodings and column.statistics.has_min_max
+        pl = pytest.importorskip("polars")
+        assert pl.read_parquet(path)["value"].to_list() == [float(i % 4) for i in range(20)]
+        assert pd.read_parquet(path)["value"].tolist() == [float(i % 4) for i in range(20)]
     got = ds.dataset(str(tmp_path), format="parquet" if fmt == "parquet" else "ipc").to_table()
     assert got.num_rows == 20 and got.column("value").to_pylist() == [float(i % 4) for i in range(20)]
     w.close()
