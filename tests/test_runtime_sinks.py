@@ -176,8 +176,11 @@ def test_part_writer_rolls_whole_files_in_row_groups(tmp_path, fmt):
     if fmt == "parquet":
         meta = pq.ParquetFile(path).metadata
         assert meta.num_row_groups == 2  # 12 rows, then 8
-        column = meta.row_group(0).column(3)  # plain pages, LZ4-compressed, statistics kept for readers' filters
-        assert column.compression == "LZ4" and "PLAIN" in column.encodings and column.statistics.has_min_max
+        columns = [meta.row_group(0).column(i) for i in range(4)]  # plain pages, LZ4-compressed
+        assert all(c.compression == "LZ4" and "PLAIN" in c.encodings for c in columns)
+        # statistics for end only (a time range's filter): end's min and max in the first row group
+        assert [c.statistics is not None and c.statistics.has_min_max for c in columns] == [False, False, True, False]
+        assert (columns[2].statistics.min, columns[2].statistics.max) == (1, 4)
         pl = pytest.importorskip("polars")
         assert pl.read_parquet(path)["value"].to_list() == [float(i % 4) for i in range(20)]
         assert pd.read_parquet(path)["value"].tolist() == [float(i % 4) for i in range(20)]
