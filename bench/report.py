@@ -877,17 +877,17 @@ def runtime_sinks_section(rs: dict) -> list[str]:
         cats = list(next(iter(per_tuple.values())))
         out += ["Where the CPU goes, ns per tuple (one result row per tuple; medians over the repetitions; "
                 "`sink`: formatting and writing in the slots plus the coordinator's sink thread; `queues`: "
-                "pickling, pipes and the queue feeder threads on both sides; `other`: mostly each slot's "
-                "start-up before the stream, imports and the compiled writer's load):", ""]
+                "pickling, pipes and the queue feeder threads on both sides; `other`: the stream's CPU outside "
+                "those phases; each slot's CPU counts from the stream's start, as the coordinator's does):", ""]
         out += table(["sink", *cats, "total"],
                      [[name, *(f"{v[c]:.0f}" for c in cats), f"{sum(v.values()):.0f}"]
                       for name, v in per_tuple.items()])
     qs = {k: v["ratio_to_no_sink"] for k, v in res.items() if v.get("ratio_to_no_sink")}
-    stream = {k: sum(v.values()) - v.get("other", 0.0) for k, v in per_tuple.items()}
+    stream = {k: sum(v.values()) for k, v in per_tuple.items()}
     cpu_q = {k: stream["none"] / v for k, v in stream.items() if k != "none" and "none" in stream}
     if qs:
         out += ["The ratio of wall-clock rates swings with the machine's load (other jobs take the cores at random "
-                "moments of a run); the ratio of the CPU each job spends on its stream (all stages but `other`) is "
+                "moments of a run); the ratio of the CPU each job spends on its stream (every stage above, `other` included) is "
                 "the steadier one, and the one the wall ratio tends to when the job is bound by CPU. The goal is "
                 "judged on both.", ""]
         goal = [k for k in ("csv", "parquet") if k in qs]

@@ -7,6 +7,7 @@ import csv
 import os
 
 import numpy as np
+import pandas as pd
 import pyarrow as pa
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
@@ -15,7 +16,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import pba_runtime as pr
-from pba_runtime.runtime import Debs12Source, Debs14Source, Job, UserError
+from pba_runtime.runtime import Debs12Source, Debs14Source, Job, UserError, csv_text
+from pba_runtime.runtime.byte_ring import ByteRing
 from pba_runtime.runtime.csv_text import csv_lines, float_text
 from pba_runtime.runtime.errors import JobError
 from pba_runtime.runtime.part_files import PartWriter, commit_parts, part_files, prepare_part_dir
@@ -75,6 +77,48 @@ def test_csv_lines_repeat_the_text_of_a_repeated_value_as_the_reference_writes_i
     assert format_csv_batch(parts, 3) == slow_csv(parts, 3)
 
 
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.one_of(st.integers(-99, 10**6), st.sampled_from(["a", "b,c", ""])),
+                          st.sampled_from([-7, 0, 1, 5, 95, 995, 9_990, 99_995, 10**12 - 3, 2**62]),
+                          st.lists(st.sampled_from([1, 1, 1, 1, 0, 2, 9]), min_size=1, max_size=40),
+                          st.lists(st.sampled_from([2.5, 2.5, 2.5, 99.125, -0.5, 0.1 + 0.2]), min_size=1, max_size=40)),
+                min_size=1, max_size=5),
+       st.sampled_from([-3, 0, 1, 3, 10, 96, 1024]))
+def test_csv_lines_of_consecutive_windows_are_the_line_before_incremented(parts, range_):
+    """Slide-1 count windows: a row one position on with the same value is written as the line before with its
+    start and end incremented in their text. Carries across 9 -> 10 -> ... (start and end apart), negative and
+    zero starts, steps of 0 and more than one, value changes and key changes: the reference's bytes, with and
+    without the slot's ring."""
+    built = []
+    for key, first, steps, vals in parts:
+        ends = first + np.cumsum(np.array(steps, dtype=np.int64)) - steps[0]
+        built.append((key, ends, np.resize(np.array(vals), len(ends))))
+    expected = slow_csv(built, range_)
+    assert format_csv_batch(built, range_) == expected
+    ring = ByteRing.create(1 << 16)
+    try:
+        ref = format_csv_batch(built, range_, ring)
+        got = bytes(ring.view(ref)) if isinstance(ref, tuple) else ref
+        assert got == expected
+    finally:
+        ring.close()
+
+
+@pytest.mark.parametrize("little", [True, False])
+def test_csv_lines_of_a_slide_1_window_over_many_rows(monkeypatch, little):
+    """The default job's shape: long runs of consecutive windows, a value repeated over most of them, ends
+    crossing 10**k, keys whose lines are longer than the shortcut keeps (64 bytes); every row's bytes as the
+    reference's, also without the shortcut (a big-endian machine's path)."""
+    monkeypatch.setattr(csv_text, "_LITTLE", little)
+    rng = np.random.default_rng(3)
+    parts = []
+    for key, first in ((46, 1), (7, 9_000), (1234, 99_000), ("k" * 40, 990), ("k" * 70, 5)):
+        ends = np.arange(first, first + 20_000, dtype=np.int64)
+        vals = np.maximum.accumulate(np.round(rng.random(len(ends)) * 100, 3))
+        parts.append((key, ends, vals))
+    assert format_csv_batch(parts, 1024) == slow_csv(parts, 1024)
+
+
 def test_csv_lines_checks_its_lengths():
     with pytest.raises(ValueError, match="counts must sum"):
         csv_lines([b"1,"], np.array([3]), np.array([1, 2]), 1, np.array([1.0, 2.0]))
@@ -130,7 +174,18 @@ def test_part_writer_rolls_whole_files_in_row_groups(tmp_path, fmt):
     commit_parts(str(tmp_path), [f"part-000005-0003.{fmt}"])  # idempotent
     path = tmp_path / f"part-000005-0003.{fmt}"
     if fmt == "parquet":
-        assert pq.ParquetFile(path).num_row_groups == 2  # 12 rows, then 8
+        meta = pq.ParquetFile(path).metadata
+        assert meta.num_row_groups == 2  # 12 rows, then 8
+        columns = [meta.row_group(0).column(i) for i in range(4)]  # LZ4-compressed pages
+        assert all(c.compression == "LZ4" for c in columns)
+        assert [("DELTA_BINARY_PACKED" in c.encodings, "PLAIN" in c.encodings) for c in columns] == [
+            (False, True), (True, False), (True, False), (False, True)]  # start and end delta-encoded
+        # statistics for end only (a time range's filter): end's min and max in the first row group
+        assert [c.statistics is not None and c.statistics.has_min_max for c in columns] == [False, False, True, False]
+        assert (columns[2].statistics.min, columns[2].statistics.max) == (1, 4)
+        pl = pytest.importorskip("polars")
+        assert pl.read_parquet(path)["value"].to_list() == [float(i % 4) for i in range(20)]
+        assert pd.read_parquet(path)["value"].tolist() == [float(i % 4) for i in range(20)]
     got = ds.dataset(str(tmp_path), format="parquet" if fmt == "parquet" else "ipc").to_table()
     assert got.num_rows == 20 and got.column("value").to_pylist() == [float(i % 4) for i in range(20)]
     w.close()

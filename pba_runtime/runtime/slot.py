@@ -420,6 +420,13 @@ class TaskSlot:
             rep["thread_cpu"] += st["thread_cpu"]
         return rep
 
+    def start_stream(self) -> None:
+        """The stream starts (the slot said it is ready): its CPU time and its clock's phases count from now,
+        as the coordinator's do, so start-up (a sink's imports, the compiled writer's load) is not charged
+        to the stream."""
+        self.clock = PhaseClock()
+        self._cpu0 = time.process_time()
+
     def finish_parts(self, next_epoch: int | None = None) -> list[str]:
         """Close the slot's part file (part-file sinks): its name, for the checkpoint (or the end) to commit."""
         return [] if self.parts is None else self.parts.roll(next_epoch)
@@ -618,6 +625,7 @@ def slot_main(spec: SlotSpec, in_q: Any, out_q: Any, states: dict[Any, Any]) -> 
         if slot._warm is not None:  # the stream starts when every slot is ready (its kernels loaded)
             slot._warm.join()
         _put(out_q, ("ready", spec.index), slot)
+        slot.start_stream()
         log.info("task slot %d: %s over %s, %d keys restored", spec.index, spec.algorithm, spec.window, len(states))
         (_run_stream_staged if spec.sink_format in STAGED_FORMATS else _run_stream)(slot, in_q, out_q)
         if profiler is not None:
