@@ -351,9 +351,8 @@ def values_range(engine: Engine, V: np.ndarray, q: int, a0: int, a1: int, out: n
         C.count_from_values(q, a0, a1, out, ends, first_end, step)
         return
     if engine.from_values == "argmax_from_values":
-        m = 2 * q if q <= C.ARGMAX_LOOKUP_MIN else 1  # longer rows write no values beside the positions
-        C.argmax_from_values(V, q, a0, a1, out, ends, first_end, step, scratch("lcs", 2 * q, np.int64),
-                             scratch("csa", 2 * q, np.int64), scratch("lcv", m), scratch("csv", m), pos0)
+        C.argmax_from_values(V, q, a0, a1, out, ends, first_end, step, scratch("lcs", q, np.int64),
+                             scratch("lcv", q), scratch("csa", q, np.int64), scratch("csv", q), pos0)
         return
     if engine.from_values == "mean_from_values" and q >= C.SUM_ONE_LOOP_MIN:  # the lcs of two rows, no csa
         C.mean_from_values(V, q, a0, a1, out, ends, first_end, step, scratch("lcs", 2 * q), scratch("csa", 1))
