@@ -37,7 +37,7 @@ from ..aggregations import BUILTIN_AGGREGATIONS, Aggregation, ArgmaxKernel, Kern
 from .scratch import scratch
 
 __all__ = ["ENGINES", "CompileWarning", "Engine", "resolve_engine", "check_engine", "compiled_available", "merge_keyed",
-           "merge_range", "values_range", "warm", "warm_in_background"]
+           "block_start_cost", "merge_range", "values_range", "warm", "warm_in_background"]
 
 ENGINES = ("auto", "compiled", "numpy", "python")
 
@@ -295,6 +295,22 @@ def resolve_engine(agg: Aggregation, engine: str = "auto") -> Engine:
         raise ValueError(f"engine='numpy' needs an aggregation with a vectorised form (kernel= or ufunc=); "
                          f"{agg.name!r} has none")
     return Engine("numpy")
+
+
+def block_start_cost(engine: Engine, q: int, from_values: bool) -> bool:
+    """Whether ``engine``'s merge over rows of ``q`` (``from_values``: :func:`values_range`, else
+    :func:`merge_range`) builds the first row's lcs of each block apart: the one-loop ``sum`` and
+    ``mean`` (``compiled._sum_rows``, from ``SUM_ONE_LOOP_MIN``), where one thread builds each next
+    row's lcs beside the windows of the row before (``batch.compiled_blocks`` gives them fewer blocks)."""
+    if not engine.compiled:
+        return False
+    from . import compiled as C
+
+    if q < C.SUM_ONE_LOOP_MIN:
+        return False
+    if from_values:
+        return engine.from_values == "mean_from_values"
+    return engine.layout == "scalar" and engine.ops[0] == C.ADD
 
 
 def merge_range(engine: Engine, X: np.ndarray, q: int, a0: int, a1: int, out: np.ndarray, ends: np.ndarray,

@@ -27,6 +27,8 @@ equal values.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from numba import njit
 
@@ -72,6 +74,20 @@ def c_fmin(a, b):
 
 
 @njit(inline="always", cache=True)
+def _exact_inverse(div):
+    """``1 / div`` where it is exact (``div`` a power of two: ``a * (1 / div)`` is ``a / div``, bit for bit,
+    for every ``a``), else 0.0 (divide)."""
+    return 1.0 / div if math.frexp(div)[0] == 0.5 else 0.0
+
+
+@njit(inline="always", cache=True)
+def _over(a, div, inv):
+    """``a / div``, as a product where ``inv`` (:func:`_exact_inverse`) is exact: a multiply costs a
+    fraction of a division (``mean`` over ``2^k`` values: ~4% of its merge, measured)."""
+    return a * inv if inv != 0.0 else a / div
+
+
+@njit(inline="always", cache=True)
 def _scalar_rows(X, q, a0, a1, out, comb, lcs, csa, div=1.0):
     """Windows ``[a0, a1)`` over scalar partials (1-D views, any stride).
 
@@ -82,6 +98,7 @@ def _scalar_rows(X, q, a0, a1, out, comb, lcs, csa, div=1.0):
     """
     c = a0 // q
     lr = lcs[::-1]
+    inv = _exact_inverse(div)
     while c * q < a1:
         base = c * q
         n = min(q, a1 - base)
@@ -107,9 +124,9 @@ def _scalar_rows(X, q, a0, a1, out, comb, lcs, csa, div=1.0):
             for j in range(1, n):
                 o[j] = comb(lcs[j], csa[j - 1])
         else:  # mean: the sum divided by the count, in the same pass
-            o[0] = lcs[0] / div
+            o[0] = _over(lcs[0], div, inv)
             for j in range(1, n):
-                o[j] = comb(lcs[j], csa[j - 1]) / div
+                o[j] = _over(comb(lcs[j], csa[j - 1]), div, inv)
         c += 1
 
 
@@ -129,6 +146,7 @@ def _sum_rows(X, q, a0, a1, out, lcs, div=1.0):
     14.8 -> 15.7, 2^20 18.1 -> 15.3. Used from ``SUM_ONE_LOOP_MIN`` (where the two-pass scratch,
     16 bytes a slice, no longer fits the 32 KB L1).
     """
+    inv = _exact_inverse(div)
     c = a0 // q
     base = c * q
     xr = X[base : base + q][::-1]
@@ -146,7 +164,7 @@ def _sum_rows(X, q, a0, a1, out, lcs, div=1.0):
         nxt = lcs[:q] if flip else lcs[q : 2 * q]
         o = out[base : base + n]
         xn = X[base + q : base + q + n - 1]
-        o[0] = cur[0] / div
+        o[0] = _over(cur[0], div, inv)
         if (c + 1) * q < a1:  # row c+1 has windows here: its lcs in this loop
             yr = X[base + q : base + 2 * q][::-1]
             nr = nxt[::-1]
@@ -155,21 +173,21 @@ def _sum_rows(X, q, a0, a1, out, lcs, div=1.0):
             run = 0.0
             if n > 1:
                 run = xn[0]
-                o[1] = (cur[1] + run) / div
+                o[1] = _over(cur[1] + run, div, inv)
             for i in range(1, n - 1):
                 acc = yr[i] + acc
                 nr[i] = acc
                 run = run + xn[i]
-                o[i + 1] = (cur[i + 1] + run) / div
+                o[i + 1] = _over(cur[i + 1] + run, div, inv)
             for i in range(max(n - 1, 1), q):
                 acc = yr[i] + acc
                 nr[i] = acc
         elif n > 1:
             run = xn[0]
-            o[1] = (cur[1] + run) / div
+            o[1] = _over(cur[1] + run, div, inv)
             for i in range(1, n - 1):
                 run = run + xn[i]
-                o[i + 1] = (cur[i + 1] + run) / div
+                o[i + 1] = _over(cur[i + 1] + run, div, inv)
         flip = not flip
         c += 1
 
