@@ -627,13 +627,17 @@ def test_fused_time_windows_insert_and_flush_in_one_call(agg, data):
     _same(agg, res, list(r1) + list(r2))
 
 
-@pytest.mark.parametrize("q", [2, 3, 7, 64])
+@pytest.mark.parametrize("q", [2, 3, 7, 64, 2 * 2048 + 3, 4096])
 @pytest.mark.parametrize("mean", [False, True], ids=["sum", "mean"])
 def test_one_loop_sum_equals_the_two_pass_merge_bit_for_bit(q, mean):
     """``_sum_rows`` (one loop per row, the next row's lcs built beside the windows) == ``_scalar_rows``
     (lcs and csa, then the windows) bit for bit, for sum and mean from values: one call, calls
-    starting at every row, calls ending inside a row; NaN, inf, -0.0, 1e12 beside 1e-3."""
+    starting at every row, calls ending inside a row; NaN, inf, -0.0, 1e12 beside 1e-3. Rows longer
+    than ``SUM_CHUNK`` (its windows in chunks, mean's division after each) and ``q`` not a power of two
+    (a division, not a product)."""
     from pba_runtime.kernels import compiled as C
+
+    assert 2 * 2048 + 3 > 2 * C.SUM_CHUNK
 
     rng = np.random.default_rng(q + 7)
     none = np.empty(0, dtype=np.int64)
