@@ -50,6 +50,9 @@ def _calls(C, agg, x, q):
         return lambda: C.std_from_values(x, q, 0, nwin, out, ends, 0, 1, np.empty(shape), np.empty(shape))
     if agg == "argmax":
         out = np.empty(nwin, dtype=np.int64)
+        if hasattr(C, "_lcs_records"):  # the records' kernel: (position, value) scratch of q for each part
+            return lambda: C.argmax_from_values(x, q, 0, nwin, out, ends, 0, 1, np.empty(q, dtype=np.int64),
+                                                np.empty(q), np.empty(q, dtype=np.int64), np.empty(q), 0)
         if m == q:
             return lambda: C.argmax_from_values(x, q, 0, nwin, out, ends, 0, 1, np.empty(q, dtype=np.int64),
                                                 np.empty(q, dtype=np.int64), 0)

@@ -360,13 +360,18 @@ def bench_time(n: int, repeat: int, pool: pr.WorkerPool, python_n: int) -> dict:
 
 def _merged(old: dict, new: dict, aggs: list[str]) -> dict:
     """``old`` with the rows of ``aggs`` and the accuracy replaced by ``new``'s; the run that measured them is
-    recorded under ``reruns`` (its machine, arguments and aggregations), the rest keeps ``old``'s machine."""
+    recorded under ``reruns`` (its machine, arguments and aggregations), the rest keeps ``old``'s machine.
+    A run of every built-in replaces the whole table: it is recorded as ``builtins_run``, earlier reruns dropped."""
     out = dict(old)
     rows = [r for r in old.get("builtins", []) if r["agg"] not in aggs] + new["builtins"]
     order = {a: i for i, a in enumerate(AGGS)}
     out["builtins"] = sorted(rows, key=lambda r: (order.get(r["agg"], len(order)), r["range"]))
     out["accuracy"] = new["accuracy"]
-    out["reruns"] = [*old.get("reruns", []), {"aggs": aggs, "machine": new["machine"], "args": new["args"]}]
+    if set(AGGS) <= set(aggs):  # every built-in in this run: the table is this run's alone
+        out["builtins_run"] = {"machine": new["machine"], "args": new["args"]}
+        out["reruns"] = []
+    else:
+        out["reruns"] = [*old.get("reruns", []), {"aggs": aggs, "machine": new["machine"], "args": new["args"]}]
     return out
 
 

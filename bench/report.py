@@ -709,16 +709,24 @@ FINDINGS = """## Findings about the library (for its owners)
 
 def kernels_section(kr: dict) -> list[str]:
     """Issue 17: the compiled batch kernels against bottleneck, pandas, polars and np.copyto (bench_kernels.py)."""
-    a = kr.get("args", {})
-    m = kr.get("machine", {})
+    run = kr.get("builtins_run")  # every built-in re-measured in one later run (--builtins-only)
+    a = (run or kr).get("args", {})
+    m = (run or kr).get("machine", {})
+    cmd = "python bench/bench_kernels.py" + (" --builtins-only" if run else "")
+    when = f"{m.get('time', '?')}, " if run else ""
     out = ["## Compiled batch kernels against their peers (issue 17)", "",
-           f"`python bench/bench_kernels.py` ({a.get('n', 0):,} float64 values, slide 1, {a.get('repeat')} interleaved "
+           f"`{cmd}` ({when}{a.get('n', 0):,} float64 values, slide 1, {a.get('repeat')} interleaved "
            f"repeats; 1-min load {m.get('loadavg', [0])[0]:.1f} at the start, {m.get('loadavg_end', [0])[0]:.1f} at "
            "the end). M values/s, median [min-max]; ratios of medians taken in the same run. `compiled PBA` is "
            "`sliding_aggregate` on the compiled engine with a thread pool (the windows split at a chunk boundary "
            "across two threads), `compiled SBA` the same on one thread, `numpy` the vectorised reference engine. "
            "`copyto`: `np.copyto` of the same values (one read, one write: the machine's limit); the last column "
            "is the share of that limit compiled PBA reaches.", ""]
+    if run:
+        km, ka = kr.get("machine", {}), kr.get("args", {})
+        out += [f"Every row of the two tables below and the accuracy come from that one run; the user aggregations "
+                f"come from the run of {km.get('time', '?')} ({ka.get('n', 0):,} values, {ka.get('repeat')} repeats), "
+                "the time windows from their own run (their table gives its load).", ""]
     for rr in kr.get("reruns", []):
         rm, ra = rr.get("machine", {}), rr.get("args", {})
         out += [f"Re-measured later ({rm.get('time', '?')}, {ra.get('n', 0):,} values, {ra.get('repeat')} repeats; "

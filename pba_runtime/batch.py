@@ -26,7 +26,7 @@ import numpy as np
 
 from . import logs, merge
 from .aggregations import Aggregation, Kernel, quiet_non_finite
-from .kernels import Engine, merge_range, values_range
+from .kernels import Engine, block_start_cost, merge_range, values_range
 from .kernels.result_memory import result_block
 from .merge import RowEnds, fill_ends, merge_rows, scan
 from .pool import WorkerPool, result_or_repair
@@ -186,7 +186,7 @@ def _merge_compiled(engine: Engine, X: np.ndarray, q: int, nwin: int, pool: Work
     X = np.ascontiguousarray(X, dtype=np.float64)
     first_end, step = ends_spec if ends_spec is not None else (0, 0)
     out, ends = _results(nwin, X.shape[1:] if out_shape is None else out_shape, out_dtype, ends_spec is not None)
-    blocks = compiled_blocks(q, nwin)
+    blocks = compiled_blocks(q, nwin, block_start_cost(engine, q, run is not merge_range))
     if pool is None or pool.closed or len(blocks) < 2:
         run(engine, X, q, 0, nwin, out, ends, first_end, step)
         return (ends if ends_spec is not None else None), out
@@ -241,10 +241,15 @@ def _results(nwin: int, shape: tuple, dtype: type, with_ends: bool) -> tuple[np.
     return out, buf[n_out:].view(np.int64)
 
 
-def compiled_blocks(q: int, nwin: int) -> list[tuple[int, int]]:
+def compiled_blocks(q: int, nwin: int, start_cost: bool = False) -> list[tuple[int, int]]:
     """The blocks ``[a0, a1)`` of windows a compiled merge of ``nwin`` windows in rows of ``q`` hands out:
     whole rows (two at least), ``COMPILED_SPLIT_MIN // 2`` windows and up, about ``COMPILED_BLOCKS`` of
     them (one block below ``COMPILED_SPLIT_MIN`` windows: a hand-off costs more than it saves).
+
+    ``start_cost``: the merge builds a block's first row's lcs apart, a chain over ``q`` values that
+    one thread builds beside the previous row's windows (the one-loop ``sum`` and ``mean``,
+    ``kernels.block_start_cost``): about half a row's work per block, so such a merge gets one
+    block per 11 rows at most (~5% more work than one thread), two at least.
 
     Examples
     --------
@@ -253,14 +258,17 @@ def compiled_blocks(q: int, nwin: int) -> list[tuple[int, int]]:
     >>> b = compiled_blocks(1 << 10, 1 << 21)
     >>> len(b), b[0], b[-1][1]
     (12, (0, 175104), 2097152)
+    >>> len(compiled_blocks(1 << 20, 9_000_000)), len(compiled_blocks(1 << 20, 9_000_000, start_cost=True))
+    (5, 2)
     """
     if nwin < COMPILED_SPLIT_MIN or q < 1:
         return [(0, nwin)]
     rows = -(-nwin // q)
-    # rows per block, two at least: a block builds its first row's lcs apart, where one thread's sum and mean
-    # build it beside the previous row's windows and argmax merges rows in pairs (one-row blocks at q = 2^20,
-    # 10M values, sum: 21.7 ms of CPU against 18.9 with two-row blocks and 16.1 on one thread)
+    # rows per block, two at least (one-row blocks at q = 2^20, 10M values, sum: 21.7 ms of CPU against 18.9
+    # with two-row blocks and 16.1 on one thread)
     per = max(2, -(-max(nwin // COMPILED_BLOCKS, COMPILED_SPLIT_MIN // 2) // q))
+    if start_cost:
+        per = max(per, -(-rows // max(2, 1 + rows // 11)))
     return [(r * q, min(nwin, (r + per) * q)) for r in range(0, rows, per)]
 
 

@@ -559,19 +559,25 @@ def test_scratch_is_per_thread_reused_and_bounded():
     assert scratch("test-big", 1).base is not big.base  # too large to keep: allocated anew
 
 
-def test_argmax_from_values_long_rows_look_values_up():
-    """Rows longer than ARGMAX_LOOKUP_MIN: the windows' loop looks the values up at the positions instead of
-    storing them: the same positions as the partial path (numpy merge of (value, position) partials),
-    over tie-heavy data with NaN, inf and signed zeros, and from every row (a thread's block)."""
+@pytest.mark.parametrize("q", [2, 3, 7, 64, (1 << 17) + 3])
+def test_argmax_from_values_records_adversarial(q):
+    """argmax from values works on the records of each row's suffix and prefix maxima, the windows written
+    as runs between them: the positions of the partial path (numpy merge of (value, position) partials)
+    where every value is a record (sorted up, sorted down), where none is after the first (constant), over
+    ties, NaN runs, inf and signed zeros, and from every row (a thread's block)."""
     from pba_runtime.batch import windows_from_values
-    from pba_runtime.kernels import compiled as C
     from pba_runtime.kernels import values_range
 
     a = pr.get_aggregation("argmax")
     eng = resolve_engine(a, "compiled")
-    q = C.ARGMAX_LOOKUP_MIN + 3
-    rng = np.random.default_rng(17)
-    for v in (_tie_heavy(rng, 3 * q + 5), _values(rng, 2 * q + 1, "argmax")):
+    rng = np.random.default_rng(q)
+    n = 3 * q + 5 if q > 100 else 9 * q + 4
+    up = np.sort(rng.normal(size=n))
+    nan_runs = _values(rng, n, "argmax")
+    nan_runs[rng.integers(0, n, size=max(1, n // 20))] = np.nan
+    nan_runs[n // 3 : n // 3 + q // 2 + 1] = np.nan
+    for v in (_tie_heavy(rng, n), _values(rng, n, "argmax"), up, up[::-1].copy(), np.full(n, 2.5),
+              np.full(n, np.nan), nan_runs, np.tile([0.0, -0.0, 1.0, np.inf, -np.inf], n // 5 + 1)[:n]):
         nwin = len(v) - q + 1
         pos = np.arange(len(v), dtype=np.float64) + 11
         _, ref = windows_with_ends(a.kernel, a.kernel.lift(v, pos), q, nwin, 3, 1)  # numpy merge
@@ -621,13 +627,17 @@ def test_fused_time_windows_insert_and_flush_in_one_call(agg, data):
     _same(agg, res, list(r1) + list(r2))
 
 
-@pytest.mark.parametrize("q", [2, 3, 7, 64])
+@pytest.mark.parametrize("q", [2, 3, 7, 64, 2 * 2048 + 3, 4096])
 @pytest.mark.parametrize("mean", [False, True], ids=["sum", "mean"])
 def test_one_loop_sum_equals_the_two_pass_merge_bit_for_bit(q, mean):
     """``_sum_rows`` (one loop per row, the next row's lcs built beside the windows) == ``_scalar_rows``
     (lcs and csa, then the windows) bit for bit, for sum and mean from values: one call, calls
-    starting at every row, calls ending inside a row; NaN, inf, -0.0, 1e12 beside 1e-3."""
+    starting at every row, calls ending inside a row; NaN, inf, -0.0, 1e12 beside 1e-3. Rows longer
+    than ``SUM_CHUNK`` (its windows in chunks, mean's division after each) and ``q`` not a power of two
+    (a division, not a product)."""
     from pba_runtime.kernels import compiled as C
+
+    assert 2 * 2048 + 3 > 2 * C.SUM_CHUNK
 
     rng = np.random.default_rng(q + 7)
     none = np.empty(0, dtype=np.int64)

@@ -37,7 +37,7 @@ from ..aggregations import BUILTIN_AGGREGATIONS, Aggregation, ArgmaxKernel, Kern
 from .scratch import scratch
 
 __all__ = ["ENGINES", "CompileWarning", "Engine", "resolve_engine", "check_engine", "compiled_available", "merge_keyed",
-           "merge_range", "values_range", "warm", "warm_in_background"]
+           "block_start_cost", "merge_range", "values_range", "warm", "warm_in_background"]
 
 ENGINES = ("auto", "compiled", "numpy", "python")
 
@@ -297,6 +297,22 @@ def resolve_engine(agg: Aggregation, engine: str = "auto") -> Engine:
     return Engine("numpy")
 
 
+def block_start_cost(engine: Engine, q: int, from_values: bool) -> bool:
+    """Whether ``engine``'s merge over rows of ``q`` (``from_values``: :func:`values_range`, else
+    :func:`merge_range`) builds the first row's lcs of each block apart: the one-loop ``sum`` and
+    ``mean`` (``compiled._sum_rows``, from ``SUM_ONE_LOOP_MIN``), where one thread builds each next
+    row's lcs beside the windows of the row before (``batch.compiled_blocks`` gives them fewer blocks)."""
+    if not engine.compiled:
+        return False
+    from . import compiled as C
+
+    if q < C.SUM_ONE_LOOP_MIN:
+        return False
+    if from_values:
+        return engine.from_values == "mean_from_values"
+    return engine.layout == "scalar" and engine.ops[0] == C.ADD
+
+
 def merge_range(engine: Engine, X: np.ndarray, q: int, a0: int, a1: int, out: np.ndarray, ends: np.ndarray,
                 first_end: int, step: int, lowered: bool = False) -> None:
     """Windows ``[a0, a1)`` of a batch (``a0`` a multiple of ``q``) by ``engine``'s compiled merge.
@@ -351,9 +367,8 @@ def values_range(engine: Engine, V: np.ndarray, q: int, a0: int, a1: int, out: n
         C.count_from_values(q, a0, a1, out, ends, first_end, step)
         return
     if engine.from_values == "argmax_from_values":
-        m = 2 * q if q <= C.ARGMAX_LOOKUP_MIN else 1  # longer rows write no values beside the positions
-        C.argmax_from_values(V, q, a0, a1, out, ends, first_end, step, scratch("lcs", 2 * q, np.int64),
-                             scratch("csa", 2 * q, np.int64), scratch("lcv", m), scratch("csv", m), pos0)
+        C.argmax_from_values(V, q, a0, a1, out, ends, first_end, step, scratch("lcs", q, np.int64),
+                             scratch("lcv", q), scratch("csa", q, np.int64), scratch("csv", q), pos0)
         return
     if engine.from_values == "mean_from_values" and q >= C.SUM_ONE_LOOP_MIN:  # the lcs of two rows, no csa
         C.mean_from_values(V, q, a0, a1, out, ends, first_end, step, scratch("lcs", 2 * q), scratch("csa", 1))

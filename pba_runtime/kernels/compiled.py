@@ -27,6 +27,8 @@ equal values.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from numba import njit
 
@@ -36,6 +38,8 @@ ADD, MAX, MIN, MUL, FMAX, FMIN = 0, 1, 2, 3, 4, 5
 COLUMNS_ROW_MIN = 8
 # sum and mean from values run one loop per row (_sum_rows) from rows of this many slices
 SUM_ONE_LOOP_MIN = 1 << 11
+# _sum_rows writes a row's windows in chunks of this many (mean divides each chunk while it is in L1)
+SUM_CHUNK = 2048
 
 _JIT = {"nogil": True, "cache": True, "error_model": "numpy"}
 
@@ -72,6 +76,31 @@ def c_fmin(a, b):
 
 
 @njit(inline="always", cache=True)
+def _exact_inverse(div):
+    """``1 / div`` where it is exact (``div`` a power of two: ``a * (1 / div)`` is ``a / div``, bit for bit,
+    for every ``a``), else 0.0 (divide)."""
+    return 1.0 / div if math.frexp(div)[0] == 0.5 else 0.0
+
+
+@njit(inline="always", cache=True)
+def _over(a, div, inv):
+    """``a / div``, as a product where ``inv`` (:func:`_exact_inverse`) is exact: a multiply costs a
+    fraction of a division (``mean`` over ``2^k`` values: ~4% of its merge, measured)."""
+    return a * inv if inv != 0.0 else a / div
+
+
+@njit(inline="always", cache=True)
+def _scale(o, div, inv):
+    """``o[t] = _over(o[t], div, inv)`` for every ``t``, the test outside the loop (which vectorises)."""
+    if inv != 0.0:
+        for t in range(o.shape[0]):
+            o[t] = o[t] * inv
+    else:
+        for t in range(o.shape[0]):
+            o[t] = o[t] / div
+
+
+@njit(inline="always", cache=True)
 def _scalar_rows(X, q, a0, a1, out, comb, lcs, csa, div=1.0):
     """Windows ``[a0, a1)`` over scalar partials (1-D views, any stride).
 
@@ -82,6 +111,7 @@ def _scalar_rows(X, q, a0, a1, out, comb, lcs, csa, div=1.0):
     """
     c = a0 // q
     lr = lcs[::-1]
+    inv = _exact_inverse(div)
     while c * q < a1:
         base = c * q
         n = min(q, a1 - base)
@@ -107,9 +137,9 @@ def _scalar_rows(X, q, a0, a1, out, comb, lcs, csa, div=1.0):
             for j in range(1, n):
                 o[j] = comb(lcs[j], csa[j - 1])
         else:  # mean: the sum divided by the count, in the same pass
-            o[0] = lcs[0] / div
+            o[0] = _over(lcs[0], div, inv)
             for j in range(1, n):
-                o[j] = comb(lcs[j], csa[j - 1]) / div
+                o[j] = _over(comb(lcs[j], csa[j - 1]), div, inv)
         c += 1
 
 
@@ -129,6 +159,7 @@ def _sum_rows(X, q, a0, a1, out, lcs, div=1.0):
     14.8 -> 15.7, 2^20 18.1 -> 15.3. Used from ``SUM_ONE_LOOP_MIN`` (where the two-pass scratch,
     16 bytes a slice, no longer fits the 32 KB L1).
     """
+    inv = _exact_inverse(div)
     c = a0 // q
     base = c * q
     xr = X[base : base + q][::-1]
@@ -146,7 +177,7 @@ def _sum_rows(X, q, a0, a1, out, lcs, div=1.0):
         nxt = lcs[:q] if flip else lcs[q : 2 * q]
         o = out[base : base + n]
         xn = X[base + q : base + q + n - 1]
-        o[0] = cur[0] / div
+        o[0] = _over(cur[0], div, inv)
         if (c + 1) * q < a1:  # row c+1 has windows here: its lcs in this loop
             yr = X[base + q : base + 2 * q][::-1]
             nr = nxt[::-1]
@@ -155,21 +186,32 @@ def _sum_rows(X, q, a0, a1, out, lcs, div=1.0):
             run = 0.0
             if n > 1:
                 run = xn[0]
-                o[1] = (cur[1] + run) / div
-            for i in range(1, n - 1):
-                acc = yr[i] + acc
-                nr[i] = acc
-                run = run + xn[i]
-                o[i + 1] = (cur[i + 1] + run) / div
+                o[1] = _over(cur[1] + run, div, inv)
+            i0 = 1
+            while i0 < n - 1:  # in chunks: mean's division over each chunk in a loop that vectorises
+                i1 = min(i0 + SUM_CHUNK, n - 1)
+                yc = yr[i0:i1]
+                nc = nr[i0:i1]
+                xc = xn[i0:i1]
+                cc = cur[i0 + 1 : i1 + 1]
+                oc = o[i0 + 1 : i1 + 1]
+                for t in range(i1 - i0):
+                    acc = yc[t] + acc
+                    nc[t] = acc
+                    run = run + xc[t]
+                    oc[t] = cc[t] + run
+                if div != 1.0:
+                    _scale(oc, div, inv)
+                i0 = i1
             for i in range(max(n - 1, 1), q):
                 acc = yr[i] + acc
                 nr[i] = acc
         elif n > 1:
             run = xn[0]
-            o[1] = (cur[1] + run) / div
+            o[1] = _over(cur[1] + run, div, inv)
             for i in range(1, n - 1):
                 run = run + xn[i]
-                o[i + 1] = (cur[i + 1] + run) / div
+                o[i + 1] = _over(cur[i + 1] + run, div, inv)
         flip = not flip
         c += 1
 
@@ -631,187 +673,112 @@ def count_from_values(q, a0, a1, out, ends, first_end, step):
     _fill_ends(ends, a0, a1, first_end, step)
 
 
-# In rows longer than ARGMAX_LOOKUP_MIN values, argmax_from_values stores no values beside the positions:
-# the loop of the windows looks them up in V (positions of running maxima: a few distinct ones, cached).
-# Half the scratch traffic where the scratch no longer fits in cache; measured (one thread, 5M values,
-# M windows/s, three runs): 2^20 158-168 -> 198-215; 2^17 227 -> 242 in two runs, 290 -> 266 in the
-# third; 2^10 277 -> 249, 2^13 286 -> 265.
-ARGMAX_LOOKUP_MIN = 1 << 17
-
-
 @njit(**_JIT)
-def argmax_from_values(V, q, a0, a1, out, ends, first_end, step, lcs, csa, lcv, csv, pos0):
+def argmax_from_values(V, q, a0, a1, out, ends, first_end, step, lcp, lcv, csp, csv, pos0):
     """``argmax`` of windows ``[a0, a1)`` of ``q`` values each: the position ``pos0 + i`` of the
     largest value (NaN counts as largest, the oldest on ties), as ``merge_argmax`` picks it (every
     slice holds one value, so no position is NaN and the choice is ``c_max``'s, older first).
-    ``lcs``, ``csa``: int64 scratch of ``2*q``; ``lcv``, ``csv``: float scratch of ``2*q`` (the values
-    at those positions, stored beside them for the loop of the windows; in rows longer than ``ARGMAX_LOOKUP_MIN``
-    not written, that loop looks the values up in ``V``). The chains carry each value beside its
-    position, so no chain step waits on a load.
+    ``lcp``, ``csp``: int64 scratch of ``q``; ``lcv``, ``csv``: float scratch of ``q``.
 
-    Two full rows at a time: the lcs of rows ``c`` and ``c+1`` and the csa of rows ``c+1`` and
-    ``c+2`` as four independent (value, position) chains; then every window in a loop of selects.
+    A row's lcs (the suffix maxima, column ``j`` holding ``max V[j:q]``) is a step function: it
+    changes only at its *records*, the values no newer value of the row exceeds (about ``ln q``
+    of them in random data); so is the next row's csa (the prefix maxima). Per row: the lcs's
+    records (a walk from the row's end, a branch per value that is almost never taken, so no
+    chain of selects), the next row's csa's records (a walk from its start), then the windows
+    as runs: between two consecutive records of either part a window's choice is one position,
+    written by a fill. Two passes over the values, one over the windows, no scratch per window.
+    (Sorted values make every value a record: a branch taken at every value, a run per window.)
     """
-    vals = q <= ARGMAX_LOOKUP_MIN
+    big = 1 << 62
     c = a0 // q
-    while (c + 2) * q <= a1:
-        base = c * q
-        _argmax_lcs_csa2(V, q, base, lcs, csa, lcv, csv, vals)
-        _argmax_out(V, q, base, q, pos0, out, lcs, csa, lcv, csv, vals)
-        _argmax_out(V, q, base + q, q, pos0, out, lcs[q:], csa[q:], lcv[q:], csv[q:], vals)
-        c += 2
     while c * q < a1:
         base = c * q
         cnt = min(q, a1 - base)
-        _argmax_lcs_csa(V, q, base, cnt, lcs, csa, lcv, csv, vals)
-        _argmax_out(V, q, base, cnt, pos0, out, lcs, csa, lcv, csv, vals)
+        kl = _lcs_records(V[base : base + q], lcp, lcv)
+        lp = lcp[kl]
+        lv = lcv[kl]
+        o = out[base : base + cnt]
+        o[0] = pos0 + base + lp
+        if cnt > 1:
+            mc = _csa_records(V[base + q : base + q + cnt - 1], csp, csv)
+            kc = 0
+            cp = csp[0]
+            cv = csv[0]
+            ncp = csp[1] if mc >= 1 else big  # where the csa next changes
+            j = 1
+            while j < cnt:  # windows [j, jend): one lcs record, one csa record
+                if j > lp:
+                    kl -= 1
+                    lp = lcp[kl]
+                    lv = lcv[kl]
+                if j - 1 >= ncp:
+                    kc += 1
+                    cp = csp[kc]
+                    cv = csv[kc]
+                    ncp = csp[kc + 1] if kc < mc else big
+                jend = min(lp + 1, ncp + 1, cnt)
+                pick = pos0 + ((base + lp) if (lv >= cv or lv != lv) else (base + q + cp))
+                run = o[j:jend]  # indexed from 0: a fill that vectorises
+                for t in range(jend - j):
+                    run[t] = pick
+                j = jend
         c += 1
     _fill_ends(ends, a0, a1, first_end, step)
 
 
 @njit(inline="always", cache=True)
-def _argmax_lcs_csa(V, q, base, cnt, lcs, csa, lcv, csv, vals):
-    """One row: its lcs (positions and values, from its end) and the next row's csa over ``cnt - 1``
-    values (from its start), two chains in one loop. The newer of equal values loses: an lcs
-    step takes the older value when ``x >= best`` (or ``x`` is NaN), a csa step keeps the run
-    unless ``not (run >= x or run is NaN)``."""
-    vr = V[base : base + q][::-1]
-    vn = V[base + q : base + q + cnt - 1]
-    li = lcs[:q][::-1]
-    lv = lcv[:q][::-1]
-    best = base + q - 1
-    bv = vr[0]
-    li[0] = best
-    if vals:
-        lv[0] = bv
-    if cnt > 1:
-        run = base + q
-        rv = vn[0]
-        csa[0] = run
-        if vals:
-            csv[0] = rv
-        for i in range(1, cnt - 1):
-            x = vr[i]
-            if x >= bv or x != x:
+def _lcs_records(R, rp, rv):
+    """The records of row ``R``'s suffix maxima, from its end: ``rp[0] = len(R) - 1`` and each next one the
+    newest older position whose value takes over (``x >= best``, or ``x`` NaN: older first, NaN largest),
+    ``rv`` their values; returns the index of the last (the row's argmax)."""
+    q = R.shape[0]
+    bv = R[q - 1]
+    m = 0
+    rp[0] = q - 1
+    rv[0] = bv
+    i = q - 2
+    if bv == bv:
+        while i >= 0:
+            x = R[i]
+            if not (x < bv):  # x >= bv, or x NaN
                 bv = x
-                best = base + q - 1 - i
-            li[i] = best
-            if vals:
-                lv[i] = bv
-            y = vn[i]
-            if not (rv >= y or rv != rv):
-                rv = y
-                run = base + q + i
-            csa[i] = run
-            if vals:
-                csv[i] = rv
-    for i in range(max(cnt - 1, 1), q):
-        x = vr[i]
-        if x >= bv or x != x:
-            bv = x
-            best = base + q - 1 - i
-        li[i] = best
-        if vals:
-            lv[i] = bv
+                m += 1
+                rp[m] = i
+                rv[m] = x
+                if x != x:
+                    i -= 1
+                    break
+            i -= 1
+    while i >= 0:  # the suffix maximum is NaN from here on: only an older NaN takes over
+        x = R[i]
+        if x != x:
+            m += 1
+            rp[m] = i
+            rv[m] = x
+        i -= 1
+    return m
 
 
 @njit(inline="always", cache=True)
-def _argmax_lcs_csa2(V, q, base, lcs, csa, lcv, csv, vals):
-    """Two full rows: :func:`_argmax_lcs_csa`'s chains for rows ``c`` and ``c+1`` (into the first and
-    second ``q`` of each scratch) in one loop, the same steps in the same order per chain."""
-    va = V[base : base + q][::-1]
-    vb = V[base + q : base + 2 * q][::-1]
-    ya = V[base + q : base + 2 * q - 1]
-    yb = V[base + 2 * q : base + 3 * q - 1]
-    lia = lcs[:q][::-1]
-    lva = lcv[:q][::-1]
-    lib = lcs[q:][::-1]
-    lvb = lcv[q:][::-1]
-    cia = csa[:q]
-    cva = csv[:q]
-    cib = csa[q:]
-    cvb = csv[q:]
-    ba = base + q - 1
-    av = va[0]
-    bb = base + 2 * q - 1
-    bv = vb[0]
-    lia[0] = ba
-    if vals:
-        lva[0] = av
-    lib[0] = bb
-    if vals:
-        lvb[0] = bv
-    ra = base + q
-    rav = ya[0]
-    rb = base + 2 * q
-    rbv = yb[0]
-    cia[0] = ra
-    if vals:
-        cva[0] = rav
-    cib[0] = rb
-    if vals:
-        cvb[0] = rbv
-    for i in range(1, q - 1):
-        x = va[i]
-        if x >= av or x != x:
-            av = x
-            ba = base + q - 1 - i
-        lia[i] = ba
-        if vals:
-            lva[i] = av
-        x = vb[i]
-        if x >= bv or x != x:
-            bv = x
-            bb = base + 2 * q - 1 - i
-        lib[i] = bb
-        if vals:
-            lvb[i] = bv
-        y = ya[i]
-        if not (rav >= y or rav != rav):
-            rav = y
-            ra = base + q + i
-        cia[i] = ra
-        if vals:
-            cva[i] = rav
-        y = yb[i]
-        if not (rbv >= y or rbv != rbv):
-            rbv = y
-            rb = base + 2 * q + i
-        cib[i] = rb
-        if vals:
-            cvb[i] = rbv
-    x = va[q - 1]
-    if x >= av or x != x:
-        av = x
-        ba = base
-    lia[q - 1] = ba
-    if vals:
-        lva[q - 1] = av
-    x = vb[q - 1]
-    if x >= bv or x != x:
-        bv = x
-        bb = base + q
-    lib[q - 1] = bb
-    if vals:
-        lvb[q - 1] = bv
-
-
-@njit(inline="always", cache=True)
-def _argmax_out(V, q, base, cnt, pos0, out, lcs, csa, lcv, csv, vals):
-    """Windows ``[base, base + cnt)`` of one row from its lcs and the next row's csa: the lcs's position
-    unless the csa's value is larger (``not (a >= b or a is NaN)``)."""
-    o = out[base : base + cnt]
-    o[0] = pos0 + lcs[0]
-    if vals:
-        for j in range(1, cnt):
-            a = lcv[j]
-            o[j] = pos0 + (lcs[j] if (a >= csv[j - 1] or a != a) else csa[j - 1])
-    else:  # the values looked up at the positions (a few distinct ones: cached)
-        for j in range(1, cnt):
-            li = lcs[j]
-            ci = csa[j - 1]
-            a = V[li]
-            o[j] = pos0 + (li if (a >= V[ci] or a != a) else ci)
+def _csa_records(P, rp, rv):
+    """The records of ``P``'s prefix maxima (``len(P) >= 1``), from its start: ``rp[0] = 0`` and each next one
+    the first newer position whose value beats the run (``not (run >= y)``: ``y`` larger or NaN; the run
+    keeps its position on ties and once it is NaN), ``rv`` their values; returns the index of the last."""
+    cv = P[0]
+    m = 0
+    rp[0] = 0
+    rv[0] = cv
+    if cv == cv:
+        for i in range(1, P.shape[0]):
+            y = P[i]
+            if not (cv >= y):
+                cv = y
+                m += 1
+                rp[m] = i
+                rv[m] = y
+                if y != y:
+                    break
+    return m
 
 
 @njit(**_JIT)
