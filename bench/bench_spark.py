@@ -405,11 +405,12 @@ def run_goals(args) -> dict:
             return lambda: si.sliding_window_aggregate(src, key="k", order_by=order, value="v", window=window,
                                                        agg="max")
 
-        b.measure({"ceiling": lambda: src.select("k", "t", "v").repartition("k").sortWithinPartitions("k", "t"),
-                   "ours_count_1024": ours(cnt[1024], "t"), "ours_count_8192": ours(cnt[8192], "t"),
-                   "ours_time_60s": ours(w60, "ts"), "native_time_60s": lambda: native_time(src, 60_000, 1_000)},
-                  {k: n for k in ("ceiling", "ours_count_1024", "ours_count_8192", "ours_time_60s",
-                                  "native_time_60s")})
+        cases = {"ceiling": lambda: src.select("k", "t", "v").repartition("k").sortWithinPartitions("k", "t"),
+                 "ours_count_1024": ours(cnt[1024], "t"), "ours_count_8192": ours(cnt[8192], "t"),
+                 "ours_time_60s": ours(w60, "ts"), "native_time_60s": lambda: native_time(src, 60_000, 1_000)}
+        if args.count_only:  # the count-window goal alone (window() at 10M rows takes minutes on a loaded machine)
+            cases = {k: cases[k] for k in ("ceiling", "ours_count_1024", "ours_count_8192")}
+        b.measure(cases, {k: n for k in cases})
         out["local2"] = b.results
     finally:
         spark.stop()
@@ -421,12 +422,13 @@ def run_goals(args) -> dict:
         return {"median": round(statistics.median(q), 2), "min": round(min(q), 2), "max": round(max(q), 2)}
 
     p = {"ours_count_1024 / ceiling": paired("ours_count_1024", "ceiling"),
-         "ours_count_8192 / ceiling": paired("ours_count_8192", "ceiling"),
-         "native_time_60s / ours_time_60s": paired("native_time_60s", "ours_time_60s")}
-    out["summary"] = {"paired_time_ratios": p, "goals": {
-        "count windows within 1.5x of repartition+sort": all(
-            p[f"ours_count_{r} / ceiling"]["median"] <= 1.5 for r in (1024, 8192)),
-        "W[60 s, 1 s] >= 30x native window()": p["native_time_60s / ours_time_60s"]["median"] >= 30}}
+         "ours_count_8192 / ceiling": paired("ours_count_8192", "ceiling")}
+    goals = {"count windows within 1.5x of repartition+sort": all(
+        p[f"ours_count_{r} / ceiling"]["median"] <= 1.5 for r in (1024, 8192))}
+    if "native_time_60s" in res:
+        p["native_time_60s / ours_time_60s"] = paired("native_time_60s", "ours_time_60s")
+        goals["W[60 s, 1 s] >= 30x native window()"] = p["native_time_60s / ours_time_60s"]["median"] >= 30
+    out["summary"] = {"paired_time_ratios": p, "goals": goals}
     return out
 
 
@@ -528,6 +530,7 @@ def main(argv=None) -> int:
                     help="only compare mapInArrow / applyInArrow / applyInPandas (spark_transports.json)")
     ap.add_argument("--goals", action="store_true",
                     help="only the goals' pairs: ceiling, count windows, W[60 s, 1 s] vs window() (spark_goals.json)")
+    ap.add_argument("--count-only", action="store_true", help="--goals: the count-window goal only")
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
     args.rows = args.rows or (2_000_000 if args.quick else 10_000_000)
@@ -536,7 +539,8 @@ def main(argv=None) -> int:
     t0 = time.time()
     res = run_transports(args) if args.transports else run_goals(args) if args.goals else run(args)
     res["wall_s"] = round(time.time() - t0, 1)
-    name = ("spark_transports.json" if args.transports else "spark_goals.json" if args.goals
+    name = ("spark_transports.json" if args.transports
+            else ("spark_goals_count.json" if args.count_only else "spark_goals.json") if args.goals
             else "spark_quick.json" if args.quick else "spark.json")
     path = Path(args.out) if args.out else HERE / "results" / name
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -1020,6 +1020,23 @@ def spark_streaming_rate_section(rr: dict) -> list[str]:
                         "kept up"], rows)
 
 
+def spark_goals_section(g: dict, name: str = "spark_goals.json") -> list[str]:
+    """The batch adapter's goals re-measured (``bench_spark.py --goals``; ``--count-only``: the count pairs)."""
+    res, sm = g.get("local2", {}), g.get("summary", {})
+    cmd = "--goals --count-only" if "count" in name else "--goals"
+    out = [f"## Spark batch adapter goals, re-measured (`python bench/bench_spark.py {cmd}`)", "",
+           f"{g.get('rows', 0):,} rows, {g.get('keys')} keys, local[2], {g.get('reps')} interleaved repetitions after a "
+           f"warm-up, each goal's pair back to back; 1-min load {g.get('loadavg_at_start', 0):.1f} at the start, "
+           f"{g.get('loadavg_at_end', 0):.1f} at the end (2 cores). Times in s, per repetition.", ""]
+    out += table(["case", "times (s)"], [[k, ", ".join(f"{t:.2f}" for t in v["times_s"])] for k, v in res.items()])
+    rows = []
+    for label, q in sm.get("paired_time_ratios", {}).items():  # goals: count <= 1.5x the ceiling, window() >= 30x
+        ok = q["median"] <= 1.5 if "ceiling" in label else q["median"] >= 30
+        rows.append([label, f"{q['median']:.2f}x ({q['min']:.2f}-{q['max']:.2f})",
+                     ("<= 1.5x: " if "ceiling" in label else ">= 30x: ") + met(ok)])
+    return out + table(["paired time ratio", "median (min-max)", "goal"], rows)
+
+
 def runtime_job_section(rj: dict) -> list[str]:
     """Issue 18: pba-run's default job in this tree against the tree before (bench_runtime_versions.py --job)."""
     runs = rj.get("runs", {})
@@ -1100,7 +1117,9 @@ def build(res_dir: Path) -> str:
                           ("spark_streaming.json", spark_streaming_section),
                           ("spark_streaming_floor.json", spark_streaming_floor_section),
                           ("spark_streaming_sweep.json", spark_streaming_sweep_section),
-                          ("spark_streaming_rate.json", spark_streaming_rate_section)):
+                          ("spark_streaming_rate.json", spark_streaming_rate_section),
+                          ("spark_goals.json", spark_goals_section),
+                          ("spark_goals_count.json", lambda g: spark_goals_section(g, "spark_goals_count.json"))):
         res = C.read_json(res_dir / name)
         if res and (streaming or not name.startswith("spark_streaming")):
             out += section(res)
