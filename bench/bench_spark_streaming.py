@@ -37,6 +37,8 @@ Usage::
     python bench/bench_spark.py --streaming            # this file's main
     python bench/bench_spark_streaming.py --quick      # fewer rows, 2 runs
     python bench/bench_spark_streaming.py --floor      # Spark's parts of the plan, beside ours
+    python bench/bench_spark_streaming.py --sweep      # W[60 s, 1 s] by rows per micro-batch, fixed + per-row fit
+    python bench/bench_spark_streaming.py --rate --rows 1000000 --files 4 --interval 8 --limit 45  # fixed input rate
 """
 
 from __future__ import annotations
