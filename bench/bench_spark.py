@@ -42,6 +42,7 @@ Usage::
     python bench/bench_spark.py              # 10M rows, everything (~30 min)
     python bench/bench_spark.py --transports # mapInArrow vs applyInArrow vs applyInPandas
     python bench/bench_spark.py --streaming  # streaming DataFrames vs streaming window() (bench_spark_streaming.py)
+    python bench/bench_spark.py --goals      # only the goals' pairs, 10M rows, 3 reps (spark_goals.json)
 """
 
 from __future__ import annotations
@@ -387,6 +388,50 @@ def run_transports(args) -> dict:
     return out
 
 
+def run_goals(args) -> dict:
+    """Only the batch goals' pairs (the main phase's cases they are judged on), interleaved, back to back:
+    count windows against the ceiling, and ``W[60 s, 1 s]`` against ``window()``."""
+    n = args.rows
+    out: dict = {"machine": {"cores": os.cpu_count(), "python": platform.python_version()}, "rows": n, "keys": KEYS,
+                 "reps": args.reps, "loadavg_at_start": os.getloadavg()[0]}
+    cnt = {r: pr.CountWindow(range=r, slide=1) for r in (1024, 8192)}
+    w60 = si.time_window("60 seconds", "1 second")
+    spark = session("local[2]")
+    try:
+        b = Bench(spark, args.reps)
+        src = source(spark, n)
+
+        def ours(window, order):
+            return lambda: si.sliding_window_aggregate(src, key="k", order_by=order, value="v", window=window,
+                                                       agg="max")
+
+        cases = {"ceiling": lambda: src.select("k", "t", "v").repartition("k").sortWithinPartitions("k", "t"),
+                 "ours_count_1024": ours(cnt[1024], "t"), "ours_count_8192": ours(cnt[8192], "t"),
+                 "ours_time_60s": ours(w60, "ts"), "native_time_60s": lambda: native_time(src, 60_000, 1_000)}
+        if args.count_only:  # the count-window goal alone (window() at 10M rows takes minutes on a loaded machine)
+            cases = {k: cases[k] for k in ("ceiling", "ours_count_1024", "ours_count_8192")}
+        b.measure(cases, {k: n for k in cases})
+        out["local2"] = b.results
+    finally:
+        spark.stop()
+    out["loadavg_at_end"] = os.getloadavg()[0]
+    res = out["local2"]
+
+    def paired(a, b_):
+        q = [x / y for x, y in zip(res[a]["times_s"], res[b_]["times_s"])]
+        return {"median": round(statistics.median(q), 2), "min": round(min(q), 2), "max": round(max(q), 2)}
+
+    p = {"ours_count_1024 / ceiling": paired("ours_count_1024", "ceiling"),
+         "ours_count_8192 / ceiling": paired("ours_count_8192", "ceiling")}
+    goals = {"count windows within 1.5x of repartition+sort": all(
+        p[f"ours_count_{r} / ceiling"]["median"] <= 1.5 for r in (1024, 8192))}
+    if "native_time_60s" in res:
+        p["native_time_60s / ours_time_60s"] = paired("native_time_60s", "ours_time_60s")
+        goals["W[60 s, 1 s] >= 30x native window()"] = p["native_time_60s / ours_time_60s"]["median"] >= 30
+    out["summary"] = {"paired_time_ratios": p, "goals": goals}
+    return out
+
+
 def summarise(out: dict) -> dict:
     def rate(d, name):
         return d[name]["rows_per_s_best"] if d and name in d else None
@@ -483,15 +528,20 @@ def main(argv=None) -> int:
     ap.add_argument("--extras", action="store_true", help="PBA vs SBA, transports etc. also in --quick")
     ap.add_argument("--transports", action="store_true",
                     help="only compare mapInArrow / applyInArrow / applyInPandas (spark_transports.json)")
+    ap.add_argument("--goals", action="store_true",
+                    help="only the goals' pairs: ceiling, count windows, W[60 s, 1 s] vs window() (spark_goals.json)")
+    ap.add_argument("--count-only", action="store_true", help="--goals: the count-window goal only")
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
     args.rows = args.rows or (2_000_000 if args.quick else 10_000_000)
-    args.reps = args.reps or (2 if args.quick else 5)
+    args.reps = args.reps or (2 if args.quick else 3 if args.goals else 5)
     args.native_default_rows = 100_000 if args.quick else 400_000
     t0 = time.time()
-    res = run_transports(args) if args.transports else run(args)
+    res = run_transports(args) if args.transports else run_goals(args) if args.goals else run(args)
     res["wall_s"] = round(time.time() - t0, 1)
-    name = "spark_transports.json" if args.transports else ("spark_quick.json" if args.quick else "spark.json")
+    name = ("spark_transports.json" if args.transports
+            else ("spark_goals_count.json" if args.count_only else "spark_goals.json") if args.goals
+            else "spark_quick.json" if args.quick else "spark.json")
     path = Path(args.out) if args.out else HERE / "results" / name
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".json.tmp")

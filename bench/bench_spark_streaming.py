@@ -37,6 +37,8 @@ Usage::
     python bench/bench_spark.py --streaming            # this file's main
     python bench/bench_spark_streaming.py --quick      # fewer rows, 2 runs
     python bench/bench_spark_streaming.py --floor      # Spark's parts of the plan, beside ours
+    python bench/bench_spark_streaming.py --sweep      # W[60 s, 1 s] by rows per micro-batch, fixed + per-row fit
+    python bench/bench_spark_streaming.py --rate --rows 1000000 --files 4 --interval 8 --limit 45  # fixed input rate
 """
 
 from __future__ import annotations
@@ -154,6 +156,28 @@ def floor_cases() -> dict:
             "ours_60s": lambda d: ours(d, "60 seconds")}
 
 
+def run_at_rate(out, checkpoint: str, interval_s: float, rows: int, limit: float) -> dict:
+    """Run with ``trigger(processingTime=interval_s)`` and one file a trigger: a fixed input rate of
+    ``rows / interval_s`` rows/s while the query keeps up. Stops when every row was read or after ``limit`` s."""
+    load = os.getloadavg()[0]
+    q = (out.writeStream.format("noop").outputMode("append").option("checkpointLocation", checkpoint)
+         .trigger(processingTime=f"{interval_s} seconds").start())
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < limit:
+        if sum(p["numInputRows"] for p in q.recentProgress) >= rows:
+            break
+        time.sleep(0.5)
+    while q.status["isTriggerActive"] and time.perf_counter() - t0 < limit:
+        time.sleep(0.2)
+    wall = time.perf_counter() - t0
+    progress = q.recentProgress
+    q.stop()
+    data = [p for p in progress if p["numInputRows"]]
+    return {"wall_s": wall, "load_1min_at_start": load, "interval_s": interval_s,
+            "batches_ms": [p["durationMs"]["triggerExecution"] for p in data],
+            "rows": sum(p["numInputRows"] for p in data), "rows_expected": rows}
+
+
 def run_query(out, checkpoint: str, limit: float | None = None) -> dict:
     """Run to the end of the files (or ``limit`` seconds); the data batches' durations and the last state."""
     load = os.getloadavg()[0]
@@ -230,7 +254,17 @@ def main(argv=None) -> int:
     ap.add_argument("--limit", type=float, default=120.0, help="seconds native_1h may run")
     ap.add_argument("--out", default=None)
     ap.add_argument("--floor", action="store_true", help="Spark's parts of our plan, beside ours")
+    ap.add_argument("--sweep", action="store_true", help="W[60 s, 1 s] by rows per micro-batch (fixed and per-row cost)")
+    ap.add_argument("--sizes", default="250000,1000000,4000000,10000000", help="--sweep: rows per micro-batch, ours")
+    ap.add_argument("--native-sizes", default="250000,1000000,4000000", help="--sweep: rows per micro-batch, window()")
+    ap.add_argument("--floor-sizes", default="", help="--sweep: sizes at which Spark's parts of our plan run too")
+    ap.add_argument("--rate", action="store_true", help="a fixed input rate: one file every --interval seconds")
+    ap.add_argument("--interval", type=float, default=5.0, help="--rate: seconds between triggers")
     args = ap.parse_args(argv)
+    if args.sweep:
+        return sweep(args)
+    if args.rate:
+        return fixed_rate(args)
     rows = args.rows or (200_000 if args.quick else 1_000_000)
     files = args.files or 3
     reps = args.reps or (2 if args.quick else 3)
@@ -281,6 +315,156 @@ def main(argv=None) -> int:
         spark.stop()
         shutil.rmtree(tmp, ignore_errors=True)
     return _write(out, summarise(out), args.out, "spark_streaming_quick.json" if args.quick else "spark_streaming.json")
+
+
+def fixed_rate(args) -> int:
+    """Micro-batch durations at a fixed input rate: ``trigger(processingTime=interval)``, one file of ``rows``
+    rows a trigger (``rows / interval`` rows/s). A query keeps up while its micro-batches take less than the
+    interval; one that does not falls behind (its micro-batches then start back to back and the rate it
+    reads at drops). Ours and ``window()`` at W[60 s, 1 s] (interleaved), then at W[1 h, 1 s]; each query
+    stops when it has read every file or after ``--limit`` s."""
+    rows = args.rows or 1_000_000
+    files = args.files or 6
+    reps = args.reps or 1
+    spark = session()
+    tmp = tempfile.mkdtemp(prefix="pba-bench-stream-")
+    out: dict = {"keys": args.keys, "rows_per_batch": rows, "files": files, "reps": reps, "interval_s": args.interval,
+                 "input_rows_per_s": rows / args.interval, "limit_s": args.limit, "runs": {},
+                 "session_conf": {k: spark.conf.get(k, None) for k in SHOWN_CONF}}
+    try:
+        src = os.path.join(tmp, "in")
+        write_files(src, args.keys, rows, files)
+        n = 0
+
+        def once(name, build):
+            nonlocal n
+            n += 1
+            res = run_at_rate(build(stream(spark, src)), os.path.join(tmp, f"ck{n}"), args.interval, rows * files,
+                              args.limit)
+            if name != "warmup":
+                out["runs"].setdefault(name, []).append(res)
+            print(f"{name:12s} load={res['load_1min_at_start']:.1f} rows={res['rows']} batches_ms={res['batches_ms']}",
+                  flush=True)
+
+        once("warmup", lambda d: ours(d, "60 seconds"))
+        for _ in range(reps):
+            once("ours_60s", lambda d: ours(d, "60 seconds"))
+            once("native_60s", lambda d: native(d, "60 seconds"))
+            once("ours_1h", lambda d: ours(d, "1 hour"))
+            once("native_1h", lambda d: native(d, "1 hour"))
+    finally:
+        spark.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
+    s: dict = {}
+    for name, rs in out["runs"].items():
+        ms = [b for r in rs for b in r["batches_ms"]]
+        later = [b for r in rs for b in r["batches_ms"][1:]]
+        s[name] = {"batch_ms_median": statistics.median(ms) if ms else None, "batch_ms_p99": pct(ms, 0.99) if ms else None,
+                   "after_first_ms_median": statistics.median(later) if later else None,
+                   "after_first_ms_p99": pct(later, 0.99) if later else None,
+                   "n": len(ms), "read_all": all(r["rows"] >= r["rows_expected"] for r in rs),
+                   "kept_up_after_first": bool(later) and max(later) <= args.interval * 1000,
+                   "rows_read": [r["rows"] for r in rs], "wall_s": [r["wall_s"] for r in rs]}
+    return _write(out, s, args.out, "spark_streaming_rate.json")
+
+
+def sweep(args) -> int:
+    """Micro-batch time against rows per micro-batch, ours and ``window()`` at W[60 s, 1 s], interleaved.
+
+    Each size has its own input (``files`` files of that many rows, the same rows for both systems); per
+    repetition and size, ours then ``window()`` (where measured), each a fresh query on a fresh checkpoint.
+    The fit per system: micro-batch ms = fixed + per_row * rows, least squares over every data micro-batch
+    after a run's first (whose planning starts the query); sustainable rows/s at a size = rows / that
+    size's median micro-batch time, and 1 / per_row as the size grows.
+    """
+    sizes = [int(float(x)) for x in args.sizes.split(",") if x]
+    native_sizes = {int(float(x)) for x in args.native_sizes.split(",") if x}
+    floor_sizes = {int(float(x)) for x in args.floor_sizes.split(",") if x}
+    files = args.files or 3
+    reps = args.reps or 2
+    spark = session()
+    tmp = tempfile.mkdtemp(prefix="pba-bench-stream-")
+    out: dict = {"keys": args.keys, "files": files, "reps": reps, "sizes": sizes, "native_sizes": sorted(native_sizes),
+                 "floor_sizes": sorted(floor_sizes), "window": "W[60 s, 1 s] max", "runs": {},
+                 "session_conf": {k: spark.conf.get(k, None) for k in SHOWN_CONF}}
+    cases = floor_cases() if floor_sizes else {}
+    try:
+        for size in sizes:
+            write_files(os.path.join(tmp, f"in-{size}"), args.keys, size, files)
+        n = 0
+
+        def once(name, size, build):
+            nonlocal n
+            n += 1
+            METRICS.clear()
+            res = run_query(build(stream(spark, os.path.join(tmp, f"in-{size}"))), os.path.join(tmp, f"ck{n}"))
+            res["rows_per_batch"] = size
+            if METRICS:
+                res["metrics"] = dict(METRICS[0].value)
+            if name != "warmup":
+                out["runs"].setdefault(name, {}).setdefault(str(size), []).append(res)
+            print(f"{name:20s} {size:>9,} load={res['load_1min_at_start']:.1f} batches_ms={res['batches_ms']} "
+                  f"{res.get('metrics', '')}", flush=True)
+
+        once("warmup", sizes[0], lambda d: ours(d, "60 seconds"))
+        once("warmup", sizes[0], lambda d: native(d, "60 seconds"))
+        for _ in range(reps):
+            for size in sizes:
+                once("ours_60s", size, lambda d: ours(d, "60 seconds"))
+                if size in native_sizes:
+                    once("native_60s", size, lambda d: native(d, "60 seconds"))
+                if size in floor_sizes:
+                    for name in ("read", "read_pack", "read_pack_noop_tws"):
+                        once(name, size, cases[name])
+    finally:
+        spark.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
+    return _write(out, sweep_summary(out), args.out, "spark_streaming_sweep.json")
+
+
+def sweep_summary(out: dict) -> dict:
+    """Per system and size: micro-batch ms after the first (median, min-max), rows/s; the fit; paired ratios."""
+    import numpy as np
+
+    s: dict = {}
+    for name, by_size in out["runs"].items():
+        cell: dict = {"by_size": {}}
+        xs, ys = [], []
+        for size, rs in by_size.items():
+            ms = [b for r in rs for b in r["batches_ms"][1:]]
+            if not ms:
+                continue
+            xs += [int(size)] * len(ms)
+            ys += ms
+            med_ms = statistics.median(ms)
+            cell["by_size"][size] = {"batch_ms_median": med_ms, "batch_ms_min_max": [min(ms), max(ms)], "n": len(ms),
+                                     "rows_per_s": int(size) / (med_ms / 1000),
+                                     "load_min_max": [min(r["load_1min_at_start"] for r in rs),
+                                                      max(r["load_1min_at_start"] for r in rs)]}
+            m = [r["metrics"] for r in rs if r.get("metrics", {}).get("stream.steps")]
+            if m:
+                cell["by_size"][size]["processor_per_run"] = {
+                    k: statistics.median(x.get(k, 0) for x in m) for k in sorted(set().union(*m))
+                    if k.startswith("stream.") and (k.endswith("_us") or k == "stream.steps")}
+        if len(set(xs)) >= 2:
+            b, a = np.polyfit(np.asarray(xs, float), np.asarray(ys, float), 1)
+            cell["fit"] = {"fixed_ms": float(a), "per_row_us": float(b) * 1e3,
+                           "rows_per_s_limit": float(1e3 / b) if b > 0 else None}
+        best = max(cell["by_size"].items(), key=lambda kv: kv[1]["rows_per_s"], default=None)
+        if best:
+            cell["peak"] = {"rows_per_batch": int(best[0]), "rows_per_s": best[1]["rows_per_s"]}
+        s[name] = cell
+    ours_runs, nat_runs = out["runs"].get("ours_60s", {}), out["runs"].get("native_60s", {})
+    s["paired_ratio_native_over_ours"] = {}
+    for size in nat_runs:
+        q = [sum(a["batches_ms"][1:]) / sum(b["batches_ms"][1:]) for a, b in zip(nat_runs[size], ours_runs.get(size, []))
+             if len(a["batches_ms"]) > 1 and len(b["batches_ms"]) > 1]
+        if q:
+            s["paired_ratio_native_over_ours"][size] = {"median": statistics.median(q), "min": min(q), "max": max(q),
+                                                        "n": len(q)}
+    if s.get("ours_60s", {}).get("peak") and s.get("native_60s", {}).get("peak"):
+        s["peak_ratio_ours_over_native"] = s["ours_60s"]["peak"]["rows_per_s"] / s["native_60s"]["peak"]["rows_per_s"]
+    return s
 
 
 def _write(out: dict, summary: dict, dest: str | None, default: str) -> int:

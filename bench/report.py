@@ -987,6 +987,98 @@ def spark_streaming_floor_section(fl: dict) -> list[str]:
 
 
 
+def spark_streaming_sweep_section(sw: dict) -> list[str]:
+    """Issue 19: micro-batch time against rows per micro-batch (``bench_spark_streaming.py --sweep``)."""
+    sm, runs = sw.get("summary", {}), sw.get("runs", {})
+    loads = [r["load_1min_at_start"] for by in runs.values() for rs in by.values() for r in rs]
+    labels = {"ours_60s": "ours", "native_60s": "`window()`", "read": "read and project",
+              "read_pack": "... and the packing `mapInArrow`", "read_pack_noop_tws": "... and a no-op "
+              "`transformWithStateInPandas`"}
+    out = ["`python bench/bench_spark_streaming.py --sweep`: W[60 s, 1 s] max, the same session, input and sink as "
+           f"above, each size its own {sw.get('files')} files ({sw.get('keys')} keys at 100 rows/s of event time); "
+           f"per size {sw.get('reps')} run(s) of each system, ours then `window()`, sizes in increasing order"
+           + (f"; 1-min load {min(loads):.1f}-{max(loads):.1f} at the runs' starts (2 cores)" if loads else "")
+           + ". Micro-batch times after a run's first (whose planning starts the query); medians (min-max); the "
+           "fit is least squares over every one of them: time = fixed + per row x rows.", ""]
+    sizes = sorted({int(z) for c in sm.values() if isinstance(c, dict) for z in c.get("by_size", {})})
+    rows = []
+    for key, label in labels.items():
+        c = sm.get(key)
+        if not c:
+            continue
+        cells = []
+        for z in sizes:
+            b = c["by_size"].get(str(z))
+            cells.append("-" if not b else f"{b['batch_ms_median'] / 1e3:.1f} s ({b['batch_ms_min_max'][0] / 1e3:.1f}-"
+                         f"{b['batch_ms_min_max'][1] / 1e3:.1f}); "
+                         f"{b['rows_per_s'] / 1e3:.0f}k rows/s")
+        f = c.get("fit")
+        cells.append("-" if not f else f"{f['fixed_ms'] / 1e3:.2f} s + {f['per_row_us']:.2f} us a row"
+                     + (f" (limit {f['rows_per_s_limit'] / 1e3:,.0f}k rows/s)" if f.get("rows_per_s_limit") else ""))
+        rows.append([label] + cells)
+    out += table(["plan"] + [f"{z / 1e6:g}M rows a micro-batch" for z in sizes] + ["fit"], rows)
+    pr_ = sm.get("paired_ratio_native_over_ours", {})
+    peak_o, peak_n = (sm.get("ours_60s") or {}).get("peak"), (sm.get("native_60s") or {}).get("peak")
+    goal = []
+    if pr_:
+        goal.append(["`window()` time / ours, same micro-batch size", "; ".join(
+            f"{int(z) / 1e6:g}M: {q['median']:.1f}x ({q['min']:.1f}-{q['max']:.1f}, n={q['n']})"
+            for z, q in sorted(pr_.items(), key=lambda kv: int(kv[0]))), ""])
+    if peak_o and peak_n:
+        q = peak_o["rows_per_s"] / peak_n["rows_per_s"]
+        goal.append(["streaming throughput >= 10x `window()` at W[60 s, 1 s] (each at its best measured size)",
+                     f"ours {peak_o['rows_per_s'] / 1e3:,.0f}k rows/s at {peak_o['rows_per_batch'] / 1e6:g}M a "
+                     f"micro-batch, `window()` {peak_n['rows_per_s'] / 1e3:,.0f}k at "
+                     f"{peak_n['rows_per_batch'] / 1e6:g}M: {q:.1f}x", met(q >= 10)])
+    if goal:
+        out += table(["", "measured", ""], goal)
+    return out
+
+
+def spark_streaming_rate_section(rr: dict) -> list[str]:
+    """Issue 19: micro-batch durations at a fixed input rate (``bench_spark_streaming.py --rate``)."""
+    sm, runs = rr.get("summary", {}), rr.get("runs", {})
+    loads = [r["load_1min_at_start"] for rs in runs.values() for r in rs]
+    out = ["`python bench/bench_spark_streaming.py --rate`: a fixed input rate, one file of "
+           f"{rr.get('rows_per_batch', 0):,} rows every {rr.get('interval_s')} s "
+           f"(`trigger(processingTime=...)`, `maxFilesPerTrigger=1`: {rr.get('input_rows_per_s', 0) / 1e3:,.0f}k "
+           f"rows/s), {rr.get('files')} files, each query stopped after reading them all or {rr.get('limit_s'):g} s"
+           + (f"; 1-min load {min(loads):.1f}-{max(loads):.1f} at the runs' starts" if loads else "") + ".", ""]
+    names = {"ours_60s": "ours, W[60 s, 1 s]", "native_60s": "`window()`, W[60 s, 1 s]",
+             "ours_1h": "ours, W[1 h, 1 s]", "native_1h": "`window()`, W[1 h, 1 s]"}
+    rows = []
+    for key, label in names.items():
+        c = sm.get(key)
+        if not c:
+            continue
+        if not c["n"]:
+            rows.append([label, "no micro-batch finished", "-", "-", "no"])
+            continue
+        rows.append([label, f"{c['batch_ms_median'] / 1e3:.1f} s / {c['batch_ms_p99'] / 1e3:.1f} s",
+                     "-" if c["after_first_ms_median"] is None else
+                     f"{c['after_first_ms_median'] / 1e3:.1f} s / {c['after_first_ms_p99'] / 1e3:.1f} s",
+                     f"{sum(c['rows_read']):,}", "yes" if c["kept_up_after_first"] and c["read_all"] else "no"])
+    return out + table(["query", "micro-batch, median / p99", "after the first, median / p99", "rows read",
+                        "kept up"], rows)
+
+
+def spark_goals_section(g: dict, name: str = "spark_goals.json") -> list[str]:
+    """The batch adapter's goals re-measured (``bench_spark.py --goals``; ``--count-only``: the count pairs)."""
+    res, sm = g.get("local2", {}), g.get("summary", {})
+    cmd = "--goals --count-only" if "count" in name else "--goals"
+    out = [f"## Spark batch adapter goals, re-measured (`python bench/bench_spark.py {cmd}`)", "",
+           f"{g.get('rows', 0):,} rows, {g.get('keys')} keys, local[2], {g.get('reps')} interleaved repetitions after a "
+           f"warm-up, each goal's pair back to back; 1-min load {g.get('loadavg_at_start', 0):.1f} at the start, "
+           f"{g.get('loadavg_at_end', 0):.1f} at the end (2 cores). Times in s, per repetition.", ""]
+    out += table(["case", "times (s)"], [[k, ", ".join(f"{t:.2f}" for t in v["times_s"])] for k, v in res.items()])
+    rows = []
+    for label, q in sm.get("paired_time_ratios", {}).items():  # goals: count <= 1.5x the ceiling, window() >= 30x
+        ok = q["median"] <= 1.5 if "ceiling" in label else q["median"] >= 30
+        rows.append([label, f"{q['median']:.2f}x ({q['min']:.2f}-{q['max']:.2f})",
+                     ("<= 1.5x: " if "ceiling" in label else ">= 30x: ") + met(ok)])
+    return out + table(["paired time ratio", "median (min-max)", "goal"], rows)
+
+
 def runtime_job_section(rj: dict) -> list[str]:
     """Issue 18: pba-run's default job in this tree against the tree before (bench_runtime_versions.py --job)."""
     runs = rj.get("runs", {})
@@ -1075,7 +1167,15 @@ def build(res_dir: Path) -> str:
                           ("runtime_job_versions_30m.json", runtime_job_section),  # the same job, 30M tuples
                           ("kernels.json", kernels_section),
                           ("spark_streaming.json", spark_streaming_section),
-                          ("spark_streaming_floor.json", spark_streaming_floor_section)):
+                          ("spark_streaming_floor.json", spark_streaming_floor_section),
+                          ("spark_streaming_sweep.json", spark_streaming_sweep_section),
+                          ("spark_streaming_sweep_repeat.json",
+                           lambda sw: ["A second sweep (`--sizes 250000,1000000,2000000,10000000 --native-sizes "
+                                       "250000,1000000,2000000`), later, at another load:", ""]
+                           + spark_streaming_sweep_section(sw)),
+                          ("spark_streaming_rate.json", spark_streaming_rate_section),
+                          ("spark_goals.json", spark_goals_section),
+                          ("spark_goals_count.json", lambda g: spark_goals_section(g, "spark_goals_count.json"))):
         res = C.read_json(res_dir / name)
         if res and (streaming or not name.startswith("spark_streaming")):
             out += section(res)

@@ -216,6 +216,7 @@ class PBAProcessor(StatefulProcessor):
                 values.append(v)
         o = np.concatenate(order) if len(order) != 1 else order[0]
         v = np.concatenate(values) if len(values) != 1 else values[0]
+        self._counts["stream.input_us"] = self._counts.get("stream.input_us", 0) + int((time.perf_counter() - t0) * 1e6)
         wm = timerValues.getCurrentWatermarkInMs() if self._step.is_time else None
         out = self._frame(key, self._step.process(self._state, key, o, v, wm))
         self._took(t0)

@@ -214,6 +214,22 @@ def test_report_renders_the_streaming_results(tmp_path):
     assert f"{speed['median']:.1f}x" in row and ("**met**" in row) == (speed["median"] >= 10)
 
 
+def test_report_renders_the_streaming_sweep(tmp_path):
+    """The micro-batch size sweep: a column per size, the fits, and the 10x goal judged at each one's peak."""
+    import report
+
+    for name in ("spark_streaming.json", "spark_streaming_sweep.json"):
+        shutil.copy(BENCH / "results" / name, tmp_path / name)
+    text = report.main(["--results", str(tmp_path), "--out", str(tmp_path / "B.md")]).read_text()
+    sm = json.loads((tmp_path / "spark_streaming_sweep.json").read_text())["summary"]
+    assert "--sweep" in text and "10M rows a micro-batch" in text
+    fit = sm["ours_60s"]["fit"]
+    assert f"{fit['fixed_ms'] / 1e3:.2f} s + {fit['per_row_us']:.2f} us a row" in text
+    q = sm["ours_60s"]["peak"]["rows_per_s"] / sm["native_60s"]["peak"]["rows_per_s"]
+    row = next(line for line in text.splitlines() if "each at its best measured size" in line)
+    assert f"{q:.1f}x" in row and ("**met**" in row) == (q >= 10)
+
+
 # --------------------------------------------------------------------------- helpers
 def test_timed_inserts_times_window_completing_inserts():
     import pba_runtime as pr
