@@ -43,102 +43,118 @@ episode path (``PBA._episode``, numpy or compiled merge); ``tests/test_kernels.p
 
 from __future__ import annotations
 
-from numba import njit
+from numba import njit, types
+from numba.extending import overload
 
 from .compiled import _JIT, ADD, FMAX, MAX, MIN, MUL, _argmax, _chan
 
-__all__ = ["runner", "run_scalar", "run_pair", "run_argmax", "run_std", "STATE", "HAVE", "SLICE", "NEXT_K", "BASE", "WINDOWS",
-           "NEXT_TUPLE", "HIST", "DONE"]
+__all__ = ["runner", "RUNNERS", "STATE", "HAVE", "SLICE", "NEXT_K", "BASE", "WINDOWS", "NEXT_TUPLE", "HIST", "DONE"]
 
 # the int64 state vector a call reads and writes
 HAVE, SLICE, NEXT_K, BASE, RO, FR, LR, WINDOWS, NEXT_TUPLE, HIST, RESUME, DONE = range(12)
 STATE = 12
 
-
-@njit(inline="always", cache=True)
-def _op(code, a, b):
-    """The combine of code ``code`` (:mod:`.compiled`'s ``c_add``, ``c_max``, ...), written out: one
-    inlined body per call site, not five (numba's inlining is most of the compile time here)."""
-    if code == ADD:
-        return a + b
-    if code == MAX:
-        return a if (a >= b or a != a) else b
-    if code == MIN:
-        return a if (a <= b or a != a) else b
-    if code == MUL:
-        return a * b
-    if code == FMAX:
-        return a if (a >= b or b != b) else b
-    return a if (a <= b or b != b) else b
+# The kind of partial a kernel is compiled for: a scalar combine code of :mod:`.compiled` (ADD .. FMIN),
+# or one of these. Passed down as a literal, so each kernel holds one combine, written out where it is used.
+PAIR, ARGMAX, STD = 6, 7, 8
+_WIDTH = {PAIR: 2, ARGMAX: 2, STD: 3}  # floats per partial (scalars: 1-D arrays)
+# helpers: plain calls (LLVM inlines what pays), no reference counting (views are passed, nothing allocated)
+_HELPER = {**_JIT, "_nrt": False}
 
 
-# A partial as a value the loop keeps in registers: a float, or a tuple of floats; ``load``/``store``
-# move it from/to row ``i`` of an array, ``comb`` combines two (``c0``, ``c1``: the column codes).
-@njit(inline="always", cache=True)
-def load_scalar(a, i):
-    return a[i]
+def _kind(K):
+    """The literal kind of a helper's ``K`` argument, or ``None`` (numba then retries with the literal)."""
+    return K.literal_value if isinstance(K, types.IntegerLiteral) else None
 
 
-@njit(inline="always", cache=True)
-def store_scalar(a, i, v):
-    a[i] = v
+# A partial as a value the loop keeps in registers: a float, or a tuple of floats. ``ld``/``sto`` move
+# it from/to row ``i`` of an array, ``comb`` combines two; each resolved at compile time from the kind
+# ``K`` (numba's ``overload``), so a kernel holds its own combine only (no code tested per combine).
+def ld(a, i, K):
+    """Row ``i`` of ``a`` as a partial of kind ``K``."""
 
 
-@njit(inline="always", cache=True)
-def comb_scalar(a, b, c0, c1):
-    return _op(c0, a, b)
+def sto(a, i, v, K):
+    """Store partial ``v`` of kind ``K`` at row ``i`` of ``a``."""
 
 
-@njit(inline="always", cache=True)
-def load_pair(a, i):
-    return (a[i, 0], a[i, 1])
+def comb(a, b, K):
+    """Two partials of kind ``K`` combined."""
 
 
-@njit(inline="always", cache=True)
-def store_pair(a, i, v):
-    a[i, 0] = v[0]
-    a[i, 1] = v[1]
+@overload(ld, prefer_literal=True, jit_options=_HELPER)
+def _ld(a, i, K):
+    k = _kind(K)
+    if k is None:
+        return None
+    w = _WIDTH.get(k, 0)
+    if w == 0:
+        return lambda a, i, K: a[i]
+    if w == 2:
+        return lambda a, i, K: (a[i, 0], a[i, 1])
+    return lambda a, i, K: (a[i, 0], a[i, 1], a[i, 2])
 
 
-@njit(inline="always", cache=True)
-def comb_pair(a, b, c0, c1):
-    """Two sums (``mean``'s and ``geomean``'s partials): the only two-column built-ins."""
-    return (a[0] + b[0], a[1] + b[1])
+@overload(sto, prefer_literal=True, jit_options=_HELPER)
+def _sto(a, i, v, K):
+    k = _kind(K)
+    if k is None:
+        return None
+    w = _WIDTH.get(k, 0)
+    if w == 0:
+        def store1(a, i, v, K):
+            a[i] = v
+        return store1
+    if w == 2:
+        def store2(a, i, v, K):
+            a[i, 0] = v[0]
+            a[i, 1] = v[1]
+        return store2
+
+    def store3(a, i, v, K):
+        a[i, 0] = v[0]
+        a[i, 1] = v[1]
+        a[i, 2] = v[2]
+    return store3
 
 
-@njit(inline="always", cache=True)
-def comb_argmax(a, b, c0, c1):
-    return _argmax(a[0], a[1], b[0], b[1])
+@overload(comb, prefer_literal=True, jit_options=_HELPER)
+def _comb(a, b, K):
+    """The combines of :mod:`.compiled` (``c_add``, ``c_max``, ...), two sums (``mean``'s and
+    ``geomean``'s partials: the only two-column built-ins), ``argmax``'s and Chan et al.'s update."""
+    k = _kind(K)
+    if k is None:
+        return None
+    if k == ADD:
+        return lambda a, b, K: a + b
+    if k == MAX:
+        return lambda a, b, K: a if (a >= b or a != a) else b
+    if k == MIN:
+        return lambda a, b, K: a if (a <= b or a != a) else b
+    if k == MUL:
+        return lambda a, b, K: a * b
+    if k == FMAX:
+        return lambda a, b, K: a if (a >= b or b != b) else b
+    if k == PAIR:
+        return lambda a, b, K: (a[0] + b[0], a[1] + b[1])
+    if k == ARGMAX:
+        return lambda a, b, K: _argmax(a[0], a[1], b[0], b[1])
+    if k == STD:
+        return lambda a, b, K: _chan(a[0], a[1], a[2], b[0], b[1], b[2])
+    return lambda a, b, K: a if (a <= b or b != b) else b  # FMIN
 
 
-@njit(inline="always", cache=True)
-def load_triple(a, i):
-    return (a[i, 0], a[i, 1], a[i, 2])
-
-
-@njit(inline="always", cache=True)
-def store_triple(a, i, v):
-    a[i, 0] = v[0]
-    a[i, 1] = v[1]
-    a[i, 2] = v[2]
-
-
-@njit(inline="always", cache=True)
-def comb_std(a, b, c0, c1):
-    return _chan(a[0], a[1], a[2], b[0], b[1], b[2])
-
-
-@njit(inline="always", cache=True)
-def _fill(a, i0, i1, v, store):
+@njit(**_HELPER)
+def _fill(a, i0, i1, v, K):
     """``a[i0:i1] = v``, through a view: an index from ``range(0, ...)`` is known not negative, so
     numba adds no wraparound to it and the loop vectorises (with ``range(i0, i1)`` it became a scatter)."""
     seg = a[i0:i1]
     for e in range(seg.shape[0]):
-        store(seg, e, v)
+        sto(seg, e, v, K)
 
 
-@njit(inline="always", cache=True)
-def _emit(out, ends, w, k0, jn, j_end, lcs, ring, ro, hd, m, lr, end0, s, load, store, comb, c0, c1):
+@njit(**_HELPER)
+def _emit(out, ends, w, k0, jn, j_end, lcs, ring, ro, hd, m, lr, end0, s, K):
     """Windows ``k0 + j``, ``j`` in ``[jn, j_end)``, of the previous row, into ``out[w:]``: ``lcs[j] (+)
     csa[j - 1]`` (``lcs[0]`` for column 0) ``(+) hd[j]`` (``m > 0``), the csa over the current row (at
     ``ring[ro:]``) as a chain. Columns ``>= lr`` of the current row are the identity, and ``a (+) ident``
@@ -149,23 +165,23 @@ def _emit(out, ends, w, k0, jn, j_end, lcs, ring, ro, hd, m, lr, end0, s, load, 
     if j >= j_end:
         return w
     if j == 0:
-        v = load(lcs, 0)
-        store(out, w, comb(v, load(hd, 0), c0, c1) if m else v)
+        v = ld(lcs, 0, K)
+        sto(out, w, comb(v, ld(hd, 0, K), K) if m else v, K)
         ends[w] = end0 + k0 * s
         w += 1
         j = 1
     jc = max(lr, 0) + 2  # the csa before column j is constant for j >= jc
-    run = load(ring, ro)  # the csa up to column j - 1 (resumed past column 0: jn > 1 is rare)
+    run = ld(ring, ro, K)  # the csa up to column j - 1 (resumed past column 0: jn > 1 is rare)
     for c in range(1, min(j - 1, jc - 1) + 1):
-        run = comb(run, load(ring, ro + c), c0, c1)
+        run = comb(run, ld(ring, ro + c, K), K)
     jj = min(j_end, jc)
     o = w - j  # out index of column j is o + j
     e0 = end0 + k0 * s
     while j < jj:  # (one body for m and not: each inlined combine costs compile time)
-        v = comb(load(lcs, j), run, c0, c1)
-        store(out, o + j, comb(v, load(hd, j), c0, c1) if m else v)
+        v = comb(ld(lcs, j, K), run, K)
+        sto(out, o + j, comb(v, ld(hd, j, K), K) if m else v, K)
         ends[o + j] = e0 + j * s
-        run = comb(run, load(ring, ro + j), c0, c1)
+        run = comb(run, ld(ring, ro + j, K), K)
         j += 1
     # the rest: no chain, through views (see _fill)
     j = min(j, j_end)
@@ -174,10 +190,10 @@ def _emit(out, ends, w, k0, jn, j_end, lcs, ring, ro, hd, m, lr, end0, s, load, 
     if m:
         hv = hd[j:j_end]
         for u in range(ov.shape[0]):
-            store(ov, u, comb(comb(load(lv, u), run, c0, c1), load(hv, u), c0, c1))
+            sto(ov, u, comb(comb(ld(lv, u, K), run, K), ld(hv, u, K), K), K)
     else:  # (a loop of its own: it vectorises)
         for u in range(ov.shape[0]):
-            store(ov, u, comb(load(lv, u), run, c0, c1))
+            sto(ov, u, comb(ld(lv, u, K), run, K), K)
     ev = ends[o + j : o + j_end]
     e1 = e0 + j * s
     for u in range(ev.shape[0]):
@@ -185,55 +201,55 @@ def _emit(out, ends, w, k0, jn, j_end, lcs, ring, ro, hd, m, lr, end0, s, load, 
     return o + j_end
 
 
-@njit(inline="always", cache=True)
-def _emit_lcs(out, ends, w, k0, lcs_prev, lcs_cur, ring, ro, hd, m, q, end0, s, load, store, comb, c0, c1):
+@njit(**_HELPER)
+def _emit_lcs(out, ends, w, k0, lcs_prev, lcs_cur, ring, ro, hd, m, q, end0, s, K):
     """A full row whose every column may hold a tuple, the previous row's windows all pending: those
     ``q`` windows (:func:`_emit`'s chain) and the row's lcs (:func:`_lcs`'s chain, into ``lcs_cur``)
     in one loop, two independent chains side by side. Returns ``w`` after the windows."""
     rv = ring[ro : ro + q]
     ov = out[w : w + q]
     ev = ends[w : w + q]
-    acc = load(rv, q - 1)
-    store(lcs_cur, q - 1, acc)
-    v = load(lcs_prev, 0)
-    store(ov, 0, comb(v, load(hd, 0), c0, c1) if m else v)
-    run = load(rv, 0)
+    acc = ld(rv, q - 1, K)
+    sto(lcs_cur, q - 1, acc, K)
+    v = ld(lcs_prev, 0, K)
+    sto(ov, 0, comb(v, ld(hd, 0, K), K) if m else v, K)
+    run = ld(rv, 0, K)
     e0 = end0 + k0 * s
     for j in range(1, q):
-        acc = comb(load(rv, q - 1 - j), acc, c0, c1)
-        store(lcs_cur, q - 1 - j, acc)
-        v = comb(load(lcs_prev, j), run, c0, c1)
-        store(ov, j, comb(v, load(hd, j), c0, c1) if m else v)
-        run = comb(run, load(rv, j), c0, c1)
+        acc = comb(ld(rv, q - 1 - j, K), acc, K)
+        sto(lcs_cur, q - 1 - j, acc, K)
+        v = comb(ld(lcs_prev, j, K), run, K)
+        sto(ov, j, comb(v, ld(hd, j, K), K) if m else v, K)
+        run = comb(run, ld(rv, j, K), K)
     for j in range(q):
         ev[j] = e0 + j * s
     return w + q
 
 
-@njit(inline="always", cache=True)
-def _lcs(ring, ro, lcs, fr, lr, q, load, store, comb, c0, c1):
+@njit(**_HELPER)
+def _lcs(ring, ro, lcs, fr, lr, q, K):
     """The lcs of the full row at ``ring[ro:]`` into ``lcs``. ``[fr, lr)``: the columns that may hold
     a tuple; the lcs is a chain over those only, the identity after them and a constant before
     (``ident (+) a`` is ``a``, up to the sign of a zero sum)."""
     lv = lcs[lr:q]  # the identity (views: see _fill)
     rv = ring[ro + lr : ro + q]
     for u in range(lv.shape[0]):
-        store(lv, u, load(rv, u))
+        sto(lv, u, ld(rv, u, K), K)
     if lr == 0:  # no column holds a tuple
         fr = 0
         lr = 1
-    acc = load(ring, ro + lr - 1)
-    store(lcs, lr - 1, acc)
+    acc = ld(ring, ro + lr - 1, K)
+    sto(lcs, lr - 1, acc, K)
     for jj in range(lr - 2, fr - 1, -1):
-        acc = comb(load(ring, ro + jj), acc, c0, c1)
-        store(lcs, jj, acc)
+        acc = comb(ld(ring, ro + jj, K), acc, K)
+        sto(lcs, jj, acc, K)
     for jj in range(fr):
-        store(lcs, jj, acc)
+        sto(lcs, jj, acc, K)
 
 
-@njit(inline="always", cache=True)
+@njit(**_HELPER)
 def _drive(P, ts, s, off, r, q, m, hist, flush, ident_a, st, cur_a, head_a, ring, lcs, hd, out, ends, hist_out,
-           load, store, comb, c0, c1):
+           K):
     """The loop (see the module doc). ``st``: the state vector (``HAVE``, ``SLICE``, ...); ``cur_a``,
     ``head_a`` (row 0): the open slice's rest and head; ``ring``: two rows of slices (the previous
     and the current one, at ``ring[q - ro:]`` and ``ring[ro:]``); ``lcs``: the previous row's;
@@ -244,9 +260,9 @@ def _drive(P, ts, s, off, r, q, m, hist, flush, ident_a, st, cur_a, head_a, ring
     store and a counter); the windows are computed at the row's *events* (the row full, the
     episode's end, the batch's end), from the previous row's lcs and a chain over the current row."""
     cap = out.shape[0]
-    ident = load(ident_a, 0)
-    cur = load(cur_a, 0)
-    head = load(head_a, 0)
+    ident = ld(ident_a, 0, K)
+    cur = ld(cur_a, 0, K)
+    head = ld(head_a, 0, K)
     have = st[HAVE] != 0
     S = st[SLICE]
     next_k = st[NEXT_K]
@@ -265,11 +281,11 @@ def _drive(P, ts, s, off, r, q, m, hist, flush, ident_a, st, cur_a, head_a, ring
         if have:  # a new batch: rows re-aligned at the first pending window, its slices [next_k, S) row 0
             L = hist.shape[0]
             for j in range(L):
-                store(ring, j, load(hist, j))
+                sto(ring, j, ld(hist, j, K), K)
             fr = 0
             lr = L
             if L == q:  # row 0 is full: its lcs
-                _lcs(ring, 0, lcs[:q], 0, q, q, load, store, comb, c0, c1)
+                _lcs(ring, 0, lcs[:q], 0, q, q, K)
                 B += q
                 ro = q
                 fr = q
@@ -293,13 +309,13 @@ def _drive(P, ts, s, off, r, q, m, hist, flush, ident_a, st, cur_a, head_a, ring
             ro = 0
             col = S - B
             # the slices before the tuple's are empty (at most q of them); no window completes
-            _fill(ring, 0, col, ident, store)
+            _fill(ring, 0, col, ident, K)
             if m:
-                _fill(hd, 0, col, ident, store)
+                _fill(hd, 0, col, ident, K)
             fr = q
             lr = 0
             if col == q:  # row 0 is full (of empty slices): its lcs is the identity
-                _fill(lcs, 0, q, ident, store)
+                _fill(lcs, 0, q, ident, K)
                 B += q
                 ro = q
                 col = 0
@@ -315,18 +331,18 @@ def _drive(P, ts, s, off, r, q, m, hist, flush, ident_a, st, cur_a, head_a, ring
             if t >= hi:
                 if t >= hi + s or col + 1 == q:  # (the next slice is never a new episode: r >= 2s when q > 1)
                     break
-                store(ring, ro + col, comb(head, cur, c0, c1) if m else cur)
+                sto(ring, ro + col, comb(head, cur, K) if m else cur, K)
                 if m:
-                    store(hd, col, head)
+                    sto(hd, col, head, K)
                 col += 1
                 lo = hi
                 hi += s
                 cur = ident
                 head = ident
             if m and t - lo < m:
-                head = comb(head, load(P, i), c0, c1)
+                head = comb(head, ld(P, i, K), K)
             else:
-                cur = comb(cur, load(P, i), c0, c1)
+                cur = comb(cur, ld(P, i, K), K)
             i += 1
         if col > col0:  # the slices closed above held tuples
             fr = min(fr, col0)
@@ -344,20 +360,20 @@ def _drive(P, ts, s, off, r, q, m, hist, flush, ident_a, st, cur_a, head_a, ring
             fresh = True
         if batch_end:
             if m:
-                store(hd, col, head)
+                sto(hd, col, head, K)
         else:  # close the open slice
-            store(ring, ro + col, comb(head, cur, c0, c1) if m else cur)
+            sto(ring, ro + col, comb(head, cur, K) if m else cur, K)
             if m:
-                store(hd, col, head)
+                sto(hd, col, head, K)
             if fr > col:
                 fr = col
             lr = col + 1
         g = t // s
         full = not batch_end and (fresh or g - B >= q)  # the row is full (its rest empty)
         if not batch_end and not full:  # a gap inside the row: its slices are empty
-            _fill(ring, ro + col + 1, ro + g - B, ident, store)
+            _fill(ring, ro + col + 1, ro + g - B, ident, K)
             if m:
-                _fill(hd, col + 1, g - B, ident, store)
+                _fill(hd, col + 1, g - B, ident, K)
         last = B + col
         # the windows, in at most two passes through one (inlined) loop: pass 0, the row is full: the
         # previous row's windows, then its lcs, and the rows move on; pass 1: the windows the batch's end
@@ -368,13 +384,13 @@ def _drive(P, ts, s, off, r, q, m, hist, flush, ident_a, st, cur_a, head_a, ring
             if ph == 0:
                 if not full:
                     continue
-                _fill(ring, ro + col + 1, ro + q, ident, store)
+                _fill(ring, ro + col + 1, ro + q, ident, K)
                 if m:
-                    _fill(hd, col + 1, q, ident, store)
+                    _fill(hd, col + 1, q, ident, K)
                 j_end = q
                 if next_k == k0 and fr == 0 and lr == q:  # the common full row: both chains in one loop
                     w = _emit_lcs(out, ends, w, k0, lcs[q - ro : 2 * q - ro], lcs[ro : ro + q], ring, ro, hd, m, q,
-                                  end0, s, load, store, comb, c0, c1)
+                                  end0, s, K)
                     j_end = -1
             elif batch_end:
                 if n == 0:
@@ -386,20 +402,20 @@ def _drive(P, ts, s, off, r, q, m, hist, flush, ident_a, st, cur_a, head_a, ring
                 break
             if j_end >= 0:  # (a row's lcs sits at its offset in the ring)
                 w = _emit(out, ends, w, k0, next_k - k0, j_end, lcs[q - ro : 2 * q - ro], ring, ro, hd, m, lr, end0,
-                          s, load, store, comb, c0, c1)
+                          s, K)
                 next_k = max(next_k, k0 + j_end)
             if ph == 0:
                 if j_end >= 0:
-                    _lcs(ring, ro, lcs[ro : ro + q], fr, lr, q, load, store, comb, c0, c1)
+                    _lcs(ring, ro, lcs[ro : ro + q], fr, lr, q, K)
                 next_k = max(next_k, B)
                 ro = q - ro
                 B += q
                 fr = q
                 lr = 0
                 if fresh:  # the next row is empty (the windows read no column past 1: lr = 0)
-                    _fill(ring, ro, ro + 2, ident, store)
+                    _fill(ring, ro, ro + 2, ident, K)
                     if m:
-                        _fill(hd, 0, last - B + q + 1, ident, store)
+                        _fill(hd, 0, last - B + q + 1, ident, K)
         if batch_end:
             done = True
             break
@@ -407,17 +423,17 @@ def _drive(P, ts, s, off, r, q, m, hist, flush, ident_a, st, cur_a, head_a, ring
             have = False
             continue
         if full:
-            _fill(ring, ro, ro + g - B, ident, store)
+            _fill(ring, ro, ro + g - B, ident, K)
             if m:
-                _fill(hd, 0, g - B, ident, store)
+                _fill(hd, 0, g - B, ident, K)
         col = g - B
         lo = g * s
         hi = lo + s
         cur = ident
         head = ident
     S = B + col
-    store(cur_a, 0, cur)
-    store(head_a, 0, head)
+    sto(cur_a, 0, cur, K)
+    sto(head_a, 0, head, K)
     st[HAVE] = 1 if have else 0
     st[SLICE] = S
     st[NEXT_K] = next_k
@@ -432,47 +448,81 @@ def _drive(P, ts, s, off, r, q, m, hist, flush, ident_a, st, cur_a, head_a, ring
     if done and have:  # the slices of the pending windows, [next_k, S), for the operator's state
         for x in range(next_k, S):
             if x < B:
-                store(hist_out, L, load(ring, q - ro + x - (B - q)))
+                sto(hist_out, L, ld(ring, q - ro + x - (B - q), K), K)
             else:
-                store(hist_out, L, load(ring, ro + x - B))
+                sto(hist_out, L, ld(ring, ro + x - B, K), K)
             L += 1
     st[HIST] = L
 
 
+# One kernel per kind, each with its combine written out (compiled on first use, cached on disk).
+# Signature: ``(P, ts, s, off, r, q, m, hist, flush, ident, st, cur, head, ring, lcs, hd, out, ends,
+# hist_out, ops)``, see :func:`_drive` (``ops``: unused, kept so that every kernel is called alike).
 @njit(**_JIT, _nrt=False)
-def run_scalar(P, ts, s, off, r, q, m, hist, flush, ident, st, cur, head, ring, lcs, hd, out, ends, hist_out, ops):
-    """Scalar partials (1-D arrays) combined by code ``ops[0]``: see :func:`_drive`."""
-    _drive(P, ts, s, off, r, q, m, hist, flush, ident, st, cur, head, ring, lcs, hd, out, ends, hist_out,
-           load_scalar, store_scalar, comb_scalar, ops[0], ops[0])
+def run_add(P, ts, s, off, r, q, m, hist, flush, ident, st, cur, head, ring, lcs, hd, out, ends, hist_out, ops):
+    """Scalar partials that add (``sum``, ``count``, ``ufunc=np.add``)."""
+    _drive(P, ts, s, off, r, q, m, hist, flush, ident, st, cur, head, ring, lcs, hd, out, ends, hist_out, 0)
+
+
+@njit(**_JIT, _nrt=False)
+def run_max(P, ts, s, off, r, q, m, hist, flush, ident, st, cur, head, ring, lcs, hd, out, ends, hist_out, ops):
+    """Scalar partials combined by ``np.maximum`` (NaN propagates)."""
+    _drive(P, ts, s, off, r, q, m, hist, flush, ident, st, cur, head, ring, lcs, hd, out, ends, hist_out, 1)
+
+
+@njit(**_JIT, _nrt=False)
+def run_min(P, ts, s, off, r, q, m, hist, flush, ident, st, cur, head, ring, lcs, hd, out, ends, hist_out, ops):
+    """Scalar partials combined by ``np.minimum`` (NaN propagates)."""
+    _drive(P, ts, s, off, r, q, m, hist, flush, ident, st, cur, head, ring, lcs, hd, out, ends, hist_out, 2)
+
+
+@njit(**_JIT, _nrt=False)
+def run_mul(P, ts, s, off, r, q, m, hist, flush, ident, st, cur, head, ring, lcs, hd, out, ends, hist_out, ops):
+    """Scalar partials combined by ``np.multiply``."""
+    _drive(P, ts, s, off, r, q, m, hist, flush, ident, st, cur, head, ring, lcs, hd, out, ends, hist_out, 3)
+
+
+@njit(**_JIT, _nrt=False)
+def run_fmax(P, ts, s, off, r, q, m, hist, flush, ident, st, cur, head, ring, lcs, hd, out, ends, hist_out, ops):
+    """Scalar partials combined by ``np.fmax`` (NaN ignored)."""
+    _drive(P, ts, s, off, r, q, m, hist, flush, ident, st, cur, head, ring, lcs, hd, out, ends, hist_out, 4)
+
+
+@njit(**_JIT, _nrt=False)
+def run_fmin(P, ts, s, off, r, q, m, hist, flush, ident, st, cur, head, ring, lcs, hd, out, ends, hist_out, ops):
+    """Scalar partials combined by ``np.fmin`` (NaN ignored)."""
+    _drive(P, ts, s, off, r, q, m, hist, flush, ident, st, cur, head, ring, lcs, hd, out, ends, hist_out, 5)
 
 
 @njit(**_JIT, _nrt=False)
 def run_pair(P, ts, s, off, r, q, m, hist, flush, ident, st, cur, head, ring, lcs, hd, out, ends, hist_out, ops):
     """Two-column partials whose columns both add (``mean``, ``geomean``)."""
-    _drive(P, ts, s, off, r, q, m, hist, flush, ident, st, cur, head, ring, lcs, hd, out, ends, hist_out,
-           load_pair, store_pair, comb_pair, ops[0], ops[1])
+    _drive(P, ts, s, off, r, q, m, hist, flush, ident, st, cur, head, ring, lcs, hd, out, ends, hist_out, 6)
 
 
 @njit(**_JIT, _nrt=False)
 def run_argmax(P, ts, s, off, r, q, m, hist, flush, ident, st, cur, head, ring, lcs, hd, out, ends, hist_out, ops):
     """``argmax`` partials ``(value, position)``."""
-    _drive(P, ts, s, off, r, q, m, hist, flush, ident, st, cur, head, ring, lcs, hd, out, ends, hist_out,
-           load_pair, store_pair, comb_argmax, 0, 0)
+    _drive(P, ts, s, off, r, q, m, hist, flush, ident, st, cur, head, ring, lcs, hd, out, ends, hist_out, 7)
 
 
 @njit(**_JIT, _nrt=False)
 def run_std(P, ts, s, off, r, q, m, hist, flush, ident, st, cur, head, ring, lcs, hd, out, ends, hist_out, ops):
     """``std`` partials ``(n, mean, M2)``, merged by Chan et al.'s update."""
-    _drive(P, ts, s, off, r, q, m, hist, flush, ident, st, cur, head, ring, lcs, hd, out, ends, hist_out,
-           load_triple, store_triple, comb_std, 0, 0)
+    _drive(P, ts, s, off, r, q, m, hist, flush, ident, st, cur, head, ring, lcs, hd, out, ends, hist_out, 8)
+
+
+# the scalar kernels by combine code (ADD .. FMIN: the codes the literals above spell out)
+RUNNERS = (run_add, run_max, run_min, run_mul, run_fmax, run_fmin)
+assert (ADD, MAX, MIN, MUL, FMAX) == (0, 1, 2, 3, 4)
 
 
 def runner(layout: str, ops: tuple):
     """The fused kernel for an engine's ``layout`` and column codes ``ops``, or ``None`` (not covered:
     column partials other than two sums, user aggregations)."""
-    width = len(ops)
+    ops = tuple(int(o) for o in ops)
     if layout == "scalar":
-        return run_scalar
-    if layout == "columns" and width == 2 and tuple(ops) == (ADD, ADD):
+        return RUNNERS[ops[0]]
+    if layout == "columns" and ops == (ADD, ADD):
         return run_pair
     return {"argmax": run_argmax, "std": run_std}.get(layout)
