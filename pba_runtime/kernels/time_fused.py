@@ -47,6 +47,7 @@ from numba import njit, types
 from numba.extending import overload
 
 from .compiled import _JIT, ADD, FMAX, MAX, MIN, MUL, _argmax, _chan
+from .stepwise.index import uidx
 
 __all__ = ["runner", "RUNNERS", "STATE", "HAVE", "SLICE", "NEXT_K", "BASE", "WINDOWS", "NEXT_TUPLE", "HIST", "DONE"]
 
@@ -326,7 +327,21 @@ def _drive(P, ts, s, off, r, q, m, hist, flush, ident_a, st, cur_a, head_a, ring
             have = True
         # the row's tuples: fold into the open slice; a tuple in the next slice of the row closes it
         col0 = col
-        while i < n:
+        if m == 0:  # no heads: the loop of the common case, one combine per tuple
+            rv = ring[ro : ro + q]
+            while i < n:  # (i, col >= 0: unsigned subscripts, no test for an index from the end)
+                t = ts[uidx(i)] - off
+                if t >= hi:
+                    if t >= hi + s or col + 1 == q:  # (as below)
+                        break
+                    sto(rv, uidx(col), cur, K)
+                    col += 1
+                    hi += s
+                    cur = ident
+                cur = comb(cur, ld(P, uidx(i), K), K)
+                i += 1
+            lo = hi - s
+        while i < n:  # (m > 0; with m == 0 the loop above has left no tuple of the row)
             t = ts[i] - off
             if t >= hi:
                 if t >= hi + s or col + 1 == q:  # (the next slice is never a new episode: r >= 2s when q > 1)
