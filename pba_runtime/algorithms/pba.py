@@ -671,9 +671,9 @@ class PBA(SlicedAggregator):
         if N == 0:
             return self._pack([], [])
         s, r, off = self._s, self._r, self._off
+        if self._fused_time:  # (it lifts the values, or its kernel does)
+            return self._time_fused(vals, ts, flush=self._flush_in_batch)
         P = kernel.lift(vals, ts if self.agg.positional else None)
-        if self._fused_time:
-            return self._time_fused(P, ts, flush=self._flush_in_batch)
         if self._compiled_slicing:
             from ..kernels import slicing  # numba's import waits for the first compiled batch
 
@@ -707,9 +707,10 @@ class PBA(SlicedAggregator):
         results = np.concatenate(all_res) if len(all_res) > 1 else all_res[0]
         return ends, results
 
-    def _time_fused(self, P: np.ndarray, ts: np.ndarray, flush: bool) -> tuple[np.ndarray, Any]:
-        """A time-window batch (or, with ``flush``, the end of stream) in one compiled call
-        (:mod:`pba_runtime.kernels.time_fused`); more only when its result array fills up.
+    def _time_fused(self, vals: np.ndarray, ts: np.ndarray, flush: bool) -> tuple[np.ndarray, Any]:
+        """A time-window batch of values ``vals`` (or, with ``flush``, the end of stream) in one compiled
+        call (:mod:`pba_runtime.kernels.time_fused`); more only when its result array fills up. The
+        compiled lifts of ``std`` and ``mean`` run inside the kernel (``time_fused.LIFTED``).
 
         The state goes in and comes out in the operator's own form (the slices of the pending
         windows as a deferred history, the open slice's head and rest), so per-tuple inserts,
@@ -724,7 +725,11 @@ class PBA(SlicedAggregator):
         s, r, q, m, off = self._s, self._r, self._q, self._m, self._off
         N = len(ts)
         row = (K,) if shape else ()  # the kernels take scalar partials as 1-D arrays
-        P2 = np.ascontiguousarray(P, dtype=np.float64).reshape((N,) + row)
+        if getattr(kernel, "_lift_name", None) in TF.LIFTED:
+            P2 = np.ascontiguousarray(vals, dtype=np.float64)
+        else:
+            P = kernel.lift(vals, ts if self.agg.positional else None)
+            P2 = np.ascontiguousarray(P, dtype=np.float64).reshape((N,) + row)
         ident = kernel.identity_array(1).reshape((1,) + row)
         st = np.zeros(TF.STATE, dtype=np.int64)
         cur, head = ident.copy(), ident.copy()
@@ -933,10 +938,10 @@ class PBA(SlicedAggregator):
         # End of stream for time windows: every window still holding a tuple, merged in one
         # vectorised pass (an episode with no new tuple), not one query per window.
         none = np.empty(0, dtype=np.int64)
-        P = kernel.lift(np.empty(0), none if self.agg.positional else None)
         if self._fused_time:
-            ends, results = self._time_fused(P, none, flush=True)
+            ends, results = self._time_fused(np.empty(0), none, flush=True)
         else:
+            P = kernel.lift(np.empty(0), none if self.agg.positional else None)
             ends, results = self._episode(P, none, none, last=False)
         self._flushed = True
         return ends, results

@@ -49,7 +49,7 @@ from numba.extending import overload
 from .compiled import _JIT, ADD, FMAX, MAX, MIN, MUL, _argmax, _chan
 from .stepwise.index import uidx
 
-__all__ = ["runner", "RUNNERS", "STATE", "HAVE", "SLICE", "NEXT_K", "BASE", "WINDOWS", "NEXT_TUPLE", "HIST", "DONE"]
+__all__ = ["runner", "RUNNERS", "LIFTED", "STATE", "HAVE", "SLICE", "NEXT_K", "BASE", "WINDOWS", "NEXT_TUPLE", "HIST", "DONE"]
 
 # the int64 state vector a call reads and writes
 HAVE, SLICE, NEXT_K, BASE, RO, FR, LR, WINDOWS, NEXT_TUPLE, HIST, RESUME, DONE = range(12)
@@ -59,6 +59,10 @@ STATE = 12
 # or one of these. Passed down as a literal, so each kernel holds one combine, written out where it is used.
 PAIR, ARGMAX, STD = 6, 7, 8
 _WIDTH = {PAIR: 2, ARGMAX: 2, STD: 3}  # floats per partial (scalars: 1-D arrays)
+# compiled lifts (:class:`pba_runtime.kernels.CompiledKernel`) the kernels do themselves: given the
+# values, a 1-D array, they read each value as its partial (the same floats as the lift writes), so
+# the batch's partials (24 bytes a value for std) are never written nor read
+LIFTED = ("lift_std", "lift_pair")
 # helpers: plain calls (LLVM inlines what pays), no reference counting (views are passed, nothing allocated)
 _HELPER = {**_JIT, "_nrt": False}
 
@@ -91,6 +95,12 @@ def _ld(a, i, K):
     w = _WIDTH.get(k, 0)
     if w == 0:
         return lambda a, i, K: a[i]
+    if a.ndim == 1:  # the batch's values, lifted here (see LIFTED): std's (1, x, 0), mean's (x, 1)
+        if k == STD:
+            return lambda a, i, K: (1.0, a[i], 0.0)
+        if k == PAIR:
+            return lambda a, i, K: (a[i], 1.0)
+        return None
     if w == 2:
         return lambda a, i, K: (a[i, 0], a[i, 1])
     return lambda a, i, K: (a[i, 0], a[i, 1], a[i, 2])
@@ -179,10 +189,11 @@ def _emit(out, ends, w, k0, jn, j_end, lcs, ring, ro, hd, m, lr, end0, s, K):
     o = w - j  # out index of column j is o + j
     e0 = end0 + k0 * s
     while j < jj:  # (one body for m and not: each inlined combine costs compile time)
-        v = comb(ld(lcs, j, K), run, K)
-        sto(out, o + j, comb(v, ld(hd, j, K), K) if m else v, K)
-        ends[o + j] = e0 + j * s
-        run = comb(run, ld(ring, ro + j, K), K)
+        u = uidx(j)  # (j >= 1, o + j >= 0: unsigned subscripts)
+        v = comb(ld(lcs, u, K), run, K)
+        sto(out, uidx(o + j), comb(v, ld(hd, u, K), K) if m else v, K)
+        ends[uidx(o + j)] = e0 + j * s
+        run = comb(run, ld(ring, uidx(ro + j), K), K)
         j += 1
     # the rest: no chain, through views (see _fill)
     j = min(j, j_end)
@@ -216,12 +227,14 @@ def _emit_lcs(out, ends, w, k0, lcs_prev, lcs_cur, ring, ro, hd, m, q, end0, s, 
     sto(ov, 0, comb(v, ld(hd, 0, K), K) if m else v, K)
     run = ld(rv, 0, K)
     e0 = end0 + k0 * s
-    for j in range(1, q):
-        acc = comb(ld(rv, q - 1 - j, K), acc, K)
-        sto(lcs_cur, q - 1 - j, acc, K)
-        v = comb(ld(lcs_prev, j, K), run, K)
-        sto(ov, j, comb(v, ld(hd, j, K), K) if m else v, K)
-        run = comb(run, ld(rv, j, K), K)
+    for j in range(1, q):  # (unsigned subscripts: every index here is >= 0)
+        b = uidx(q - 1 - j)
+        u = uidx(j)
+        acc = comb(ld(rv, b, K), acc, K)
+        sto(lcs_cur, b, acc, K)
+        v = comb(ld(lcs_prev, u, K), run, K)
+        sto(ov, u, comb(v, ld(hd, u, K), K) if m else v, K)
+        run = comb(run, ld(rv, u, K), K)
     for j in range(q):
         ev[j] = e0 + j * s
     return w + q
@@ -241,9 +254,9 @@ def _lcs(ring, ro, lcs, fr, lr, q, K):
         lr = 1
     acc = ld(ring, ro + lr - 1, K)
     sto(lcs, lr - 1, acc, K)
-    for jj in range(lr - 2, fr - 1, -1):
-        acc = comb(ld(ring, ro + jj, K), acc, K)
-        sto(lcs, jj, acc, K)
+    for jj in range(lr - 2, fr - 1, -1):  # (jj >= fr >= 0)
+        acc = comb(ld(ring, uidx(ro + jj), K), acc, K)
+        sto(lcs, uidx(jj), acc, K)
     for jj in range(fr):
         sto(lcs, jj, acc, K)
 
