@@ -692,3 +692,42 @@ def test_long_rows_sum_pba_equals_sba_and_numpy(q, agg):
         ends, res = run_batches(op, v, [0, q + 5, 3 * q, len(v) // 2, len(v)], None)
     assert ends == e3.tolist()
     _same(agg, res, r3)
+
+
+@settings(max_examples=60, deadline=None)
+@given(data=st.data())
+def test_fused_time_windows_check_timestamps_as_the_reference(data):
+    """The fused path's one-pass timestamp check (``time_fused.timestamps_ok``) accepts what
+    ``validate_timestamps`` accepts and refuses the rest with its error (out of order, before the last
+    timestamp seen, out of range), the operator unchanged by a refused batch."""
+    from pba_runtime.algorithms.base import validate_timestamps
+    from pba_runtime.kernels import time_fused as TF
+
+    window = pr.TimeWindow(range=30, slide=10)
+    lo, hi = window.timestamp_range
+    n = data.draw(st.integers(1, 12), label="n")
+    pick = st.one_of(st.integers(-40, 40), st.sampled_from([lo, lo - 1, hi, hi + 1]))
+    ts = np.array(sorted(data.draw(st.lists(pick, min_size=n, max_size=n), label="ts")), dtype=np.int64)
+    if data.draw(st.booleans(), label="shuffle"):
+        ts = ts[np.random.default_rng(n).permutation(n)]
+    t_last = data.draw(st.sampled_from([None, -5, 0, 7]), label="t_last")
+    try:
+        validate_timestamps(ts, n, t_last, window)
+        ok = True
+    except ValueError as exc:
+        ok, why = False, str(exc)
+    assert TF.timestamps_ok(ts, lo, hi, lo if t_last is None else max(lo, t_last)) == ok
+    v = np.arange(float(n))
+    with pr.create("pba", window, "max", engine="compiled") as op:
+        assert op._fused_time
+        if t_last is not None:
+            op.insert_many(np.zeros(1), np.array([t_last]))
+        before = op.snapshot()
+        if ok:
+            op.insert_many(v, ts)
+        else:
+            with pytest.raises(ValueError) as info:
+                op.insert_many(v, ts)
+            assert str(info.value) == why
+            after = op.snapshot()
+            assert repr(after) == repr(before)

@@ -546,7 +546,9 @@ class PBA(SlicedAggregator):
             values = list(values)
         if self._is_time:
             vals = as_float_array(values, agg_name=self.agg.name)
-            ts = validate_timestamps(timestamps, len(vals), self._t_last, self.window)
+            ts = self._fused_timestamps(timestamps, len(vals)) if self._fused_time else None
+            if ts is None:
+                ts = validate_timestamps(timestamps, len(vals), self._t_last, self.window)
             return self._insert_many_time(vals, ts)
         no_timestamps(timestamps, self.window)
         vals = as_float_array(values, agg_name=self.agg.name)
@@ -706,6 +708,20 @@ class PBA(SlicedAggregator):
             return ends, [x for part in all_res for x in part]
         results = np.concatenate(all_res) if len(all_res) > 1 else all_res[0]
         return ends, results
+
+    def _fused_timestamps(self, timestamps: Any, n: int) -> np.ndarray | None:
+        """A batch's int64 timestamps checked in one compiled pass (non-decreasing, from the last one
+        seen, in range), or ``None``: not an int64 array of ``n``, or a check failed, and
+        ``validate_timestamps`` (the reference, with its error messages) decides."""
+        ts = timestamps
+        if not (isinstance(ts, np.ndarray) and ts.dtype == np.int64 and ts.ndim == 1 and len(ts) == n and n
+                and ts.flags.c_contiguous):
+            return None
+        from ..kernels import time_fused as TF
+
+        lo, hi = self.window.timestamp_range
+        first = lo if self._t_last is None else max(lo, self._t_last)
+        return ts if TF.timestamps_ok(ts, lo, hi, first) else None
 
     def _time_fused(self, vals: np.ndarray, ts: np.ndarray, flush: bool) -> tuple[np.ndarray, Any]:
         """A time-window batch of values ``vals`` (or, with ``flush``, the end of stream) in one compiled

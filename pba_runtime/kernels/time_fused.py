@@ -49,7 +49,7 @@ from numba.extending import overload
 from .compiled import _JIT, ADD, FMAX, MAX, MIN, MUL, _argmax, _chan
 from .stepwise.index import uidx
 
-__all__ = ["runner", "RUNNERS", "LIFTED", "STATE", "HAVE", "SLICE", "NEXT_K", "BASE", "WINDOWS", "NEXT_TUPLE", "HIST", "DONE"]
+__all__ = ["runner", "RUNNERS", "LIFTED", "timestamps_ok", "STATE", "HAVE", "SLICE", "NEXT_K", "BASE", "WINDOWS", "NEXT_TUPLE", "HIST", "DONE"]
 
 # the int64 state vector a call reads and writes
 HAVE, SLICE, NEXT_K, BASE, RO, FR, LR, WINDOWS, NEXT_TUPLE, HIST, RESUME, DONE = range(12)
@@ -481,6 +481,20 @@ def _drive(P, ts, s, off, r, q, m, hist, flush, ident_a, st, cur_a, head_a, ring
                 sto(hist_out, L, ld(ring, ro + x - B, K), K)
             L += 1
     st[HIST] = L
+
+
+@njit(**_JIT)
+def timestamps_ok(ts, lo, hi, first):
+    """Whether ``ts`` is non-decreasing, from ``first`` on, within ``[lo, hi]``: one pass, no branch per
+    timestamp (:func:`pba_runtime.algorithms.base.validate_timestamps` in three numpy passes and a
+    temporary; the caller runs that one when this says no, for its error message)."""
+    bad = False
+    prev = first
+    for i in range(ts.shape[0]):
+        t = ts[i]
+        bad |= (t < prev) | (t < lo) | (t > hi)
+        prev = t
+    return not bad
 
 
 # One kernel per kind, each with its combine written out (compiled on first use, cached on disk).
