@@ -731,3 +731,33 @@ def test_fused_time_windows_check_timestamps_as_the_reference(data):
             assert str(info.value) == why
             after = op.snapshot()
             assert repr(after) == repr(before)
+
+
+_UFUNC_AGGS = {
+    "fmax": pr.Aggregation(lift=float, combine=lambda a, b: float(np.fmax(a, b)), lower=float, identity=-np.inf,
+                           ufunc=np.fmax, name="fmax_ufunc"),
+    "fmin": pr.Aggregation(lift=float, combine=lambda a, b: float(np.fmin(a, b)), lower=float, identity=np.inf,
+                           ufunc=np.fmin, name="fmin_ufunc"),
+    "prod": pr.Aggregation(lift=float, combine=lambda a, b: a * b, lower=float, identity=1.0,
+                           ufunc=np.multiply, name="prod_ufunc"),
+}
+
+
+@settings(max_examples=25, deadline=None)
+@given(data=st.data())
+@pytest.mark.parametrize("name", sorted(_UFUNC_AGGS))
+def test_fused_time_windows_of_ufunc_aggregations_equal_the_episode_path(name, data):
+    """``ufunc=`` aggregations over ``np.fmax``, ``np.fmin``, ``np.multiply`` (each a fused kernel of its
+    own, ``time_fused.RUNNERS``) == the episode path, through random splits, gaps and NaN."""
+    agg = _UFUNC_AGGS[name]
+    window, ts, bounds, rng = _time_case(data)
+    v = rng.uniform(0.5, 2.0, size=len(ts))
+    if len(v) > 4:
+        v[rng.choice(len(v), size=len(v) // 8, replace=False)] = rng.choice([np.nan, -0.0, 0.0, 1.0])
+    ends_f, res_f = _time_run(window, agg, v, ts, bounds, True)
+    ends_r, res_r = _time_run(window, agg, v, ts, bounds, False)
+    assert ends_f == ends_r
+    if name == "prod":
+        np.testing.assert_allclose(res_f, res_r, rtol=1e-12, equal_nan=True)
+    else:
+        np.testing.assert_array_equal(res_f, res_r)

@@ -32,13 +32,18 @@ A call stops at an event when fewer than ``2q + 2`` result rows are left (an eve
 ``2q`` windows), with its row in the state vector (``RESUME``); the caller gives it a larger
 result array and calls again until ``DONE``.
 
-Partials are values the loop keeps in registers (``load``/``store``/``comb`` move and combine them):
-a float combined by a code of :mod:`.compiled` (``max``, ``min``, ``sum``, ``count``, ``ufunc=``
+Partials are values the loop keeps in registers (``ld``/``sto``/``comb`` move and combine them): a
+float combined by a code of :mod:`.compiled` (``max``, ``min``, ``sum``, ``count``, ``ufunc=``
 aggregations), a pair of sums (``mean``, ``geomean``), ``argmax``'s ``(value, position)`` and
-``std``'s ``(n, mean, M2)`` (Chan et al.'s merge, as ``aggregations._chan``). Compiled without
-numba's reference counting (``_nrt=False``): nothing is allocated inside, and the counts of the
-arrays handed to the inlined helpers cost ~40% of a slice. The slow reference is the operator's
-episode path (``PBA._episode``, numpy or compiled merge); ``tests/test_kernels.py`` checks fast == slow.
+``std``'s ``(n, mean, M2)`` (Chan et al.'s merge, as ``aggregations._chan``). Each kind of partial has
+a kernel of its own (``run_max``, ``run_add``, ..., ``run_std``): the kind reaches the helpers as a
+literal, and numba's ``overload`` writes out that kind's combine, load and store, so no code is
+tested per combine and a kernel compiles only its own. The helpers are plain calls (LLVM inlines what
+pays; numba's own inlining, ``inline="always"``, took most of a compile), without numba's reference
+counting (``_nrt=False``: nothing is allocated inside, and the counts of the views handed to the
+helpers cost ~40% of a slice). ``std``'s and ``mean``'s kernels read the batch's values and lift each
+one as they fold it (``LIFTED``). The slow reference is the operator's episode path (``PBA._episode``,
+numpy or compiled merge); ``tests/test_kernels.py`` checks fast == slow.
 """
 
 from __future__ import annotations
