@@ -741,6 +741,7 @@ class PBA(SlicedAggregator):
         s, r, q, m, off = self._s, self._r, self._q, self._m, self._off
         N = len(ts)
         row = (K,) if shape else ()  # the kernels take scalar partials as 1-D arrays
+        lowered = getattr(kernel, "_lower_name", None) in TF.LOWERED and getattr(kernel, "_lift_name", None) in TF.LIFTED
         if getattr(kernel, "_lift_name", None) in TF.LIFTED:
             P2 = np.ascontiguousarray(vals, dtype=np.float64)
         else:
@@ -775,7 +776,7 @@ class PBA(SlicedAggregator):
         hist_out = np.empty((q + 1,) + row)
         outs, ends_parts = [], []
         while True:
-            out, ends = _results(cap, row, np.float64, True)
+            out, ends = _results(cap, () if lowered else row, np.float64, True)
             run(P2, ts, s, off, r, q, m, hist, flush, ident, st, cur, head, ring, lcs, hd, out, ends,
                 hist_out, ops)
             w = int(st[TF.WINDOWS])
@@ -787,7 +788,7 @@ class PBA(SlicedAggregator):
         out = outs[0] if len(outs) == 1 else np.concatenate(outs)
         ends = ends_parts[0] if len(ends_parts) == 1 else np.concatenate(ends_parts)
         nwin = len(ends)
-        results = kernel.lower(out.reshape((nwin,) + shape))
+        results = out if lowered else kernel.lower(out.reshape((nwin,) + shape))
         if self.agg.result == "int":
             results = np.asarray(results, dtype=np.int64)
         self._emitted += nwin

@@ -48,13 +48,14 @@ numpy or compiled merge); ``tests/test_kernels.py`` checks fast == slow.
 
 from __future__ import annotations
 
+import numpy as np
 from numba import njit, types
 from numba.extending import overload
 
 from .compiled import _JIT, ADD, FMAX, MAX, MIN, MUL, _argmax, _chan
 from .stepwise.index import uidx
 
-__all__ = ["runner", "RUNNERS", "LIFTED", "timestamps_ok", "STATE", "HAVE", "SLICE", "NEXT_K", "BASE", "WINDOWS", "NEXT_TUPLE", "HIST", "DONE"]
+__all__ = ["runner", "RUNNERS", "LIFTED", "LOWERED", "timestamps_ok", "STATE", "HAVE", "SLICE", "NEXT_K", "BASE", "WINDOWS", "NEXT_TUPLE", "HIST", "DONE"]
 
 # the int64 state vector a call reads and writes
 HAVE, SLICE, NEXT_K, BASE, RO, FR, LR, WINDOWS, NEXT_TUPLE, HIST, RESUME, DONE = range(12)
@@ -68,6 +69,9 @@ _WIDTH = {PAIR: 2, ARGMAX: 2, STD: 3}  # floats per partial (scalars: 1-D arrays
 # values, a 1-D array, they read each value as its partial (the same floats as the lift writes), so
 # the batch's partials (24 bytes a value for std) are never written nor read
 LIFTED = ("lift_std", "lift_pair")
+# and lowers: given a 1-D result array, they store each window's lowered result (std's ``sqrt(M2 / (n -
+# 1))``, mean's ratio: the arithmetic of the compiled lower), not its partial
+LOWERED = ("lower_std", "lower_ratio")
 # helpers: plain calls (LLVM inlines what pays), no reference counting (views are passed, nothing allocated)
 _HELPER = {**_JIT, "_nrt": False}
 
@@ -121,6 +125,18 @@ def _sto(a, i, v, K):
         def store1(a, i, v, K):
             a[i] = v
         return store1
+    if a.ndim == 1:  # the results, lowered as they are stored (see LOWERED)
+        if k == STD:
+            def store_std(a, i, v, K):  # compiled.lower_std's arithmetic
+                n = v[0]
+                mu = v[1]
+                a[i] = np.sqrt(v[2] / (n - 1.0)) if (n > 1.0 and mu - mu == 0.0) else np.nan
+            return store_std
+        if k == PAIR:
+            def store_ratio(a, i, v, K):  # compiled.lower_ratio's
+                a[i] = v[0] / v[1]
+            return store_ratio
+        return None
     if w == 2:
         def store2(a, i, v, K):
             a[i, 0] = v[0]
