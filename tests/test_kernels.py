@@ -763,3 +763,38 @@ def test_fused_time_windows_of_ufunc_aggregations_equal_the_episode_path(name, d
         np.testing.assert_allclose(res_f, res_r, rtol=1e-12, equal_nan=True)
     else:
         np.testing.assert_array_equal(res_f, res_r)
+
+
+@settings(max_examples=12, deadline=None)
+@given(data=st.data())
+@pytest.mark.parametrize("agg", ["max", "sum", "std", "argmax", "mean"])
+def test_fused_time_windows_fold_rows_in_two_lanes(agg, data):
+    """Rows of ``time_fused.LANES_MIN`` tuples and more (``range % slide == 0``) fold in two lanes side by
+    side (``_fold_lanes``): the same windows as the episode path, through gaps inside a row (empty slices
+    between tuples), gaps that end an episode, repeated timestamps, an offset, NaN/inf/-0.0, and random
+    batch splits (a batch starting inside a slice whose partial the operator carries)."""
+    from pba_runtime.kernels import time_fused as TF
+
+    s = data.draw(st.integers(1, 6), label="slide")
+    q = data.draw(st.sampled_from([300, 1000, 3000]), label="q")
+    off = data.draw(st.integers(-5, 5), label="offset")
+    window = pr.TimeWindow(range=q * s, slide=s, offset=off)
+    rng = np.random.default_rng(data.draw(st.integers(0, 2**16), label="seed"))
+    n = 6 * TF.LANES_MIN + int(rng.integers(0, 2000))
+    steps = rng.choice([0, 0, 1, 1, 2, 3], size=n)  # rows of hundreds of tuples
+    gaps = rng.random(n) < 0.01
+    steps[gaps] = rng.integers(s, 40 * s, size=int(gaps.sum()))  # empty slices inside a row
+    steps[rng.random(n) < 0.002] = q * s + int(rng.integers(0, 3 * q * s))  # some end the episode
+    ts = (np.cumsum(steps) - 1000).astype(np.int64)
+    v = _values(rng, n, agg)
+    cuts = sorted(rng.choice(n + 1, size=3, replace=False).tolist())
+    bounds = [0, *cuts, n]
+    fused = _time_run(window, agg, v, ts, bounds, True)
+    ref = _time_run(window, agg, v, ts, bounds, False)
+    assert fused[0] == ref[0]
+    _same(agg, fused[1], ref[1])
+    with pytest.MonkeyPatch.context() as mp:  # the one-lane loop (the reference): every bit the same
+        mp.setattr(TF, "LANES_MIN", 2**62)
+        one = _time_run(window, agg, v, ts, bounds, True)
+    assert one[0] == fused[0]
+    np.testing.assert_array_equal(np.asarray(one[1]).view(np.int64), np.asarray(fused[1]).view(np.int64))

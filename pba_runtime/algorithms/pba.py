@@ -749,6 +749,7 @@ class PBA(SlicedAggregator):
             P2 = np.ascontiguousarray(P, dtype=np.float64).reshape((N,) + row)
         ident = kernel.identity_array(1).reshape((1,) + row)
         st = np.zeros(TF.STATE, dtype=np.int64)
+        st[TF.LANES] = TF.LANES_MIN
         cur, head = ident.copy(), ident.copy()
         hist = np.empty((0,) + row)
         if self._slice is not None:

@@ -55,12 +55,12 @@ from numba.extending import overload
 from .compiled import _JIT, ADD, FMAX, MAX, MIN, MUL, _argmax, _chan
 from .stepwise.index import uidx
 
-__all__ = ["runner", "RUNNERS", "LIFTED", "LOWERED", "timestamps_ok", "STATE", "HAVE", "SLICE", "NEXT_K", "BASE",
+__all__ = ["runner", "RUNNERS", "LIFTED", "LOWERED", "timestamps_ok", "LANES_MIN", "STATE", "LANES", "HAVE", "SLICE", "NEXT_K", "BASE",
            "WINDOWS", "NEXT_TUPLE", "HIST", "DONE"]
 
 # the int64 state vector a call reads and writes
-HAVE, SLICE, NEXT_K, BASE, RO, FR, LR, WINDOWS, NEXT_TUPLE, HIST, RESUME, DONE = range(12)
-STATE = 12
+HAVE, SLICE, NEXT_K, BASE, RO, FR, LR, WINDOWS, NEXT_TUPLE, HIST, RESUME, DONE, LANES = range(13)
+STATE = 13
 
 # The kind of partial a kernel is compiled for: a scalar combine code of :mod:`.compiled` (ADD .. FMIN),
 # or one of these. Passed down as a literal, so each kernel holds one combine, written out where it is used.
@@ -283,6 +283,64 @@ def _lcs(ring, ro, lcs, fr, lr, q, K):
         sto(lcs, jj, acc, K)
 
 
+# rows of at least this many tuples fold in two lanes (:func:`_fold_lanes`); the caller puts it in the
+# state vector (``st[LANES]``: a test turns the lanes off, and has the one-lane loop as reference)
+LANES_MIN = 256
+
+
+@njit(**_HELPER)
+def _lane_step(t, x, rv, B, s, col, hi, cur, ident, K):
+    """One tuple (at ``t``, partial ``x``) of a lane folding into the row's slices ``rv`` (no heads), no
+    branch at a slice boundary: a select starts the next slice, and every tuple stores its slice's
+    running partial (the slice's last store is its partial). A gap (rare) fills the empty slices."""
+    if t >= hi + s:  # slices skipped: empty
+        g = t // s - B
+        for c in range(col + 1, g):
+            sto(rv, c, ident, K)
+        col = g - 1
+        hi = (B + g) * s
+    nb = t >= hi
+    col += 1 if nb else 0
+    hi += s if nb else 0
+    cur = comb(ident if nb else cur, x, K)
+    sto(rv, uidx(col), cur, K)
+    return col, hi, cur
+
+
+@njit(**_HELPER)
+def _fold_lanes(ts, P, rv, i, iend, off, s, B, col, hi, cur, ident, K):
+    """The tuples ``[i, iend)``, all in the row's slices (``ts - off < (B + q) * s``), folded as
+    :func:`_drive`'s loop does (``m == 0``), in two lanes side by side: the tuples from ``i``, and those
+    from the first slice boundary past the middle. Each slice is folded by one lane in the same order
+    (the same bits); two independent chains, and no mispredicted branch per slice. Returns the open
+    slice's ``(col, hi, cur)``."""
+    sto(rv, col, cur, K)  # the open slice, if no tuple falls in it
+    mid = (i + iend) // 2
+    bound = ((ts[mid - 1] - off) // s + 1) * s  # the end of the slice of tuple mid - 1
+    while mid < iend and ts[mid] - off < bound:
+        mid += 1
+    ca, ha, ua = col, hi, cur
+    if mid == iend:  # one lane
+        for a in range(i, iend):
+            ca, ha, ua = _lane_step(ts[uidx(a)] - off, ld(P, uidx(a), K), rv, B, s, ca, ha, ua, ident, K)
+        return ca, ha, ua
+    gb = (ts[mid] - off) // s  # lane b starts a slice: from a virtual column before it
+    cb, hb, ub = gb - B - 1, gb * s, ident
+    k = min(mid - i, iend - mid)
+    for u in range(k):
+        a = uidx(i + u)
+        b = uidx(mid + u)
+        ca, ha, ua = _lane_step(ts[a] - off, ld(P, a, K), rv, B, s, ca, ha, ua, ident, K)
+        cb, hb, ub = _lane_step(ts[b] - off, ld(P, b, K), rv, B, s, cb, hb, ub, ident, K)
+    for a in range(i + k, mid):
+        ca, ha, ua = _lane_step(ts[uidx(a)] - off, ld(P, uidx(a), K), rv, B, s, ca, ha, ua, ident, K)
+    for b in range(mid + k, iend):
+        cb, hb, ub = _lane_step(ts[uidx(b)] - off, ld(P, uidx(b), K), rv, B, s, cb, hb, ub, ident, K)
+    for c in range(ca + 1, gb - B):  # between the lanes: empty slices
+        sto(rv, c, ident, K)
+    return cb, hb, ub
+
+
 @njit(**_HELPER)
 def _drive(P, ts, s, off, r, q, m, hist, flush, ident_a, st, cur_a, head_a, ring, lcs, hd, out, ends, hist_out,
            K):
@@ -364,6 +422,10 @@ def _drive(P, ts, s, off, r, q, m, hist, flush, ident_a, st, cur_a, head_a, ring
         col0 = col
         if m == 0:  # no heads: the loop of the common case, one combine per tuple
             rv = ring[ro : ro + q]
+            iend = i + np.searchsorted(ts[i:n], (B + q) * s + off)  # the tuples of the row's slices
+            if iend - i >= st[LANES]:
+                col, hi, cur = _fold_lanes(ts, P, rv, i, iend, off, s, B, col, hi, cur, ident, K)
+                i = iend
             while i < n:  # (i, col >= 0: unsigned subscripts, no test for an index from the end)
                 t = ts[uidx(i)] - off
                 if t >= hi:
