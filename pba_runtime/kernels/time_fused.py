@@ -422,10 +422,11 @@ def _drive(P, ts, s, off, r, q, m, hist, flush, ident_a, st, cur_a, head_a, ring
         col0 = col
         if m == 0:  # no heads: the loop of the common case, one combine per tuple
             rv = ring[ro : ro + q]
-            iend = i + np.searchsorted(ts[i:n], (B + q) * s + off)  # the tuples of the row's slices
-            if iend - i >= st[LANES]:
-                col, hi, cur = _fold_lanes(ts, P, rv, i, iend, off, s, B, col, hi, cur, ident, K)
-                i = iend
+            if K < PAIR:  # scalar partials only (K is a literal: a constant test; wider ones measured slower)
+                iend = i + np.searchsorted(ts[i:n], (B + q) * s + off)  # the tuples of the row's slices
+                if iend - i >= st[LANES]:
+                    col, hi, cur = _fold_lanes(ts, P, rv, i, iend, off, s, B, col, hi, cur, ident, K)
+                    i = iend
             while i < n:  # (i, col >= 0: unsigned subscripts, no test for an index from the end)
                 t = ts[uidx(i)] - off
                 if t >= hi:
