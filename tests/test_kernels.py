@@ -702,3 +702,109 @@ def test_long_rows_sum_pba_equals_sba_and_numpy(q, agg):
         ends, res = run_batches(op, v, [0, q + 5, 3 * q, len(v) // 2, len(v)], None)
     assert ends == e3.tolist()
     _same(agg, res, r3)
+
+
+@settings(max_examples=60, deadline=None)
+@given(data=st.data())
+def test_fused_time_windows_check_timestamps_as_the_reference(data):
+    """The fused path's one-pass timestamp check (``time_fused.timestamps_ok``) accepts what
+    ``validate_timestamps`` accepts and refuses the rest with its error (out of order, before the last
+    timestamp seen, out of range), the operator unchanged by a refused batch."""
+    from pba_runtime.algorithms.base import validate_timestamps
+    from pba_runtime.kernels import time_fused as TF
+
+    window = pr.TimeWindow(range=30, slide=10)
+    lo, hi = window.timestamp_range
+    n = data.draw(st.integers(1, 12), label="n")
+    pick = st.one_of(st.integers(-40, 40), st.sampled_from([lo, lo - 1, hi, hi + 1]))
+    ts = np.array(sorted(data.draw(st.lists(pick, min_size=n, max_size=n), label="ts")), dtype=np.int64)
+    if data.draw(st.booleans(), label="shuffle"):
+        ts = ts[np.random.default_rng(n).permutation(n)]
+    t_last = data.draw(st.sampled_from([None, -5, 0, 7]), label="t_last")
+    try:
+        validate_timestamps(ts, n, t_last, window)
+        ok = True
+    except ValueError as exc:
+        ok, why = False, str(exc)
+    assert TF.timestamps_ok(ts, lo, hi, lo if t_last is None else max(lo, t_last)) == ok
+    v = np.arange(float(n))
+    with pr.create("pba", window, "max", engine="compiled") as op:
+        assert op._fused_time
+        if t_last is not None:
+            op.insert_many(np.zeros(1), np.array([t_last]))
+        before = op.snapshot()
+        if ok:
+            op.insert_many(v, ts)
+        else:
+            with pytest.raises(ValueError) as info:
+                op.insert_many(v, ts)
+            assert str(info.value) == why
+            after = op.snapshot()
+            assert repr(after) == repr(before)
+
+
+_UFUNC_AGGS = {
+    "fmax": pr.Aggregation(lift=float, combine=lambda a, b: float(np.fmax(a, b)), lower=float, identity=-np.inf,
+                           ufunc=np.fmax, name="fmax_ufunc"),
+    "fmin": pr.Aggregation(lift=float, combine=lambda a, b: float(np.fmin(a, b)), lower=float, identity=np.inf,
+                           ufunc=np.fmin, name="fmin_ufunc"),
+    "prod": pr.Aggregation(lift=float, combine=lambda a, b: a * b, lower=float, identity=1.0,
+                           ufunc=np.multiply, name="prod_ufunc"),
+}
+
+
+@settings(max_examples=25, deadline=None)
+@given(data=st.data())
+@pytest.mark.parametrize("name", ["prod", *(pytest.param(n, marks=pytest.mark.slow) for n in ("fmax", "fmin"))])
+def test_fused_time_windows_of_ufunc_aggregations_equal_the_episode_path(name, data):
+    """``ufunc=`` aggregations over ``np.fmax``, ``np.fmin``, ``np.multiply`` (each a fused kernel of its
+    own, ``time_fused.RUNNERS``) == the episode path, through random splits, gaps and NaN. ``fmax`` and
+    ``fmin`` in the slow run: each kernel compiles for ~5 s of CPU cold, and they differ from ``max``'s and
+    ``min``'s only in their combine."""
+    agg = _UFUNC_AGGS[name]
+    window, ts, bounds, rng = _time_case(data)
+    v = rng.uniform(0.5, 2.0, size=len(ts))
+    if len(v) > 4:
+        v[rng.choice(len(v), size=len(v) // 8, replace=False)] = rng.choice([np.nan, -0.0, 0.0, 1.0])
+    ends_f, res_f = _time_run(window, agg, v, ts, bounds, True)
+    ends_r, res_r = _time_run(window, agg, v, ts, bounds, False)
+    assert ends_f == ends_r
+    if name == "prod":
+        np.testing.assert_allclose(res_f, res_r, rtol=1e-12, equal_nan=True)
+    else:
+        np.testing.assert_array_equal(res_f, res_r)
+
+
+@settings(max_examples=12, deadline=None)
+@given(data=st.data())
+@pytest.mark.parametrize("agg", ["max", "sum", "std", "argmax", "mean"])
+def test_fused_time_windows_fold_rows_in_two_lanes(agg, data):
+    """Rows of ``time_fused.LANES_MIN`` tuples and more (``range % slide == 0``) fold in two lanes side by
+    side (``_fold_lanes``): the same windows as the episode path, through gaps inside a row (empty slices
+    between tuples), gaps that end an episode, repeated timestamps, an offset, NaN/inf/-0.0, and random
+    batch splits (a batch starting inside a slice whose partial the operator carries)."""
+    from pba_runtime.kernels import time_fused as TF
+
+    s = data.draw(st.integers(1, 6), label="slide")
+    q = data.draw(st.sampled_from([300, 1000, 3000]), label="q")
+    off = data.draw(st.integers(-5, 5), label="offset")
+    window = pr.TimeWindow(range=q * s, slide=s, offset=off)
+    rng = np.random.default_rng(data.draw(st.integers(0, 2**16), label="seed"))
+    n = 6 * TF.LANES_MIN + int(rng.integers(0, 2000))
+    steps = rng.choice([0, 0, 1, 1, 2, 3], size=n)  # rows of hundreds of tuples
+    gaps = rng.random(n) < 0.01
+    steps[gaps] = rng.integers(s, 40 * s, size=int(gaps.sum()))  # empty slices inside a row
+    steps[rng.random(n) < 0.002] = q * s + int(rng.integers(0, 3 * q * s))  # some end the episode
+    ts = (np.cumsum(steps) - 1000).astype(np.int64)
+    v = _values(rng, n, agg)
+    cuts = sorted(rng.choice(n + 1, size=3, replace=False).tolist())
+    bounds = [0, *cuts, n]
+    fused = _time_run(window, agg, v, ts, bounds, True)
+    ref = _time_run(window, agg, v, ts, bounds, False)
+    assert fused[0] == ref[0]
+    _same(agg, fused[1], ref[1])
+    with pytest.MonkeyPatch.context() as mp:  # the one-lane loop (the reference): every bit the same
+        mp.setattr(TF, "LANES_MIN", 2**62)
+        one = _time_run(window, agg, v, ts, bounds, True)
+    assert one[0] == fused[0]
+    np.testing.assert_array_equal(np.asarray(one[1]).view(np.int64), np.asarray(fused[1]).view(np.int64))

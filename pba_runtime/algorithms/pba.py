@@ -546,7 +546,9 @@ class PBA(SlicedAggregator):
             values = list(values)
         if self._is_time:
             vals = as_float_array(values, agg_name=self.agg.name)
-            ts = validate_timestamps(timestamps, len(vals), self._t_last, self.window)
+            ts = self._fused_timestamps(timestamps, len(vals)) if self._fused_time else None
+            if ts is None:
+                ts = validate_timestamps(timestamps, len(vals), self._t_last, self.window)
             return self._insert_many_time(vals, ts)
         no_timestamps(timestamps, self.window)
         vals = as_float_array(values, agg_name=self.agg.name)
@@ -671,9 +673,9 @@ class PBA(SlicedAggregator):
         if N == 0:
             return self._pack([], [])
         s, r, off = self._s, self._r, self._off
+        if self._fused_time:  # (it lifts the values, or its kernel does)
+            return self._time_fused(vals, ts, flush=self._flush_in_batch)
         P = kernel.lift(vals, ts if self.agg.positional else None)
-        if self._fused_time:
-            return self._time_fused(P, ts, flush=self._flush_in_batch)
         if self._compiled_slicing:
             from ..kernels import slicing  # numba's import waits for the first compiled batch
 
@@ -707,9 +709,24 @@ class PBA(SlicedAggregator):
         results = np.concatenate(all_res) if len(all_res) > 1 else all_res[0]
         return ends, results
 
-    def _time_fused(self, P: np.ndarray, ts: np.ndarray, flush: bool) -> tuple[np.ndarray, Any]:
-        """A time-window batch (or, with ``flush``, the end of stream) in one compiled call
-        (:mod:`pba_runtime.kernels.time_fused`); more only when its result array fills up.
+    def _fused_timestamps(self, timestamps: Any, n: int) -> np.ndarray | None:
+        """A batch's int64 timestamps checked in one compiled pass (non-decreasing, from the last one
+        seen, in range), or ``None``: not an int64 array of ``n``, or a check failed, and
+        ``validate_timestamps`` (the reference, with its error messages) decides."""
+        ts = timestamps
+        if not (isinstance(ts, np.ndarray) and ts.dtype == np.int64 and ts.ndim == 1 and len(ts) == n and n
+                and ts.flags.c_contiguous):
+            return None
+        from ..kernels import time_fused as TF
+
+        lo, hi = self.window.timestamp_range
+        first = lo if self._t_last is None else max(lo, self._t_last)
+        return ts if TF.timestamps_ok(ts, lo, hi, first) else None
+
+    def _time_fused(self, vals: np.ndarray, ts: np.ndarray, flush: bool) -> tuple[np.ndarray, Any]:
+        """A time-window batch of values ``vals`` (or, with ``flush``, the end of stream) in one compiled
+        call (:mod:`pba_runtime.kernels.time_fused`); more only when its result array fills up. The
+        compiled lifts of ``std`` and ``mean`` run inside the kernel (``time_fused.LIFTED``).
 
         The state goes in and comes out in the operator's own form (the slices of the pending
         windows as a deferred history, the open slice's head and rest), so per-tuple inserts,
@@ -724,9 +741,15 @@ class PBA(SlicedAggregator):
         s, r, q, m, off = self._s, self._r, self._q, self._m, self._off
         N = len(ts)
         row = (K,) if shape else ()  # the kernels take scalar partials as 1-D arrays
-        P2 = np.ascontiguousarray(P, dtype=np.float64).reshape((N,) + row)
+        lowered = getattr(kernel, "_lower_name", None) in TF.LOWERED and getattr(kernel, "_lift_name", None) in TF.LIFTED
+        if getattr(kernel, "_lift_name", None) in TF.LIFTED:
+            P2 = np.ascontiguousarray(vals, dtype=np.float64)
+        else:
+            P = kernel.lift(vals, ts if self.agg.positional else None)
+            P2 = np.ascontiguousarray(P, dtype=np.float64).reshape((N,) + row)
         ident = kernel.identity_array(1).reshape((1,) + row)
         st = np.zeros(TF.STATE, dtype=np.int64)
+        st[TF.LANES] = TF.LANES_MIN
         cur, head = ident.copy(), ident.copy()
         hist = np.empty((0,) + row)
         if self._slice is not None:
@@ -754,7 +777,7 @@ class PBA(SlicedAggregator):
         hist_out = np.empty((q + 1,) + row)
         outs, ends_parts = [], []
         while True:
-            out, ends = _results(cap, row, np.float64, True)
+            out, ends = _results(cap, () if lowered else row, np.float64, True)
             run(P2, ts, s, off, r, q, m, hist, flush, ident, st, cur, head, ring, lcs, hd, out, ends,
                 hist_out, ops)
             w = int(st[TF.WINDOWS])
@@ -766,7 +789,7 @@ class PBA(SlicedAggregator):
         out = outs[0] if len(outs) == 1 else np.concatenate(outs)
         ends = ends_parts[0] if len(ends_parts) == 1 else np.concatenate(ends_parts)
         nwin = len(ends)
-        results = kernel.lower(out.reshape((nwin,) + shape))
+        results = out if lowered else kernel.lower(out.reshape((nwin,) + shape))
         if self.agg.result == "int":
             results = np.asarray(results, dtype=np.int64)
         self._emitted += nwin
@@ -933,10 +956,10 @@ class PBA(SlicedAggregator):
         # End of stream for time windows: every window still holding a tuple, merged in one
         # vectorised pass (an episode with no new tuple), not one query per window.
         none = np.empty(0, dtype=np.int64)
-        P = kernel.lift(np.empty(0), none if self.agg.positional else None)
         if self._fused_time:
-            ends, results = self._time_fused(P, none, flush=True)
+            ends, results = self._time_fused(np.empty(0), none, flush=True)
         else:
+            P = kernel.lift(np.empty(0), none if self.agg.positional else None)
             ends, results = self._episode(P, none, none, last=False)
         self._flushed = True
         return ends, results
