@@ -26,6 +26,7 @@ import argparse
 import json
 import math
 import statistics
+import threading
 import time
 from pathlib import Path
 
@@ -80,23 +81,51 @@ def _stats(times: list[float], n: int) -> dict:
     return {"per_s": statistics.median(rates), "min_per_s": rates[0], "max_per_s": rates[-1]}
 
 
-def _interleaved(methods: dict, repeat: int, cpu: dict | None = None) -> dict[str, list[float]]:
+def _own_cpu() -> float:
+    """CPU seconds of this thread and of our pools' threads (``pba-lcs*``): the work of the calls we measure,
+    without the threads other libraries leave running (polars' ``jemalloc_bg_thd`` purging the memory of its
+    last call while the next method runs: 5-14 ms of a 35 ms call, measured)."""
+    total = time.thread_time()
+    for t in threading.enumerate():
+        if t.name.startswith("pba-lcs") and t.ident is not None:
+            try:
+                total += time.clock_gettime(time.pthread_getcpuclockid(t.ident))
+            except (OSError, AttributeError):  # the thread just ended, or no per-thread clocks here
+                pass
+    return total
+
+
+def _interleaved(methods: dict, repeat: int, cpu: dict | None = None,
+                 own: dict | None = None) -> dict[str, list[float]]:
     """Each method once untimed (compile or load kernels, fault pages in), then ``repeat`` interleaved timed
     rounds: ``{name: [seconds, ...]}``; ``cpu`` (if given) gets the CPU seconds of each call, every thread of
-    this process (``time.process_time``: the work, which the load of other processes changes little)."""
+    this process (``time.process_time``: the work, which the load of other processes changes little), ``own``
+    the CPU seconds of this thread and our pools' threads alone (:func:`_own_cpu`).
+
+    Round ``r`` starts at method ``r % len(methods)``: a method's figure then does not depend on which one
+    ran before it. (With a fixed order the call after the numpy engine's paid for the memory that one had
+    just given back: 2-5 ms more CPU at ``std`` 2^20 whichever method it was, measured.)
+    """
     for f in methods.values():
         f()
     times: dict[str, list[float]] = {k: [] for k in methods}
     if cpu is not None:
         cpu.update({k: [] for k in methods})
-    for _ in range(repeat):
-        for k, f in methods.items():
+    if own is not None:
+        own.update({k: [] for k in methods})
+    names = list(methods)
+    for r in range(repeat):
+        for k in names[r % len(names):] + names[: r % len(names)]:
+            f = methods[k]
+            o0 = _own_cpu() if own is not None else 0.0
             c0 = time.process_time()
             t0 = time.perf_counter()
             f()
             times[k].append(time.perf_counter() - t0)
             if cpu is not None:
                 cpu[k].append(time.process_time() - c0)
+            if own is not None:
+                own[k].append(_own_cpu() - o0)
     return times
 
 
@@ -123,12 +152,16 @@ def bench_builtins(n: int, exps: list[int], repeat: int, pool: pr.WorkerPool, ag
             for name, f in peers.items():
                 methods[name] = lambda f=f: f(x, w)
             cpu: dict[str, list[float]] = {}
-            times = _interleaved(methods, repeat, cpu)
+            own: dict[str, list[float]] = {}
+            times = _interleaved(methods, repeat, cpu, own)
             row = {"agg": agg, "range": w, "loadavg": list(__import__("os").getloadavg()),
                    "methods": {k: _stats(v, n) for k, v in times.items()}}
             for k, v in cpu.items():
                 row["methods"][k].update(cpu_ms=statistics.median(v) * 1e3, cpu_min_ms=min(v) * 1e3,
                                          cpu_max_ms=max(v) * 1e3)
+            for k, v in own.items():
+                row["methods"][k].update(own_cpu_ms=statistics.median(v) * 1e3, own_cpu_min_ms=min(v) * 1e3,
+                                         own_cpu_max_ms=max(v) * 1e3)
             med = {k: statistics.median(v) for k, v in times.items()}
             c = med["compiled_pba"]
             row["ratios"] = {f"compiled_vs_{k}": med[k] / c for k in med if k != "compiled_pba"}
@@ -149,9 +182,13 @@ def print_row(row: dict) -> None:
     peers = "  ".join(f"x{k[len('compiled_vs_'):]} {v:.2f}" for k, v in r.items()
                       if k[len("compiled_vs_"):] in ("bottleneck", "pandas", "polars"))
     cpu = "  ".join(f"{k} {v['cpu_ms']:.1f}" for k, v in m.items() if "cpu_ms" in v)
+    own = "  ".join(f"{k} {v['own_cpu_ms']:.1f} [{v['own_cpu_min_ms']:.1f}-{v['own_cpu_max_ms']:.1f}]"
+                    for k, v in m.items() if "own_cpu_ms" in v and k.startswith("compiled"))
     print(f"{row['agg']:>13} 2^{int(math.log2(row['range'])):<2} {cells}")
     print(f"{'':>17} compiled_pba: {peers}  copyto fraction {row['fraction_of_copyto']:.2f}", flush=True)
     print(f"{'':>17} CPU ms (all threads): {cpu}  load {row.get('loadavg', [0])[0]:.1f}", flush=True)
+    if own:
+        print(f"{'':>17} CPU ms (this thread and the pool's): {own}", flush=True)
 
 
 def bench_accuracy(n: int) -> dict:

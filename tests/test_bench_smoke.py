@@ -257,6 +257,21 @@ def test_spike_height_and_binned_max():
     assert (s["median"], s["min"], s["max"]) == (2, 1, 3)
 
 
+def test_kernels_bench_rotates_the_order():
+    """Each round starts one method later: every method runs after every other as often (the call after a
+    memory-hungry peer no longer always the same method's), and each gets its own-thread CPU."""
+    import bench_kernels
+
+    calls: list[str] = []
+    methods = {k: (lambda k=k: calls.append(k)) for k in "abc"}
+    cpu: dict = {}
+    own: dict = {}
+    times = bench_kernels._interleaved(methods, 3, cpu, own)
+    assert calls[3:] == list("abc" "bca" "cab")  # after the untimed warm-up round
+    assert all(len(v) == 3 for d in (times, cpu, own) for v in d.values())
+    assert all(t >= 0 for v in own.values() for t in v)
+
+
 def test_kernels_bench_smoke(tmp_path):
     """bench/bench_kernels.py (issue 17): every built-in against its peers, accuracy, user and time rows."""
     import bench_kernels
@@ -272,6 +287,8 @@ def test_kernels_bench_smoke(tmp_path):
         assert row["fraction_of_copyto"] > 0
         assert all(0 <= m["cpu_min_ms"] <= m["cpu_ms"] <= m["cpu_max_ms"] for m in row["methods"].values())
         assert "compiled_vs_compiled_sba" in row["cpu_ratios"] and len(row["loadavg"]) == 3
+        # this thread's and the pool's CPU: at most the process's (other libraries' threads left out)
+        assert all(0 <= m["own_cpu_min_ms"] <= m["own_cpu_ms"] <= m["own_cpu_max_ms"] for m in row["methods"].values())
     assert set(res["accuracy"]) == {"sum", "mean", "std"}
     assert res["accuracy"]["sum"]["compiled"] <= 1e-12  # exact where a running sum is not (a correctness fact)
     assert res["user"]["engine"] == "compiled"
