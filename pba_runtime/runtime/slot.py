@@ -19,11 +19,10 @@ messages from its bounded input queue, in order:
   sink as one ``("out", slot, result_bytes, windows, arrival, late_bytes, late)``;
   a Parquet or Arrow sink's results are written here instead, into the slot's
   own part file (:mod:`~pba_runtime.runtime.part_files`; ``result_bytes`` is ``None``).
-  With a Parquet or Arrow sink, writing and sending run on the slot's output
-  stage (:mod:`~pba_runtime.runtime.output_stage`), a thread that overlaps them
-  with the next batch's aggregation (pyarrow releases the GIL) and keeps every
-  message in order; CSV lines are formatted on the main thread (see
-  ``STAGED_FORMATS``).
+  With a CSV, Parquet or Arrow sink, formatting, writing and sending run on the
+  slot's output stage (:mod:`~pba_runtime.runtime.output_stage`), a thread that
+  overlaps them with the next batch's aggregation (their writers release the
+  GIL) and keeps every message in order.
 * ``("grouped", keys, bounds, values, timestamps, arrival)``: a batch the coordinator grouped by key
   already (:mod:`~pba_runtime.runtime.key_grouping`: small integer keys): key ``keys[j]``'s tuples are
   ``values[bounds[j] : bounds[j + 1]]``. ``values`` and ``timestamps`` are regions ``(position, length)``
@@ -482,12 +481,9 @@ class TaskSlot:
             self._warm.join()
 
 
-#: Sink formats whose results a slot writes on its output stage: pyarrow's writers release the GIL while they
-#: encode and write a row group. JSON lines are formatted by Python: on a thread they would only contend for the
-#: GIL. CSV is formatted on the main thread since its row got cheap (~11 ns; the compiled writer): on the stage
-#: the default job spent ~9 ns a tuple more CPU in all (87 -> 78 ns a tuple, medians of 10 paired runs at load
-#: 6-9; docs/runtime.md, "The output stage's cost"), more than the overlap can win back on two busy cores.
-STAGED_FORMATS = PART_FORMATS
+#: Sink formats whose results a slot writes on its output stage: their writers release the GIL (the compiled
+#: CSV writer, pyarrow). JSON lines are formatted by Python: on a thread they would only contend for the GIL.
+STAGED_FORMATS = ("csv", *PART_FORMATS)
 
 
 class _ParentGone(Exception):
