@@ -55,8 +55,8 @@ from numba.extending import overload
 from .compiled import _JIT, ADD, FMAX, MAX, MIN, MUL, _argmax, _chan
 from .stepwise.index import uidx
 
-__all__ = ["runner", "RUNNERS", "LIFTED", "LOWERED", "timestamps_ok", "LANES_MIN", "FUSE_ROWS", "STATE", "LANES", "FUSE", "HAVE", "SLICE", "NEXT_K", "BASE",
-           "WINDOWS", "NEXT_TUPLE", "HIST", "DONE"]
+__all__ = ["runner", "RUNNERS", "LIFTED", "LOWERED", "timestamps_ok", "LANES_MIN", "FUSE_ROWS", "STATE", "LANES", "FUSE",
+           "HAVE", "SLICE", "NEXT_K", "BASE", "WINDOWS", "NEXT_TUPLE", "HIST", "DONE"]
 
 # the int64 state vector a call reads and writes
 HAVE, SLICE, NEXT_K, BASE, RO, FR, LR, WINDOWS, NEXT_TUPLE, HIST, RESUME, DONE, LANES, FUSE = range(14)
