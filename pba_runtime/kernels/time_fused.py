@@ -13,8 +13,10 @@ works a row at a time:
   slicing restarts), or the end of the batch. Only then are windows computed: the previous row's
   (``lcs[j] (+) csa[j-1]``, ``lcs[0]`` for column 0, ``(+)`` the head of slice ``k+q`` when
   ``m > 0``), the csa a chain over the current row, and the current row's lcs once it is full
-  (the common full row: both chains in one loop). The csa is a constant past the row's last tuple
-  (``a (+) ident`` is idempotent), so the windows of a gap or a drain are a loop without a chain;
+  (the common full row: both chains in one loop, ``_emit_lcs``; a full row with columns without a
+  tuple or windows already out: the two chains side by side too, ``_emit_then_lcs``). The csa is a
+  constant past the row's last tuple (``a (+) ident`` is idempotent), so the windows of a gap or a
+  drain are a loop without a chain;
   a row's lcs chains only over the columns that may hold a tuple; empty slices are filled in bulk.
 
 Loops that may vectorise index views from ``range(0, ...)``: numba adds no wraparound to such an
