@@ -808,3 +808,39 @@ def test_fused_time_windows_fold_rows_in_two_lanes(agg, data):
         one = _time_run(window, agg, v, ts, bounds, True)
     assert one[0] == fused[0]
     np.testing.assert_array_equal(np.asarray(one[1]).view(np.int64), np.asarray(fused[1]).view(np.int64))
+
+
+@settings(max_examples=12, deadline=None)
+@given(data=st.data())
+@pytest.mark.parametrize("agg", ["max", "sum", "std", "argmax", "mean"])
+def test_fused_time_windows_emit_a_rows_windows_and_lcs_in_one_loop(agg, data):
+    """A full row's windows and its lcs as two chains in one loop (``_emit_then_lcs``): every bit as
+    ``_emit`` then ``_lcs`` (``time_fused.FUSE_ROWS`` off, the reference), and the episode path's windows,
+    over rows whose first or last columns hold no tuple (gaps inside rows, episodes ending), windows
+    already emitted by a batch's end (random splits), ``range % slide != 0`` (heads), an offset,
+    repeated timestamps and NaN/inf/-0.0."""
+    from pba_runtime.kernels import time_fused as TF
+
+    s = data.draw(st.integers(1, 6), label="slide")
+    q = data.draw(st.sampled_from([3, 40, 300]), label="q")
+    extra = data.draw(st.sampled_from([0, 0, 1, s - 1]), label="range % slide")
+    off = data.draw(st.integers(-5, 5), label="offset")
+    window = pr.TimeWindow(range=q * s + extra, slide=s, offset=off)
+    rng = np.random.default_rng(data.draw(st.integers(0, 2**16), label="seed"))
+    n = int(rng.integers(200, 3000))
+    steps = rng.choice([0, 1, 1, 2, 3], size=n)
+    gaps = rng.random(n) < 0.03
+    steps[gaps] = rng.integers(s, 2 * q * s, size=int(gaps.sum()))  # inside a row, or ending the episode
+    ts = (np.cumsum(steps) - 500).astype(np.int64)
+    v = _values(rng, n, agg)
+    cuts = sorted(rng.choice(n + 1, size=3, replace=False).tolist())
+    bounds = [0, *cuts, n]
+    fused = _time_run(window, agg, v, ts, bounds, True)
+    ref = _time_run(window, agg, v, ts, bounds, False)
+    assert fused[0] == ref[0]
+    _same(agg, fused[1], ref[1])
+    with pytest.MonkeyPatch.context() as mp:  # _emit then _lcs (the reference): every bit the same
+        mp.setattr(TF, "FUSE_ROWS", False)
+        apart = _time_run(window, agg, v, ts, bounds, True)
+    assert apart[0] == fused[0]
+    np.testing.assert_array_equal(np.asarray(apart[1]).view(np.int64), np.asarray(fused[1]).view(np.int64))

@@ -750,6 +750,7 @@ class PBA(SlicedAggregator):
         ident = kernel.identity_array(1).reshape((1,) + row)
         st = np.zeros(TF.STATE, dtype=np.int64)
         st[TF.LANES] = TF.LANES_MIN
+        st[TF.FUSE] = 1 if TF.FUSE_ROWS else 0
         cur, head = ident.copy(), ident.copy()
         hist = np.empty((0,) + row)
         if self._slice is not None:

@@ -13,8 +13,10 @@ works a row at a time:
   slicing restarts), or the end of the batch. Only then are windows computed: the previous row's
   (``lcs[j] (+) csa[j-1]``, ``lcs[0]`` for column 0, ``(+)`` the head of slice ``k+q`` when
   ``m > 0``), the csa a chain over the current row, and the current row's lcs once it is full
-  (the common full row: both chains in one loop). The csa is a constant past the row's last tuple
-  (``a (+) ident`` is idempotent), so the windows of a gap or a drain are a loop without a chain;
+  (the common full row: both chains in one loop, ``_emit_lcs``; a full row with columns without a
+  tuple or windows already out: the two chains side by side too, ``_emit_then_lcs``). The csa is a
+  constant past the row's last tuple (``a (+) ident`` is idempotent), so the windows of a gap or a
+  drain are a loop without a chain;
   a row's lcs chains only over the columns that may hold a tuple; empty slices are filled in bulk.
 
 Loops that may vectorise index views from ``range(0, ...)``: numba adds no wraparound to such an
@@ -55,12 +57,12 @@ from numba.extending import overload
 from .compiled import _JIT, ADD, FMAX, MAX, MIN, MUL, _argmax, _chan
 from .stepwise.index import uidx
 
-__all__ = ["runner", "RUNNERS", "LIFTED", "LOWERED", "timestamps_ok", "LANES_MIN", "STATE", "LANES", "HAVE", "SLICE", "NEXT_K", "BASE",
-           "WINDOWS", "NEXT_TUPLE", "HIST", "DONE"]
+__all__ = ["runner", "RUNNERS", "LIFTED", "LOWERED", "timestamps_ok", "LANES_MIN", "FUSE_ROWS", "STATE", "LANES", "FUSE",
+           "HAVE", "SLICE", "NEXT_K", "BASE", "WINDOWS", "NEXT_TUPLE", "HIST", "DONE"]
 
 # the int64 state vector a call reads and writes
-HAVE, SLICE, NEXT_K, BASE, RO, FR, LR, WINDOWS, NEXT_TUPLE, HIST, RESUME, DONE, LANES = range(13)
-STATE = 13
+HAVE, SLICE, NEXT_K, BASE, RO, FR, LR, WINDOWS, NEXT_TUPLE, HIST, RESUME, DONE, LANES, FUSE = range(14)
+STATE = 14
 
 # The kind of partial a kernel is compiled for: a scalar combine code of :mod:`.compiled` (ADD .. FMIN),
 # or one of these. Passed down as a literal, so each kernel holds one combine, written out where it is used.
@@ -282,6 +284,84 @@ def _lcs(ring, ro, lcs, fr, lr, q, K):
     for jj in range(fr):
         sto(lcs, jj, acc, K)
 
+
+@njit(**_HELPER)
+def _emit_then_lcs(out, ends, w, k0, jn, lcs_prev, lcs_cur, ring, ro, hd, m, fr, lr, q, end0, s, K):
+    """:func:`_emit` of the previous row's windows ``[jn, q)`` then :func:`_lcs` of the current row (into
+    ``lcs_cur``), for a full row that is not :func:`_emit_lcs`'s (some columns hold no tuple, or some
+    windows were emitted): the two chains (the csa forward, the lcs backward) side by side in one loop.
+    Each chain does the same operations in the same order as in those two, and they share nothing
+    they write, so the bits are theirs. Returns ``w`` after the windows."""
+    # the lcs's start (as _lcs)
+    lv = lcs_cur[lr:q]
+    rv = ring[ro + lr : ro + q]
+    for u in range(lv.shape[0]):
+        sto(lv, u, ld(rv, u, K), K)
+    jc = max(lr, 0) + 2  # (_emit's: the csa before column j is constant for j >= jc)
+    if lr == 0:
+        fr = 0
+        lr = 1
+    acc = ld(ring, ro + lr - 1, K)
+    sto(lcs_cur, lr - 1, acc, K)
+    jl = lr - 2  # the lcs's next column, down to fr
+    # the windows' start (as _emit, with j_end = q)
+    j = max(jn, 0)
+    if j < q:
+        if j == 0:
+            v = ld(lcs_prev, 0, K)
+            sto(out, w, comb(v, ld(hd, 0, K), K) if m else v, K)
+            ends[w] = end0 + k0 * s
+            w += 1
+            j = 1
+        run = ld(ring, ro, K)
+        for c in range(1, min(j - 1, jc - 1) + 1):
+            run = comb(run, ld(ring, ro + c, K), K)
+        jj = min(q, jc)
+        o = w - j
+        e0 = end0 + k0 * s
+        while j < jj and jl >= fr:  # both chains
+            u = uidx(j)
+            v = comb(ld(lcs_prev, u, K), run, K)
+            sto(out, uidx(o + j), comb(v, ld(hd, u, K), K) if m else v, K)
+            ends[uidx(o + j)] = e0 + j * s
+            run = comb(run, ld(ring, uidx(ro + j), K), K)
+            j += 1
+            acc = comb(ld(ring, uidx(ro + jl), K), acc, K)
+            sto(lcs_cur, uidx(jl), acc, K)
+            jl -= 1
+        while j < jj:
+            u = uidx(j)
+            v = comb(ld(lcs_prev, u, K), run, K)
+            sto(out, uidx(o + j), comb(v, ld(hd, u, K), K) if m else v, K)
+            ends[uidx(o + j)] = e0 + j * s
+            run = comb(run, ld(ring, uidx(ro + j), K), K)
+            j += 1
+        ov = out[o + j : o + q]
+        lv = lcs_prev[j:q]
+        if m:
+            hv = hd[j:q]
+            for u in range(ov.shape[0]):
+                sto(ov, u, comb(comb(ld(lv, u, K), run, K), ld(hv, u, K), K), K)
+        else:
+            for u in range(ov.shape[0]):
+                sto(ov, u, comb(ld(lv, u, K), run, K), K)
+        ev = ends[o + j : o + q]
+        e1 = e0 + j * s
+        for u in range(ev.shape[0]):
+            ev[u] = e1 + u * s
+        w = o + q
+    while jl >= fr:  # the rest of the lcs
+        acc = comb(ld(ring, uidx(ro + jl), K), acc, K)
+        sto(lcs_cur, uidx(jl), acc, K)
+        jl -= 1
+    for jx in range(fr):
+        sto(lcs_cur, jx, acc, K)
+    return w
+
+
+# a full row's windows and lcs in one loop (:func:`_emit_then_lcs`) when True; the caller puts it in the
+# state vector (``st[FUSE]``: a test turns it off, and has _emit then _lcs as reference)
+FUSE_ROWS = True
 
 # rows of at least this many tuples fold in two lanes (:func:`_fold_lanes`); the caller puts it in the
 # state vector (``st[LANES]``: a test turns the lanes off, and has the one-lane loop as reference)
@@ -513,6 +593,11 @@ def _drive(P, ts, s, off, r, q, m, hist, flush, ident_a, st, cur_a, head_a, ring
                 j_end = last - k0 + 1
             else:
                 break
+            if j_end >= 0 and ph == 0 and st[FUSE]:  # this row's windows and its lcs, two chains in one loop
+                w = _emit_then_lcs(out, ends, w, k0, next_k - k0, lcs[q - ro : 2 * q - ro], lcs[ro : ro + q], ring, ro,
+                                   hd, m, fr, lr, q, end0, s, K)
+                next_k = max(next_k, k0 + j_end)
+                j_end = -1
             if j_end >= 0:  # (a row's lcs sits at its offset in the ring)
                 w = _emit(out, ends, w, k0, next_k - k0, j_end, lcs[q - ro : 2 * q - ro], ring, ro, hd, m, lr, end0,
                           s, K)
