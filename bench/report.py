@@ -1115,11 +1115,13 @@ def runtime_job_section(rj: dict) -> list[str]:
         rows.append([name, med([x["rate"] / 1e6 for x in xs]), f"{statistics.median(cpu):.2f}", vs])
     out += table(["configuration", "M tuples/s", "CPU s", "new over old (same round)"], rows)
     if goal:
-        goals = [["the default job >= 3x the tuples/s before (the old tree)", med(goal) + "x",
-                  met(statistics.median(goal) >= 3.0)]]
-        if goal_base:
-            goals.append(["the default job >= 3x the tuples/s of the issue's tree (base)", med(goal_base) + "x",
-                          met(statistics.median(goal_base) >= 3.0)])
+        if goal_base:  # the goal is against its own tree; the old tree is for scale
+            goals = [["the default job >= 3x the tuples/s of the issue's tree (base)", med(goal_base) + "x",
+                      met(statistics.median(goal_base) >= 3.0)],
+                     ["(for scale) new over the old tree", med(goal) + "x", "-"]]
+        else:
+            goals = [["the default job >= 3x the tuples/s before (the old tree)", med(goal) + "x",
+                      met(statistics.median(goal) >= 3.0)]]
         out += table(["goal", "new over that tree, no sink (same round)", ""], goals)
     return out
 
