@@ -6,10 +6,15 @@ import json
 import sys
 from pathlib import Path
 
+import pytest
+
 BENCH = Path(__file__).resolve().parent.parent / "bench"
 sys.path.insert(0, str(BENCH))
 
 
+# with the slow tests, beside the experiments' smoke runs: ~30 s cold, and the compiled loops it times are
+# tested in the default run by tests/test_stepwise.py
+@pytest.mark.slow
 def test_bench_stepwise_smoke(tmp_path):
     import bench_stepwise
 

@@ -396,8 +396,11 @@ def test_every_transport_gives_the_same_windows(df, transport):
 
 
 
+# one aggregation per transport in the default run (each a Spark job per window kind: ~4 s loaded); min and
+# argmax, the same transports' null handling again, with the slow tests
+@pytest.mark.parametrize("agg", ["max", *(pytest.param(a, marks=pytest.mark.slow) for a in ("min", "argmax"))])
 @pytest.mark.parametrize("transport", ["mapInArrow", "applyInArrow", "applyInPandas"])
-def test_nan_is_a_value_and_null_is_not_on_every_transport(spark, transport):
+def test_nan_is_a_value_and_null_is_not_on_every_transport(spark, transport, agg):
     """A NaN value propagates as numpy's (the spec); a null is dropped (``skip``) or fails the job.
 
     pandas turns a null into NaN, and Spark's own ``min`` skips NaN: neither may leak into the windows.
@@ -415,18 +418,17 @@ def test_nan_is_a_value_and_null_is_not_on_every_transport(spark, transport):
         kw = {"key": "k", "order_by": "t", "value": "v", "window": window, "transport": transport}
         if preaggregate is not None:
             kw["preaggregate"] = preaggregate
-        for agg in ("max", "min", "argmax"):
-            got = {(r[0], r[1]): r[2] for r in si.sliding_window_aggregate(d, agg=agg, nulls="skip", **kw).collect()}
-            nwin = 0
-            for key in ("a", "b"):
-                t, v = zip(*[(ti, vi) for kk, ti, vi in rows if kk == key and vi is not None])
-                ends, want = (count_windows(v, 4, 3, agg) if preaggregate is None
-                              else time_windows(v, t, tw.range, tw.slide, agg))
-                assert_results_equal(agg, [got.get((key, e)) for e in ends], want)
-                nwin += len(ends)
-            assert len(got) == nwin
+        got = {(r[0], r[1]): r[2] for r in si.sliding_window_aggregate(d, agg=agg, nulls="skip", **kw).collect()}
+        nwin = 0
+        for key in ("a", "b"):
+            t, v = zip(*[(ti, vi) for kk, ti, vi in rows if kk == key and vi is not None])
+            ends, want = (count_windows(v, 4, 3, agg) if preaggregate is None
+                          else time_windows(v, t, tw.range, tw.slide, agg))
+            assert_results_equal(agg, [got.get((key, e)) for e in ends], want)
+            nwin += len(ends)
+        assert len(got) == nwin
         with pytest.raises(Exception, match="value column 'v' holds nulls"):
-            si.sliding_window_aggregate(d, agg="max", nulls="fail", **kw).collect()
+            si.sliding_window_aggregate(d, agg=agg, nulls="fail", **kw).collect()
 
 
 def test_auto_transport_is_applyInPandas_unless_the_rows_are_preaggregated(spark, df, capsys):

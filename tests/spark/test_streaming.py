@@ -151,7 +151,8 @@ def frames_time(rng, n_files=4, keys=("a", "b", "c")):
 SENTINEL = pd.DataFrame({"plug": ["zz"], "ts": [10**9], "load": [0.0]})  # moves the watermark past every window
 
 
-@pytest.mark.parametrize("agg", ["max", "mean"])
+# mean takes the same streaming path as max (its own JVM job, 15-20 s loaded): with the slow tests
+@pytest.mark.parametrize("agg", ["max", pytest.param("mean", marks=pytest.mark.slow)])
 def test_time_windows_stream_equals_batch(sspark, tmp_path, agg):
     rng = np.random.default_rng(2)
     frames = frames_time(rng)
