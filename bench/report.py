@@ -422,12 +422,13 @@ WHY = {
         "flip over a few elements costs next to nothing (compare the SBA and TS columns)."),
     3: ("Why: PBA's main loop does constant work per window; at a chunk boundary it only hands the chunk to the "
         "worker, whose lcs is ready before it is needed (stalls are rare).",
-        "Why: PBA's periodic spike is the tuple that needs the lcs of the chunk just closed: when the worker "
-        "thread has not been scheduled yet (no free core: the load log above), the main loop waits for it (the "
-        "stalls), which costs more than SBA building the same lcs in line. With a core free the stall goes: "
-        "the worker has about range/2 tuples' time (~40-80 us here) to wake and build a chunk's lcs (a few us); "
-        "the per-repetition figures in `exp_latency.json` show it when it happened (a repetition with PBA's "
-        "periodic spike at tens of ns)."),
+        "Why: PBA's periodic spike is the tuple that needs the lcs of the chunk just closed: when it is not "
+        "ready, the main loop waits for it (the stalls), which costs more than SBA building the same lcs in line. "
+        "On a loaded machine the worker thread may not have a core (the load log above). With one (a run with "
+        "`--rt`: the measuring threads on SCHED_FIFO), count windows no longer stall and PBA's periodic spike "
+        "is a thousandth of Two-Stacks'; `moment_sketch` over 1-2 h time windows (a 23-number partial, 100 "
+        "tuples a slice) still stalled on part of its chunks in the run of 2026-11-25, a cause not established "
+        "yet (issue 18)."),
     4: ("Why: the flip reverses every partial of the window from one stack to the other: linear in the "
         "range, as in Java, at ~1-2 ns per element in machine code.",
         "Why: the flip's cost is hidden by the noise of the shared machine at these ranges."),
