@@ -549,6 +549,11 @@ def interpreter_section(tp: dict | None, lat: dict | None) -> list[str]:
     return out if (it or li) else []
 
 
+#: the streaming benchmark's four queries, as its results name them
+STREAM_CASES = {"ours_60s": "ours, W[60 s, 1 s]", "native_60s": "`window()`, W[60 s, 1 s]",
+                "ours_1h": "ours, W[1 h, 1 s]", "native_1h": "`window()`, W[1 h, 1 s]"}
+
+
 def noise_floor_text(lat: dict) -> str:
     """The machine's own gaps (``bench/noise_floor.py``) under the run's scheduling policy, in one clause."""
     nf = lat.get("noise_floor")
@@ -922,8 +927,7 @@ def spark_streaming_section(ss: dict) -> list[str]:
            + (f"; 1-min load {min(loads):.1f}-{max(loads):.1f} at the runs' starts (2 cores)" if loads else "")
            + ". Micro-batch times are Spark's `triggerExecution`; the idle batch is the last one, without data "
            "(watermark and timers only).", ""]
-    names = {"ours_60s": "ours, W[60 s, 1 s]", "native_60s": "`window()`, W[60 s, 1 s]",
-             "ours_1h": "ours, W[1 h, 1 s]", "native_1h": "`window()`, W[1 h, 1 s]"}
+    names = STREAM_CASES
     rows = []
     for key, label in names.items():
         c = sm.get(key)
@@ -1045,8 +1049,7 @@ def spark_streaming_rate_section(rr: dict) -> list[str]:
            f"(`trigger(processingTime=...)`, `maxFilesPerTrigger=1`: {rr.get('input_rows_per_s', 0) / 1e3:,.0f}k "
            f"rows/s), {rr.get('files')} files, each query stopped after reading them all or {rr.get('limit_s'):g} s"
            + (f"; 1-min load {min(loads):.1f}-{max(loads):.1f} at the runs' starts" if loads else "") + ".", ""]
-    names = {"ours_60s": "ours, W[60 s, 1 s]", "native_60s": "`window()`, W[60 s, 1 s]",
-             "ours_1h": "ours, W[1 h, 1 s]", "native_1h": "`window()`, W[1 h, 1 s]"}
+    names = STREAM_CASES
     rows = []
     for key, label in names.items():
         c = sm.get(key)
