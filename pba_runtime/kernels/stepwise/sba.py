@@ -60,17 +60,18 @@ def worker_loop(saa, lcs, done, wq, ctl, b, K):
             tag = wq[tail % K]
             slot = (tag & 1099511627775) % K
             build_lcs(saa, lcs, slot, b)
-            # drop the partials just read from this core's caches: the main loop rewrites them K chunks
-            # on, and each of its stores would otherwise wait for this core to give the line up
-            # (cache_hints; at W[2^13, 1] on vCPUs on different dies: PBA 54M -> 213-324M tuples/s)
-            rb = saa.strides[0]
-            for off in range(slot * b * rb, (slot * b + b) * rb, 64):
-                evict(saa, off)
             fence()
             done[slot] = tag
             tail += 1
             fence()
             ctl[1] = tail
+            # then drop the partials just read from this core's caches (after publishing: the main loop
+            # never waits for it): the main loop rewrites them K chunks on, and each of its stores would
+            # otherwise wait for this core to give the line up (cache_hints; at W[2^13, 1] on vCPUs on
+            # different dies: PBA 54M -> 213-324M tuples/s)
+            rb = saa.strides[0]
+            for off in range(slot * b * rb, (slot * b + b) * rb, 64):
+                evict(saa, off)
             idle = 0
         elif ctl[2] != 0:
             break
