@@ -556,6 +556,11 @@ STREAM_CASES = {"ours_60s": "ours, W[60 s, 1 s]", "native_60s": "`window()`, W[6
                 "ours_1h": "ours, W[1 h, 1 s]", "native_1h": "`window()`, W[1 h, 1 s]"}
 
 
+def stream_cells(results: dict):
+    """``(label, cell)`` of each streaming query the results hold, in :data:`STREAM_CASES`' order."""
+    return [(label, results[key]) for key, label in STREAM_CASES.items() if results.get(key)]
+
+
 def noise_floor_text(lat: dict) -> str:
     """The machine's own gaps (``bench/noise_floor.py``) under the run's scheduling policy, in one clause."""
     nf = lat.get("noise_floor")
@@ -929,12 +934,8 @@ def spark_streaming_section(ss: dict) -> list[str]:
            + (f"; 1-min load {min(loads):.1f}-{max(loads):.1f} at the runs' starts (2 cores)" if loads else "")
            + ". Micro-batch times are Spark's `triggerExecution`; the idle batch is the last one, without data "
            "(watermark and timers only).", ""]
-    names = STREAM_CASES
     rows = []
-    for key, label in names.items():
-        c = sm.get(key)
-        if not c:
-            continue
+    for label, c in stream_cells(sm):
         if not c.get("finished"):
             rows.append([label, "did not finish its first micro-batch in the time limit", "-", "-", "-", "-", "-"])
             continue
@@ -1051,12 +1052,8 @@ def spark_streaming_rate_section(rr: dict) -> list[str]:
            f"(`trigger(processingTime=...)`, `maxFilesPerTrigger=1`: {rr.get('input_rows_per_s', 0) / 1e3:,.0f}k "
            f"rows/s), {rr.get('files')} files, each query stopped after reading them all or {rr.get('limit_s'):g} s"
            + (f"; 1-min load {min(loads):.1f}-{max(loads):.1f} at the runs' starts" if loads else "") + ".", ""]
-    names = STREAM_CASES
     rows = []
-    for key, label in names.items():
-        c = sm.get(key)
-        if not c:
-            continue
+    for label, c in stream_cells(sm):
         if not c["n"]:
             rows.append([label, "no micro-batch finished", "-", "-", "no"])
             continue
