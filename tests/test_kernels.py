@@ -775,6 +775,22 @@ def test_fused_time_windows_of_ufunc_aggregations_equal_the_episode_path(name, d
         np.testing.assert_array_equal(res_f, res_r)
 
 
+def _fused_equals_episode_and_reference(window, agg, v, ts, rng, TF, switch, off):
+    """Through random batch splits: the fused kernel gives the episode path's windows, and every bit of
+    what it gives with ``TF.<switch> = off`` (the slow form of the loop under test)."""
+    n = len(v)
+    bounds = [0, *sorted(rng.choice(n + 1, size=3, replace=False).tolist()), n]
+    fused = _time_run(window, agg, v, ts, bounds, True)
+    ref = _time_run(window, agg, v, ts, bounds, False)
+    assert fused[0] == ref[0]
+    _same(agg, fused[1], ref[1])
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(TF, switch, off)
+        slow = _time_run(window, agg, v, ts, bounds, True)
+    assert slow[0] == fused[0]
+    np.testing.assert_array_equal(np.asarray(slow[1]).view(np.int64), np.asarray(fused[1]).view(np.int64))
+
+
 @settings(max_examples=12, deadline=None)
 @given(data=st.data())
 @pytest.mark.parametrize("agg", ["max", "sum", "std", "argmax", "mean"])
@@ -797,17 +813,7 @@ def test_fused_time_windows_fold_rows_in_two_lanes(agg, data):
     steps[rng.random(n) < 0.002] = q * s + int(rng.integers(0, 3 * q * s))  # some end the episode
     ts = (np.cumsum(steps) - 1000).astype(np.int64)
     v = _values(rng, n, agg)
-    cuts = sorted(rng.choice(n + 1, size=3, replace=False).tolist())
-    bounds = [0, *cuts, n]
-    fused = _time_run(window, agg, v, ts, bounds, True)
-    ref = _time_run(window, agg, v, ts, bounds, False)
-    assert fused[0] == ref[0]
-    _same(agg, fused[1], ref[1])
-    with pytest.MonkeyPatch.context() as mp:  # the one-lane loop (the reference): every bit the same
-        mp.setattr(TF, "LANES_MIN", 2**62)
-        one = _time_run(window, agg, v, ts, bounds, True)
-    assert one[0] == fused[0]
-    np.testing.assert_array_equal(np.asarray(one[1]).view(np.int64), np.asarray(fused[1]).view(np.int64))
+    _fused_equals_episode_and_reference(window, agg, v, ts, rng, TF, "LANES_MIN", 2**62)  # one lane: the reference
 
 
 @settings(max_examples=12, deadline=None)
@@ -833,14 +839,4 @@ def test_fused_time_windows_emit_a_rows_windows_and_lcs_in_one_loop(agg, data):
     steps[gaps] = rng.integers(s, 2 * q * s, size=int(gaps.sum()))  # inside a row, or ending the episode
     ts = (np.cumsum(steps) - 500).astype(np.int64)
     v = _values(rng, n, agg)
-    cuts = sorted(rng.choice(n + 1, size=3, replace=False).tolist())
-    bounds = [0, *cuts, n]
-    fused = _time_run(window, agg, v, ts, bounds, True)
-    ref = _time_run(window, agg, v, ts, bounds, False)
-    assert fused[0] == ref[0]
-    _same(agg, fused[1], ref[1])
-    with pytest.MonkeyPatch.context() as mp:  # _emit then _lcs (the reference): every bit the same
-        mp.setattr(TF, "FUSE_ROWS", False)
-        apart = _time_run(window, agg, v, ts, bounds, True)
-    assert apart[0] == fused[0]
-    np.testing.assert_array_equal(np.asarray(apart[1]).view(np.int64), np.asarray(fused[1]).view(np.int64))
+    _fused_equals_episode_and_reference(window, agg, v, ts, rng, TF, "FUSE_ROWS", False)  # _emit then _lcs
