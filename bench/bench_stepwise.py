@@ -23,6 +23,14 @@ with other work: ratios in one run matter more than absolute figures).
     python bench/bench_stepwise.py --quick    # 1M values, 3 repeats
     python bench/bench_stepwise.py --short    # 2M values, 5 repeats, W[2^10,1] and W[2^14,1] only
     python bench/bench_stepwise.py --smoke --out-dir /tmp/x   # tiny, for tests/test_bench_stepwise.py
+    python bench/bench_stepwise.py --insert   # per-tuple ``op.insert`` beside numba's call floor
+
+``--insert`` asks whether a compiled step would make a *per-tuple* ``op.insert`` faster (issue 18: use it
+"where that is faster than today's Python step"): each algorithm's Python ``insert`` (W[2^10, 1], float
+values, the call included) beside what calling any numba function from Python costs before it does any
+work: a call with one float, and with a float and ``k`` state arrays (a step's state: the operator's
+buffers and counters), one call per tuple. The compiled step itself is a few ns (``pr.replay``); the
+call is what a per-tuple ``insert`` would pay. Written to ``stepwise_insert.json``.
 """
 
 from __future__ import annotations
@@ -67,13 +75,68 @@ def run(alg: str, r: int, agg: str, values: np.ndarray, pool: pr.WorkerPool, lat
                      pool=pool if alg == "pba" else None)
 
 
+def _per_call_ns(fn, values: list, repeats: int, *first) -> dict:
+    """ns per call of ``fn(*first, v)`` over ``values``: the median and spread of ``repeats`` timed passes."""
+    fn(*first, values[0])
+    per = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        if first:  # the state in one argument, as a compiled insert would take it
+            st = first[0]
+            for v in values:
+                fn(st, v)
+        else:
+            for v in values:
+                fn(v)
+        per.append((time.perf_counter() - t) / len(values) * 1e9)
+    return spread(per)
+
+
+def insert_floor(n: int, repeats: int, state_arrays: tuple[int, ...] = (1, 3, 8)) -> dict:
+    """Each algorithm's Python ``op.insert`` beside numba's call floor, ns per tuple (see ``--insert``)."""
+    import numba
+
+    @numba.njit(nogil=True)
+    def step_scalar(v):  # the least a compiled call does: a float in, a float out
+        return v + 1.0
+
+    @numba.njit(nogil=True)
+    def step_state(st, v):  # a running max over a state held in arrays, one of them touched
+        st[0][0] = max(st[0][0], v)
+        return st[0][0]
+
+    values = np.random.default_rng(0).random(n).tolist()
+    out: dict = {"tuples": n, "repeats": repeats, "window": "CountWindow(1024, 1)", "numba": {}, "insert": {}}
+    out["numba"]["call(float)"] = _per_call_ns(step_scalar, values, repeats)
+    for k in state_arrays:
+        # a homogeneous tuple of k arrays, one argument: numba types each array on every call
+        st = tuple(np.zeros(16) for _ in range(k))
+        out["numba"][f"call({k} arrays, float)"] = _per_call_ns(step_state, values, repeats, st)
+    for alg in ALGS:
+        op = pr.create(alg, pr.CountWindow(range=1024, slide=1), "sum" if alg == "soe" else "max")
+        out["insert"][alg] = _per_call_ns(op.insert, values, repeats)
+    floor = out["numba"][f"call({state_arrays[-1]} arrays, float)"]["median"]
+    out["insert_over_floor"] = {alg: row["median"] / floor for alg, row in out["insert"].items()}
+    for name, row in [*out["numba"].items(), *((f"{a} op.insert", r) for a, r in out["insert"].items())]:
+        print(f"{name:>28}: {row['median']:7.0f} ns [{row['min']:.0f}-{row['max']:.0f}]", flush=True)
+    return out
+
+
 def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--smoke", action="store_true")
     ap.add_argument("--short", action="store_true")
+    ap.add_argument("--insert", action="store_true", help="per-tuple op.insert beside numba's call floor")
     ap.add_argument("--out-dir", default=str(RESULTS))
     args = ap.parse_args(argv)
+    if args.insert:
+        res = {"machine": machine(), **insert_floor(2_000 if args.smoke else 300_000, 1 if args.smoke else 5)}
+        res["machine"]["loadavg_end"] = list(os.getloadavg())
+        d = Path(args.out_dir)
+        d.mkdir(parents=True, exist_ok=True)
+        (d / ("stepwise_insert_smoke.json" if args.smoke else "stepwise_insert.json")).write_text(json.dumps(res, indent=1))
+        return res
     if args.smoke:
         n, repeats, lat_repeats = 20_000, 1, 1
         points = [(16, "max"), (64, "max"), (64, "std")]

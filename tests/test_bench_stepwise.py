@@ -33,3 +33,15 @@ def test_bench_stepwise_smoke(tmp_path):
     for alg in ("pba", "two_stacks"):
         assert 0 <= lat[alg]["p99"]["median"] <= lat[alg]["max"]["median"]
     assert set(lat["pba_over_two_stacks"]) == {"max", "top10", "top100", "p99", "std", "std_below_1ms", "mean"}
+
+
+def test_bench_stepwise_insert_smoke(tmp_path):
+    """``--insert``: each algorithm's Python ``op.insert`` beside numba's call floor (no timing asserted)."""
+    import bench_stepwise
+
+    bench_stepwise.main(["--insert", "--smoke", "--out-dir", str(tmp_path)])
+    res = json.loads((tmp_path / "stepwise_insert_smoke.json").read_text())
+    assert set(res["insert"]) == set(bench_stepwise.ALGS) == set(res["insert_over_floor"])
+    assert set(res["numba"]) == {"call(float)", "call(1 arrays, float)", "call(3 arrays, float)", "call(8 arrays, float)"}
+    for row in [*res["numba"].values(), *res["insert"].values()]:
+        assert 0 < row["min"] <= row["median"] <= row["max"]
