@@ -38,8 +38,8 @@ def _lcg128(typingctx, hi, lo, mhi, mlo, chi, clo):  # pragma: no cover - compil
     def codegen(context, builder, signature, args):
         i128, i64 = ir.IntType(128), ir.IntType(64)
 
-        def wide(high, low):
-            return builder.or_(builder.shl(builder.zext(high, i128), ir.Constant(i128, 64)), builder.zext(low, i128))
+        def wide(h, l):
+            return builder.or_(builder.shl(builder.zext(h, i128), ir.Constant(i128, 64)), builder.zext(l, i128))
 
         r = builder.add(builder.mul(wide(args[0], args[1]), wide(args[2], args[3])), wide(args[4], args[5]))
         return context.make_tuple(builder, signature.return_type,
