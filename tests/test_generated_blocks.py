@@ -32,7 +32,7 @@ def compiled():
 
 @settings(max_examples=25, deadline=None)
 @given(seed=st.integers(0, 2**32), block=st.integers(0, 10**6), plugs=st.sampled_from([1, 2, 7, 84, 1000]),
-       n=st.sampled_from([16, 32, 1024, GENERATOR_BLOCK]))
+       n=st.sampled_from([4, 8, 1024, GENERATOR_BLOCK]))
 def test_compiled_equals_reference(seed, block, plugs, n):
     kernel = G.load()
     src = Debs14Source(plugs=plugs, seed=seed % 1000)
@@ -66,16 +66,9 @@ def test_compact_table_keeps_the_keys():
     assert G.compact_table(np.array([-1, 3])).dtype == np.int64
 
 
-def test_compiled_refuses_what_it_does_not_reproduce(compiled):
-    table = np.zeros(1 << 16, dtype=np.int64)
-    with pytest.raises(ValueError, match="multiple of 16"):
-        G.debs14_compiled(np.random.default_rng(0), table, np.ones(1), 24, compiled)
-    with pytest.raises(TypeError, match="PCG64"):
-        G.debs14_compiled(np.random.Generator(np.random.MT19937(0)), table, np.ones(1), 16, compiled)
-    rng = np.random.default_rng(0)
-    rng.integers(0, 2**32, dtype=np.uint32)  # half an output left in PCG64's buffer
-    with pytest.raises(ValueError, match="buffered"):
-        G.debs14_compiled(rng, table, np.ones(1), 16, compiled)
+def test_compiled_needs_a_multiple_of_four(compiled):
+    with pytest.raises(ValueError, match="multiple of 4"):
+        G.debs14_compiled(np.random.default_rng(0), np.zeros(1 << 16, dtype=np.int64), np.ones(1), 6, compiled)
 
 
 # digests of the stream as the tree before the compiled pass generated it (numpy's passes only)
