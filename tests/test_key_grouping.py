@@ -88,6 +88,23 @@ def test_the_rank_table_grows_with_the_keys():
         assert _as_tuples(g(k, np.arange(4.0), None)) == _old_path(k, np.arange(4.0), None, 3)
 
 
+def test_one_grouper_over_batches_in_and_out_of_its_table():
+    """The compiled pass finds a key without a rank itself (no min/max pass first): then the table grows, or
+    the batch goes to the general path, and the next batches are grouped as a fresh grouper groups them."""
+    g = SlotGrouper(2)
+    batches = [[0, 5, 3], [-1, 2], [70_000, 1], [200, 3, 0], [2**63 - 1], [7, 7, 1]]
+    for keys in batches:
+        for dtype in (np.int64, np.uint64, np.int32):
+            if min(keys) < 0 and dtype is np.uint64 or max(keys) >= 2**31 and dtype is np.int32:
+                continue
+            k = np.array(keys, dtype=dtype)
+            v = np.arange(len(k), dtype=np.float64)
+            got, ref = g(k, v, None), SlotGrouper(2, compiled=False)(k, v, None)
+            assert (got is None) == (ref is None) == (min(keys) < 0 or max(keys) >= 1 << 16)
+            if got is not None:
+                assert _as_tuples(got) == _as_tuples(ref) == _old_path(k.astype(np.int64), v, None, 2)
+
+
 def test_a_bad_parallelism_is_refused():
     with pytest.raises(ValueError, match="parallelism must be a positive integer"):
         SlotGrouper(0)

@@ -192,3 +192,37 @@ def test_warm_loads_the_keyed_merge_too():
 
     warm(resolve_engine(pr.get_aggregation("max")))
     assert C.merge_scalar_keyed.signatures
+
+
+_MERGER_FIELDS = ("_g", "_f", "_open", "_ob", "_osaa", "_front", "_back", "_n", "_fill", "_emitted", "_next_k",
+                  "_chunks_closed")
+
+
+@pytest.mark.parametrize("chunk_size", [None, 7, 64])
+def test_lean_finish_keeps_the_state_the_general_path_keeps(chunk_size):
+    """``_finish_lean`` (``_finish_batch`` and the calls under it, inlined) leaves every field of the merger
+    as the general path's ``_finish_batch`` does, also after per-tuple inserts left chunks to drop."""
+    rng = np.random.default_rng(11)
+    _, values = _stream(rng, 4000, 1)
+    w = pr.CountWindow(range=64, slide=1)
+    a = pr.create("sba", w, "max", engine="compiled", chunk_size=chunk_size)
+    b = pr.create("sba", w, "max", engine="compiled", chunk_size=chunk_size)
+    lean = []
+    finish_lean = a._finish_lean
+    a._finish_lean = lambda *args: (lean.append(1), finish_lean(*args))
+    pos = 0
+    for size, per_tuple in [(100, 0), (30, 5), (200, 0), (1, 70), (500, 0), (63, 0), (64, 0)]:
+        chunk = values[pos : pos + size]
+        pos += size
+        ea, ra = a.insert_many(chunk)  # the lean path (_finish_lean)
+        eb, rb = b._insert_many(chunk)  # the general path (_finish_batch)
+        assert ea.tolist() == eb.tolist() and _bits(ra) == _bits(rb)
+        for f in _MERGER_FIELDS:
+            assert getattr(a, f) == getattr(b, f), f
+        assert a._chunks == b._chunks == {}
+        assert _bits(np.asarray(a._csa)) == _bits(np.asarray(b._csa)) and repr(a._cur) == repr(b._cur)
+        assert a._deferred[1:] == b._deferred[1:] and _bits(a._deferred[0]) == _bits(b._deferred[0])
+        for v in values[pos : pos + per_tuple].tolist():  # chunks for the next batch to drop
+            assert repr(a.insert(v)) == repr(b.insert(v))
+        pos += per_tuple
+    assert len(lean) >= 4  # most batches took the lean path

@@ -680,15 +680,19 @@ class _Run:
                 self.bar = tqdm(total=job.source.total, initial=job.source.progress(start),
                                 unit=job.source.progress_unit, unit_scale=True, file=sys.stderr,
                                 desc=f"pba-run {job.source.kind}", smoothing=0.1, dynamic_ncols=True)
-            warming = None
+            warming = []
             if self.grouper is not None:  # numba and the compiled grouping, while the slots start
                 from .key_grouping import warm_in_background
 
-                warming = warm_in_background()
+                warming.append(warm_in_background())
+            # the source's compiled loops (the DEBS'14 generator's), also while the slots start
+            warming.append(threading.Thread(target=_warm_source, args=(job.source,), name="pba-source-warm",
+                                            daemon=True))
+            warming[-1].start()
             self._start_slots(ckpt)
             self._await_ready()
-            if warming is not None:
-                warming.join()
+            for thread in warming:
+                thread.join()
             self.metrics.start(startup=time.monotonic() - t_run)
             sink_thread = threading.Thread(target=self._sink_loop, name="pba-sink", daemon=True)
             sink_thread.start()
@@ -792,6 +796,13 @@ def _batches(source: Source, start: Any, batch_size: int, timestamps: bool) -> I
     if not timestamps and "timestamps" in inspect.signature(source.batches).parameters:
         return source.batches(start, batch_size, timestamps=False)
     return source.batches(start, batch_size)
+
+
+def _warm_source(source: Source) -> None:
+    try:
+        source.warm()
+    except Exception:  # a source that cannot load its compiled loop runs without it
+        log.debug("the source's warm-up failed", exc_info=True)
 
 
 def _install_sigusr1(event: threading.Event) -> Any:

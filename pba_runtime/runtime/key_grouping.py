@@ -97,9 +97,14 @@ def _kernel():
 
             @njit(cache=True, nogil=True)
             def scatter(keys, rank, values, timestamps, has_ts, counts, out_v, out_t):  # pragma: no cover
+                # False (nothing written) at a key without a rank: the caller checks the keys and grows the table
+                size = rank.shape[0]
                 counts[:] = 0
                 for i in range(keys.shape[0]):
-                    counts[rank[keys[i]]] += 1
+                    k = keys[i]
+                    if k < 0 or k >= size:
+                        return False
+                    counts[rank[k]] += 1
                 cursor = np.empty(counts.shape[0], np.int64)
                 s = 0
                 for j in range(counts.shape[0]):
@@ -118,6 +123,7 @@ def _kernel():
                         c = cursor[r]
                         out_v[c] = values[i]
                         cursor[r] = c + 1
+                return True
 
             _compiled = scatter
         return _compiled or None
@@ -163,11 +169,6 @@ class SlotGrouper:
         n = len(keys)
         if keys.dtype.kind not in "iu" or not n:
             return None
-        lo, hi = int(keys.min()), int(keys.max())
-        if lo < 0 or hi >= TABLE_KEYS:
-            return None
-        if hi >= self._size:
-            self._table(max(hi + 1, min(TABLE_KEYS, 2 * self._size)))
         values = np.ascontiguousarray(values, dtype=np.float64)
         kernel = _kernel() if self.compiled else None
         if kernel is not None:
@@ -175,16 +176,32 @@ class SlotGrouper:
             out_v = np.empty(n, dtype=np.float64)
             has_ts = timestamps is not None
             out_t = np.empty(n, dtype=np.int64) if has_ts else _NO_TS
-            kernel(np.ascontiguousarray(keys), self._rank, values,
-                   np.ascontiguousarray(timestamps, dtype=np.int64) if has_ts else _NO_TS, has_ts,
-                   counts, out_v, out_t)
+            args = (np.ascontiguousarray(keys), values,
+                    np.ascontiguousarray(timestamps, dtype=np.int64) if has_ts else _NO_TS, has_ts)
+            if not kernel(args[0], self._rank, *args[1:], counts, out_v, out_t):  # a key without a rank
+                if not self._cover(keys):
+                    return None
+                counts = np.empty(self._size, dtype=np.int64)
+                kernel(args[0], self._rank, *args[1:], counts, out_v, out_t)
             if not has_ts:
                 out_t = None
         else:
+            if not self._cover(keys):
+                return None
             # 8 or 16 bits: numpy's stable sort is then a radix sort (one pass or two)
             ranks = self._rank.take(keys).astype(np.uint8 if self._size <= 256 else np.uint16)
             out_v, out_t, counts = group_reference(ranks, self._size, values, timestamps)
         return self._split(counts, out_v, out_t)
+
+    def _cover(self, keys: np.ndarray) -> bool:
+        """Give every key of ``keys`` a rank (the table grown); ``False`` when some key is not in
+        ``[0, TABLE_KEYS)``."""
+        lo, hi = int(keys.min()), int(keys.max())
+        if lo < 0 or hi >= TABLE_KEYS:
+            return False
+        if hi >= self._size:
+            self._table(max(hi + 1, min(TABLE_KEYS, 2 * self._size)))
+        return True
 
     def _split(self, counts: np.ndarray, out_v: np.ndarray, out_t: np.ndarray | None) -> list[SlotGroup | None]:
         starts = np.zeros(len(counts) + 1, dtype=np.int64)
