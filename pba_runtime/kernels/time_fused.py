@@ -57,8 +57,9 @@ from numba.extending import overload
 from .compiled import _JIT, ADD, FMAX, MAX, MIN, MUL, _argmax, _chan
 from .stepwise.index import uidx
 
-__all__ = ["runner", "RUNNERS", "LIFTED", "LOWERED", "timestamps_ok", "LANES_MIN", "FUSE_ROWS", "STATE", "LANES", "FUSE",
-           "HAVE", "SLICE", "NEXT_K", "BASE", "WINDOWS", "NEXT_TUPLE", "HIST", "DONE"]
+__all__ = ["runner", "RUNNERS", "LIFTED", "LOWERED", "timestamps_ok", "episode_cut", "move_up", "SPLIT_MIN",
+           "LANES_MIN", "FUSE_ROWS", "STATE", "LANES", "FUSE", "HAVE", "SLICE", "NEXT_K", "BASE", "WINDOWS",
+           "NEXT_TUPLE", "HIST", "DONE"]
 
 # the int64 state vector a call reads and writes
 HAVE, SLICE, NEXT_K, BASE, RO, FR, LR, WINDOWS, NEXT_TUPLE, HIST, RESUME, DONE, LANES, FUSE = range(14)
@@ -665,6 +666,47 @@ def timestamps_ok(ts, lo, hi, first):
         bad |= (t < prev) | (t < lo) | (t > hi)
         prev = t
     return not bad
+
+
+# batches of at least this many records are cut in two at an episode's end, the second part run by a
+# pool thread (:func:`episode_cut`; the caller reads it here: a test lowers it, 2**62 runs one call)
+SPLIT_MIN = 1 << 18
+
+
+@njit(**_JIT)
+def episode_cut(ts, off, s, r, i0, i1):
+    """The first ``i`` in ``[max(i0, 1), i1)`` whose tuple starts an episode (its first window begins after
+    the slice of tuple ``i - 1``: every window holding an older tuple is complete), or ``-1``. Such a tuple
+    is at least ``r - s + 1`` after the one before it, so the division runs only at those."""
+    gap = r - s + 1
+    for i in range(max(i0, 1), min(i1, ts.shape[0])):
+        if ts[i] - ts[i - 1] >= gap and ts[i] - off >= ((ts[i - 1] - off) // s) * s + r:
+            return i
+    return -1
+
+
+def move_up(a, src, dst, n):
+    """``a[dst:dst + n] = a[src:src + n]`` for ``dst >= src`` (the two may overlap), as copies of pieces of
+    ``dst - src`` from the end, none overlapping its source: numpy's plain copy each (a compiled loop
+    from the end ran unvectorised, 4-5x slower).
+
+    Examples
+    --------
+    >>> a = np.arange(8)
+    >>> move_up(a, 0, 3, 5); a.tolist()
+    [0, 1, 2, 0, 1, 2, 3, 4]
+    """
+    step = dst - src
+    if step <= 0 or n <= 0:
+        return
+    if step < n // 64:  # (many pieces: one copy through a temporary)
+        a[dst : dst + n] = a[src : src + n].copy()
+        return
+    hi = n
+    while hi > 0:
+        lo = max(0, hi - step)
+        a[dst + lo : dst + hi] = a[src + lo : src + hi]
+        hi = lo
 
 
 # One kernel per kind, each with its combine written out (compiled on first use, cached on disk).
