@@ -923,3 +923,32 @@ def test_fused_time_windows_cut_the_benchmarks_stream(how):
     assert TF.episode_cut(short, 0, 10, 60_000, 0, len(short)) == -1
     _, handed = _halves_run(window, "max", v[:500], short, [0, 500], TF, True, "ran")
     assert handed == 0
+
+
+@settings(max_examples=60, deadline=None)
+@given(data=st.data())
+def test_part_windows_counts_the_windows_a_drained_batch_emits(data):
+    """``time_fused.part_windows`` (the count that places a cut batch's second part right after the first
+    part's windows) == the windows ``insert_many`` then ``flush`` emit for a batch, from the state an
+    earlier batch left (or none), over gaps, episodes, repeated timestamps, ``r % s != 0`` and offsets,
+    in batches longer than its blocks (``_BLOCK``); and ``episode_cut`` finds the first episode start."""
+    from pba_runtime.kernels import time_fused as TF
+
+    window, ts, _, rng = _time_case(data, n_max=3 * TF._BLOCK)
+    n = len(ts)
+    b = data.draw(st.integers(0, max(n - 1, 0)), label="first batch")
+    c = data.draw(st.integers(b + 1, n), label="end") if n else 0
+    if c <= b:
+        return
+    v = rng.normal(size=n)
+    with pr.create("pba", window, "max", engine="compiled") as op:
+        op.insert_many(v[:b], ts[:b])
+        have = op._slice is not None
+        S, next_k = (op._slice, op._next_k) if have else (0, 0)
+        e2, _ = op.insert_many(v[b:c], ts[b:c])
+        e3, _ = op.flush()
+        off, s, r = op._off, op._s, op._r
+    assert TF.part_windows(ts[b:c], off, s, r, c - b, have, S, next_k) == len(e2) + len(e3)
+    t = ts[b:c] - off
+    fresh = [i for i in range(1, c - b) if t[i] >= (t[i - 1] // s) * s + r]
+    assert TF.episode_cut(ts[b:c], off, s, r, 0, c - b) == (fresh[0] if fresh else -1)

@@ -823,14 +823,15 @@ class PBA(SlicedAggregator):
         (:func:`~pba_runtime.kernels.time_fused.episode_cut`: episodes share no state), the first part with
         the operator's state and the end of its last episode drained (what the tuple that starts the next
         one does in one call), the second from a fresh state, on a pool thread. Each part's windows are
-        the one call's, bit for bit. The second part writes its windows past the room the first part may
-        need; the first part's are then moved next to them. A second part that has not started when the
-        first ends is cancelled and run here, after the first part's windows (nothing to move).
+        the one call's, bit for bit. The pool thread counts the first part's windows
+        (:func:`~pba_runtime.kernels.time_fused.part_windows`, one pass over its timestamps) and writes the
+        second part's right after them, so nothing is moved. A second part that has not started when the
+        first ends is cancelled and run here.
 
         Returns ``(out, ends, st, cur, head, hist_out)`` as the one call leaves them, or ``None``: no cut
         (no episode ends near the middle, or the records are sparse: the one call grows its array), or
-        a part that ran out of room (not expected: each part gets its bound); ``st``, ``cur`` and
-        ``head`` are then as they came.
+        a count that missed or a part that ran out of room (neither expected: the one call then runs;
+        ``st``, ``cur`` and ``head`` are as they came).
         """
         from ..batch import _results
 
@@ -855,13 +856,18 @@ class PBA(SlicedAggregator):
         out, ends = _results(cap1 + cap2, res_row, np.float64, True)
         P_2, ts_2, none = P2[cut:], ts[cut:], hist[:0]
         ring2, lcs2, hd2, hist2 = scratch[1]
+        have, S, next_k = bool(st[TF.HAVE]), int(st[TF.SLICE]), int(st[TF.NEXT_K])
 
-        def second(o: int) -> None:
+        def second(o: int) -> int:
+            """The second part's windows from ``out[o]``; ``o < 0``: right after the first part's, counted."""
+            if o < 0:
+                o = TF.part_windows(ts, off, s, r, cut, have, S, next_k)
             run(P_2, ts_2, s, off, r, q, m, none, flush, ident, st2, cur2, head2, ring2, lcs2, hd2, out[o:],
                 ends[o:], hist2, ops)
+            return o
 
         try:
-            fut = self._pool.submit_thread(second, cap1)
+            fut = self._pool.submit_thread(second, -1)
         except RuntimeError:  # the pool closed: both parts here
             fut = None
         ring, lcs, hd, hist1 = scratch[0]
@@ -869,19 +875,15 @@ class PBA(SlicedAggregator):
             ends[:cap1], hist1, ops)
         w1 = int(st[TF.WINDOWS])
         if fut is None or fut.cancel():  # not started: here, after the first part's windows
-            second(w1)
-            a = 0
+            o = second(w1)
         else:
-            width = out[:1].size
-            TF.move_up(out.reshape(-1), 0, (cap1 - w1) * width, w1 * width)
-            TF.move_up(ends, 0, cap1 - w1, w1)
-            fut.result()
-            a = cap1 - w1
-        if not (st[TF.DONE] and st2[TF.DONE]):  # pragma: no cover (each part had its bound)
+            o = fut.result()
+        # (a count that missed would have had the two parts write over each other: both are dropped)
+        if o != w1 or not (st[TF.DONE] and st2[TF.DONE]):  # pragma: no cover (each part counted and bounded)
             st[:], cur[:], head[:] = saved
             return None
         w = w1 + int(st2[TF.WINDOWS])
-        return out[a : a + w], ends[a : a + w], st2, cur2, head2, hist2
+        return out[:w], ends[:w], st2, cur2, head2, hist2
 
     def _drain_before(self, t: int) -> tuple[np.ndarray, Any]:
         """Emit the windows a tuple at ``t`` completes when it starts a new episode."""
