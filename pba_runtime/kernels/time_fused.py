@@ -30,6 +30,10 @@ first pending window, so any split gives the per-tuple windows, with ``max``/``m
 the same call with ``flush`` set (with or without tuples: ``sliding_aggregate`` runs its batch and
 flush as one call): the open windows are drained in the loop.
 
+A long batch may be cut at an episode's end and run as two calls side by side (episodes share no state):
+:func:`episode_cut` finds the cut, :func:`part_windows` counts the first part's windows so that the
+second part's go right after them (``PBA._fused_halves`` runs the parts; ``SPLIT_MIN``).
+
 A call stops at an event when fewer than ``2q + 2`` result rows are left (an event emits at most
 ``2q`` windows), with its row in the state vector (``RESUME``); the caller gives it a larger
 result array and calls again until ``DONE``.
