@@ -346,8 +346,12 @@ def bench_time(n: int, repeat: int, pool: pr.WorkerPool, python_n: int) -> dict:
                                                       pool=pool, engine="numpy"),
             "copyto": copyto,
         }
-        times = _interleaved(methods, repeat)
+        cpu: dict[str, list[float]] = {}
+        times = _interleaved(methods, repeat, cpu=cpu)
         st = {k: _stats(v, n) for k, v in times.items()}
+        for k, c in cpu.items():  # CPU time per call, every thread of this process (the work: steadier under load)
+            st[k]["cpu_ms"] = {"median": statistics.median(c) * 1e3, "min": min(c) * 1e3, "max": max(c) * 1e3}
+        st["compiled_vs_numpy_cpu"] = st["numpy_pba"]["cpu_ms"]["median"] / st["compiled_pba"]["cpu_ms"]["median"]
         # the Python engine on a prefix (its per-tuple loop): a rate, compared as a rate
         xp, tp = x[:python_n], ts[:python_n]
         t0 = time.perf_counter()
@@ -362,7 +366,10 @@ def bench_time(n: int, repeat: int, pool: pr.WorkerPool, python_n: int) -> dict:
             f"{k} {v['per_s'] / 1e6:.1f}M [{v['min_per_s'] / 1e6:.1f}-{v['max_per_s'] / 1e6:.1f}]"
             for k, v in st.items() if isinstance(v, dict) and "min_per_s" in v)
             + f"  python {st['python_sba']['per_s'] / 1e6:.2f}M; compiled x{st['compiled_vs_numpy']:.1f} numpy, "
-            f"x{st['compiled_vs_episodes']:.1f} episode path", flush=True)
+            f"x{st['compiled_vs_episodes']:.1f} episode path; CPU ms per call " + "  ".join(
+                f"{k} {v['cpu_ms']['median']:.2f} [{v['cpu_ms']['min']:.2f}-{v['cpu_ms']['max']:.2f}]"
+                for k, v in st.items() if isinstance(v, dict) and "cpu_ms" in v)
+            + f" (compiled x{st['compiled_vs_numpy_cpu']:.1f} numpy)", flush=True)
     # dense records without gaps, one per slice (where the fused kernel once trailed the episode path)
     n_d = max(n // 2, 1000)
     xd, td = np.random.default_rng(4).normal(size=n_d), np.arange(n_d, dtype=np.int64) * 10

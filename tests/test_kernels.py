@@ -840,3 +840,115 @@ def test_fused_time_windows_emit_a_rows_windows_and_lcs_in_one_loop(agg, data):
     ts = (np.cumsum(steps) - 500).astype(np.int64)
     v = _values(rng, n, agg)
     _fused_equals_episode_and_reference(window, agg, v, ts, rng, TF, "FUSE_ROWS", False)  # _emit then _lcs
+
+
+def _halves_run(window, agg, v, ts, bounds, TF, split, how):
+    """Batches and the one-call ``sliding_aggregate`` with ``TF.SPLIT_MIN`` low (``split``) or out of reach,
+    the pool's second part taken at once by its thread (``"pool"``), run before the first part ends
+    (``"ran"``: its windows moved next to it) or never started (``"pending"``: cancelled, run after it).
+    Returns the two runs' ``(ends, results)`` and how many second parts were handed to the pool."""
+    from concurrent.futures import Future
+
+    handed = []
+    with pr.WorkerPool("thread", workers=1) as pool:
+        if how != "pool":
+            def submit(fn, *args):
+                handed.append(how)
+                fut = Future()
+                if how == "ran":
+                    fn(*args)
+                    fut.set_result(None)
+                return fut
+
+            pool.submit_thread = submit
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(TF, "SPLIT_MIN", 2 if split else 2**62)
+            with pr.create("pba", window, agg, engine="compiled", pool=pool) as op:
+                batches = run_batches(op, v, bounds, ts)
+            ends, res = pr.sliding_aggregate(v, window=window, agg=agg, timestamps=ts, algorithm="pba", pool=pool,
+                                             engine="compiled")
+    return (batches, (ends.tolist(), list(res))), len(handed)
+
+
+def _bits(res):
+    return np.asarray(res).view(np.int64)  # every bit (argmax's positions are int64 already)
+
+
+@settings(max_examples=15, deadline=None)
+@given(data=st.data())
+@pytest.mark.parametrize("agg", ["max", "sum", "std", "argmax", "mean"])
+def test_fused_time_windows_cut_a_batch_at_an_episode_end_on_two_threads(agg, data):
+    """Batches of ``time_fused.SPLIT_MIN`` records and more are cut at an episode's end near their middle,
+    the second part run by a pool thread (``PBA._fused_halves``): every bit as the one call (the
+    reference, ``SPLIT_MIN`` out of reach), through random batch splits (the state the second part
+    leaves is the operator's), gaps, ``r % s != 0``, offsets and NaN/inf/-0.0, with the end of stream
+    in the same call (``sliding_aggregate``), whether the pool's thread takes the second part at once,
+    runs it before the first part ends, or has not started it when the first part ends."""
+    from pba_runtime.kernels import time_fused as TF
+
+    window, ts, bounds, rng = _time_case(data, n_max=300)
+    v = _values(rng, len(ts), agg)
+    how = data.draw(st.sampled_from(["pool", "ran", "pending"]), label="second part")
+    halves, _ = _halves_run(window, agg, v, ts, bounds, TF, True, how)
+    one, _ = _halves_run(window, agg, v, ts, bounds, TF, False, how)
+    for (e1, r1), (e2, r2) in zip(halves, one):
+        assert e1 == e2
+        np.testing.assert_array_equal(_bits(r1), _bits(r2))
+
+
+@pytest.mark.parametrize("how", ["pool", "ran", "pending"])
+def test_fused_time_windows_cut_the_benchmarks_stream(how):
+    """The benchmark's kind of stream (gaps of 2 s - 2 min among steps of 1-3 ms, ``TimeWindow(60 s, 10 ms)``):
+    its batches are cut (the second part handed to the pool) and give the one call's windows bit for bit;
+    a batch without an episode's end is not cut."""
+    from pba_runtime.kernels import time_fused as TF
+
+    rng = np.random.default_rng(5)
+    n = 40_000
+    steps = rng.integers(1, 4, size=n)
+    gaps = rng.random(n) < 3e-4
+    steps[gaps] = rng.integers(2_000, 50_000, size=int(gaps.sum()))  # inside the window
+    steps[5_000::5_000] = 70_000  # an episode ends every 5000 records: every batch here is cut
+    ts = np.cumsum(steps).astype(np.int64)
+    v = rng.normal(size=n)
+    window = pr.TimeWindow(range=60_000, slide=10)
+    for agg in ("max", "sum", "std"):
+        halves, handed = _halves_run(window, agg, v, ts, [0, n // 3, n], TF, True, how)
+        one, _ = _halves_run(window, agg, v, ts, [0, n // 3, n], TF, False, how)
+        assert handed == (3 if how != "pool" else 0)  # two batches and the one-call run
+        for (e1, r1), (e2, r2) in zip(halves, one):
+            assert e1 == e2
+            np.testing.assert_array_equal(_bits(r1), _bits(r2))
+    short = ts[:500]  # ~1.5 s of records: one episode, no cut
+    assert TF.episode_cut(short, 0, 10, 60_000, 0, len(short)) == -1
+    _, handed = _halves_run(window, "max", v[:500], short, [0, 500], TF, True, "ran")
+    assert handed == 0
+
+
+@settings(max_examples=60, deadline=None)
+@given(data=st.data())
+def test_part_windows_counts_the_windows_a_drained_batch_emits(data):
+    """``time_fused.part_windows`` (the count that places a cut batch's second part right after the first
+    part's windows) == the windows ``insert_many`` then ``flush`` emit for a batch, from the state an
+    earlier batch left (or none), over gaps, episodes, repeated timestamps, ``r % s != 0`` and offsets,
+    in batches longer than its blocks (``_BLOCK``); and ``episode_cut`` finds the first episode start."""
+    from pba_runtime.kernels import time_fused as TF
+
+    window, ts, _, rng = _time_case(data, n_max=3 * TF._BLOCK)
+    n = len(ts)
+    b = data.draw(st.integers(0, max(n - 1, 0)), label="first batch")
+    c = data.draw(st.integers(b + 1, n), label="end") if n else 0
+    if c <= b:
+        return
+    v = rng.normal(size=n)
+    with pr.create("pba", window, "max", engine="compiled") as op:
+        op.insert_many(v[:b], ts[:b])
+        have = op._slice is not None
+        S, next_k = (op._slice, op._next_k) if have else (0, 0)
+        e2, _ = op.insert_many(v[b:c], ts[b:c])
+        e3, _ = op.flush()
+        off, s, r = op._off, op._s, op._r
+    assert TF.part_windows(ts[b:c], off, s, r, c - b, have, S, next_k) == len(e2) + len(e3)
+    t = ts[b:c] - off
+    fresh = [i for i in range(1, c - b) if t[i] >= (t[i - 1] // s) * s + r]
+    assert TF.episode_cut(ts[b:c], off, s, r, 0, c - b) == (fresh[0] if fresh else -1)

@@ -801,21 +801,29 @@ class PBA(SlicedAggregator):
         cap = max(2 * q + 4, min(bound, N * (q + 1) + q + 2, 4 * N + 2 * q + 4))
         run = TF.runner(engine.layout, engine.ops)
         ops = engine._ops_array if engine.layout in ("scalar", "columns") else np.zeros(2, dtype=np.int64)
-        ring, lcs, hd = np.empty((2 * q,) + row), np.empty((2 * q,) + row), np.empty((q,) + row)
-        hist_out = np.empty((q + 1,) + row)
-        outs, ends_parts = [], []
-        while True:
-            out, ends = _results(cap, () if lowered else row, np.float64, True)
-            run(P2, ts, s, off, r, q, m, hist, flush, ident, st, cur, head, ring, lcs, hd, out, ends,
-                hist_out, ops)
-            w = int(st[TF.WINDOWS])
-            outs.append(out[:w])
-            ends_parts.append(ends[:w])
-            if st[TF.DONE]:
-                break
-            cap *= 2
-        out = outs[0] if len(outs) == 1 else np.concatenate(outs)
-        ends = ends_parts[0] if len(ends_parts) == 1 else np.concatenate(ends_parts)
+        pool = self._pool
+        halves = None
+        if N >= TF.SPLIT_MIN and pool is not None and pool.kind == "thread":  # a long batch: two threads
+            halves = self._fused_halves(TF, run, ops, P2, ts, flush, hist, ident, st, cur, head, first_k, row,
+                                        () if lowered else row)
+        if halves is not None:
+            out, ends, st, cur, head, hist_out = halves
+        else:
+            ring, lcs, hd = np.empty((2 * q,) + row), np.empty((2 * q,) + row), np.empty((q,) + row)
+            hist_out = np.empty((q + 1,) + row)
+            outs, ends_parts = [], []
+            while True:
+                out, ends = _results(cap, () if lowered else row, np.float64, True)
+                run(P2, ts, s, off, r, q, m, hist, flush, ident, st, cur, head, ring, lcs, hd, out, ends,
+                    hist_out, ops)
+                w = int(st[TF.WINDOWS])
+                outs.append(out[:w])
+                ends_parts.append(ends[:w])
+                if st[TF.DONE]:
+                    break
+                cap *= 2
+            out = outs[0] if len(outs) == 1 else np.concatenate(outs)
+            ends = ends_parts[0] if len(ends_parts) == 1 else np.concatenate(ends_parts)
         nwin = len(ends)
         results = out if lowered else kernel.lower(out.reshape((nwin,) + shape))
         if self.agg.result == "int":
@@ -836,6 +844,73 @@ class PBA(SlicedAggregator):
             self._reset_merger()
             self._slice = None
         return ends, results
+
+    def _fused_halves(self, TF, run, ops, P2, ts, flush, hist, ident, st, cur, head, first_k, row, res_row):
+        """:meth:`_time_fused`'s call as two, side by side: the batch cut at an episode's end near its middle
+        (:func:`~pba_runtime.kernels.time_fused.episode_cut`: episodes share no state), the first part with
+        the operator's state and the end of its last episode drained (what the tuple that starts the next
+        one does in one call), the second from a fresh state, on a pool thread. Each part's windows are
+        the one call's, bit for bit. The pool thread counts the first part's windows
+        (:func:`~pba_runtime.kernels.time_fused.part_windows`, one pass over its timestamps) and writes the
+        second part's right after them, so nothing is moved. A second part that has not started when the
+        first ends is cancelled and run here.
+
+        Returns ``(out, ends, st, cur, head, hist_out)`` as the one call leaves them, or ``None``: no cut
+        (no episode ends near the middle, or the records are sparse: the one call grows its array), or
+        a count that missed or a part that ran out of room (neither expected: the one call then runs;
+        ``st``, ``cur`` and ``head`` are as they came).
+        """
+        from ..batch import _results
+
+        s, r, q, m, off = self._s, self._r, self._q, self._m, self._off
+        N = len(ts)
+        cut = TF.episode_cut(ts, off, s, r, N // 2, N - N // 8)
+        if cut < 0:
+            cut = TF.episode_cut(ts, off, s, r, N // 4, N // 2)
+        if cut < 0:
+            return None
+        # each part's windows start in [its first window, its last slice] (as the one call's bound), and the
+        # kernel stops with fewer than 2q + 2 rows left: with 3q + 6 more, it never does
+        cap1 = (int(ts[cut - 1]) - off) // s - first_k + 1 + 3 * q + 6
+        cap2 = (int(ts[-1]) - off) // s - ((int(ts[cut]) - off - r) // s + 1) + 1 + 3 * q + 6
+        if cap1 + cap2 > 4 * N + 6 * q + 12:  # sparse records: the one call
+            return None
+        saved = st.copy(), cur.copy(), head.copy()
+        st2, cur2, head2 = np.zeros_like(st), ident.copy(), ident.copy()
+        st2[TF.LANES], st2[TF.FUSE] = st[TF.LANES], st[TF.FUSE]
+        scratch = [(np.empty((2 * q,) + row), np.empty((2 * q,) + row), np.empty((q,) + row),
+                    np.empty((q + 1,) + row)) for _ in range(2)]
+        out, ends = _results(cap1 + cap2, res_row, np.float64, True)
+        P_2, ts_2, none = P2[cut:], ts[cut:], hist[:0]
+        ring2, lcs2, hd2, hist2 = scratch[1]
+        have, S, next_k = bool(st[TF.HAVE]), int(st[TF.SLICE]), int(st[TF.NEXT_K])
+
+        def second(o: int) -> int:
+            """The second part's windows from ``out[o]``; ``o < 0``: right after the first part's, counted."""
+            if o < 0:
+                o = TF.part_windows(ts, off, s, r, cut, have, S, next_k)
+            run(P_2, ts_2, s, off, r, q, m, none, flush, ident, st2, cur2, head2, ring2, lcs2, hd2, out[o:],
+                ends[o:], hist2, ops)
+            return o
+
+        try:
+            fut = self._pool.submit_thread(second, -1)
+        except RuntimeError:  # the pool closed: both parts here
+            fut = None
+        ring, lcs, hd, hist1 = scratch[0]
+        run(P2[:cut], ts[:cut], s, off, r, q, m, hist, True, ident, st, cur, head, ring, lcs, hd, out[:cap1],
+            ends[:cap1], hist1, ops)
+        w1 = int(st[TF.WINDOWS])
+        if fut is None or fut.cancel():  # not started: here, after the first part's windows
+            o = second(w1)
+        else:
+            o = fut.result()
+        # (a count that missed would have had the two parts write over each other: both are dropped)
+        if o != w1 or not (st[TF.DONE] and st2[TF.DONE]):  # pragma: no cover (each part counted and bounded)
+            st[:], cur[:], head[:] = saved
+            return None
+        w = w1 + int(st2[TF.WINDOWS])
+        return out[:w], ends[:w], st2, cur2, head2, hist2
 
     def _drain_before(self, t: int) -> tuple[np.ndarray, Any]:
         """Emit the windows a tuple at ``t`` completes when it starts a new episode."""
