@@ -85,7 +85,7 @@ from ..kernels import warm_in_background
 from ..pool import ORPHAN_EXIT_CODE, exit_with_parent
 from .byte_ring import ByteRing
 from .malloc_tuning import keep_freed_memory
-from .metrics import PhaseClock
+from .metrics import PhaseClock, Rusage
 from .output_stage import OutputStage
 from .part_files import PartWriter
 from .partitioning import group_runs
@@ -212,6 +212,7 @@ class TaskSlot:
         self.windows = 0
         self.late = 0
         self._cpu0 = time.process_time()
+        self._rusage = Rusage("process")
         self._is_time = isinstance(spec.window, pr.TimeWindow)
         self._range = spec.window.range
         self._slide = spec.window.slide
@@ -426,6 +427,7 @@ class TaskSlot:
         to the stream."""
         self.clock = PhaseClock()
         self._cpu0 = time.process_time()
+        self._rusage = Rusage("process")
 
     def finish_parts(self, next_epoch: int | None = None) -> list[str]:
         """Close the slot's part file (part-file sinks): its name, for the checkpoint (or the end) to commit."""
@@ -453,12 +455,15 @@ class TaskSlot:
             lcs += int(st.get("lcs_tasks", 0))
             stall_time += float(st.get("stall_time", 0.0))
             late_ops += int(st.get("late", 0))
+        clock = self._clock_report(main_clock)
+        rusage = {"process": self._rusage.delta(), "main": clock.get("rusage", {}),
+                  "output": {} if self.output is None else self.output.report()["rusage"]}
         return {"slot": self.spec.index, "pid": os.getpid(), "keys": len(self.host), "tuples": self.tuples,
                 "windows": self.windows, "late": self.late, "lcs_tasks": lcs, "stalls": stalls,
                 "stall_time": stall_time, "algorithms": dict(algs), "reasons": dict(reasons),
                 "engines": dict(engines), "pool_tasks": self.pool.tasks, "calls": self.calls,
                 "largest_piece": self.largest_piece, "split_min": self._split_min(),
-                "clock": self._clock_report(main_clock),
+                "clock": clock, "rusage": rusage,
                 "cpu_s": time.process_time() - self._cpu0}
 
     def _split_min(self) -> dict[str, int]:
