@@ -42,7 +42,7 @@ __all__ = ["insert_many_keyed"]
 
 
 def insert_many_keyed(ops: Sequence[WindowOperator], values: np.ndarray,
-                      bounds: Sequence[int]) -> list[tuple[np.ndarray, Any]]:
+                      bounds: Sequence[int], columns: list | None = None) -> list[tuple[np.ndarray, Any]]:
     """``[op.insert_many(values[bounds[i] : bounds[i + 1]]) for i, op in enumerate(ops)]``, the keys on the
     lean path merged in one compiled call (see the module doc).
 
@@ -54,6 +54,11 @@ def insert_many_keyed(ops: Sequence[WindowOperator], values: np.ndarray,
         The batch's values, grouped by key: ``ops[i]``'s are ``values[bounds[i] : bounds[i + 1]]``.
     bounds : sequence of int
         ``len(ops) + 1`` increasing offsets into ``values``.
+    columns : list, optional
+        When given, and every key the one compiled call merged returns its ends and results as views of
+        that call's two arrays (as the lean aggregations do), ``(indices, ends, results)`` is appended to
+        it: the indices of those keys with a window, in order, and all their windows end to end, the very
+        arrays their views are cut from (a consumer of every key's windows needs no copy of them).
 
     Returns
     -------
@@ -94,11 +99,17 @@ def insert_many_keyed(ops: Sequence[WindowOperator], values: np.ndarray,
     X = np.concatenate(pieces)
     res, ends = _results(o, (), np.float64, True)
     merge_keyed(first.engine, X, xstart, nwin, ostart, first_end, q, res, ends)
+    views = True  # every key's results the view of res it was given
     for j, (i, k_lo, nw, _) in enumerate(lean):
         x0, o0 = int(xstart[j]), int(ostart[j])
         N = bounds[i + 1] - bounds[i]
         Xk = X[x0 : x0 + nw + q - 1]
-        out[i] = (ends[o0 : o0 + nw], ops[i].lean_finish(Xk, k_lo, nw, N, res[o0 : o0 + nw]))
+        rk = res[o0 : o0 + nw]
+        low = ops[i].lean_finish(Xk, k_lo, nw, N, rk)
+        views = views and low is rk
+        out[i] = (ends[o0 : o0 + nw], low)
+    if columns is not None and views:
+        columns.append(([i for i, _, nw, _ in lean if nw], ends, res))
     return out
 
 

@@ -89,7 +89,7 @@ from .metrics import PhaseClock, Rusage
 from .output_stage import OutputStage
 from .part_files import PartWriter
 from .partitioning import group_runs
-from .sinks import PART_FORMATS, format_csv_batch, format_late, format_results, result_table, sink_modules
+from .sinks import PART_FORMATS, ResultParts, format_csv_batch, format_late, format_results, result_table, sink_modules
 
 __all__ = ["SlotSpec", "TaskSlot", "slot_main", "make_operator"]
 
@@ -337,8 +337,11 @@ class TaskSlot:
                 if hosted is None:
                     hosted = self._open(key, (bounds[i + 1] - bounds[i]) // slide)
                 ops.append(hosted.op)
-            outs = insert_many_keyed(ops, values, bounds)
-            parts = [(key, ends, res) for key, (ends, res) in zip(keys, outs) if len(ends)]
+            columns: list = []
+            outs = insert_many_keyed(ops, values, bounds, columns)
+            parts = ResultParts((key, ends, res) for key, (ends, res) in zip(keys, outs) if len(ends))
+            if columns and len(columns[0][0]) == len(parts):  # every part a view of the merge's arrays, in order
+                parts.columns = columns[0][1:]
             self._account(len(keys), len(values), parts)
             clock.lap("aggregate")
             return parts, []
