@@ -30,6 +30,13 @@ sink (``bench/results/runtime_sinks.json``).
     python bench/bench_runtime.py --sinks    # no sink vs csv vs parquet vs arrow, 6M tuples, 7 repeats
     python bench/bench_runtime.py --stages   # the default job's CPU per stage and process (runtime_stages.json)
 
+The jobs run in this process (their coordinator's source loop and sink thread), so this process tunes its
+allocator as ``pba-run`` tunes its own (:mod:`pba_runtime.runtime.malloc_tuning`; ``--glibc-malloc`` leaves
+glibc's thresholds: then the source loop's batch arrays are fresh pages, ~3 faults per 1,000 tuples, and it
+costs ~4-5 ns a tuple more). ``--sinks`` also reports each sink's CPU per stage and process, the CPU ratio to
+the run without a sink of the same repetition, and what the kernel did per thread (minor faults, context
+switches, from ``getrusage``); ``--which`` runs a subset of the sinks, ``--no-profile`` skips the cProfile runs.
+
 ``--stages`` profiles the default job as ``pba-run`` runs it (``--algorithm auto``, no sink), at the
 default batch size and at 4x it, interleaved: CPU ns a tuple of each stage, the coordinator's apart from
 the slots' (medians over the repetitions), and the tuples/s.
@@ -271,11 +278,12 @@ def main() -> None:
     ap.add_argument("--stages", action="store_true", help="the default job's CPU per stage (runtime_stages.json)")
     ap.add_argument("--out", default=str(RESULTS / "runtime.json"))
     ap.add_argument("--which", default=None, help="--sinks: a comma-separated subset of none,csv,parquet,arrow")
-    ap.add_argument("--malloc-as-pba-run", action="store_true",
-                    help="tune this process's allocator as pba-run tunes its own (the in-process coordinator's)")
+    ap.add_argument("--glibc-malloc", action="store_true",
+                    help="leave this process's allocator (the in-process coordinator's) as glibc sets it; by default "
+                         "it is tuned as pba-run tunes its own (runtime/malloc_tuning.py)")
     ap.add_argument("--no-profile", action="store_true", help="--sinks: skip the cProfile run of each sink")
     args = ap.parse_args()
-    if args.malloc_as_pba_run:
+    if not args.glibc_malloc:  # the coordinator runs in this process: its allocator as pba-run's
         from pba_runtime.runtime.malloc_tuning import keep_freed_memory
 
         keep_freed_memory()
