@@ -30,6 +30,13 @@ sink (``bench/results/runtime_sinks.json``).
     python bench/bench_runtime.py --sinks    # no sink vs csv vs parquet vs arrow, 6M tuples, 7 repeats
     python bench/bench_runtime.py --stages   # the default job's CPU per stage and process (runtime_stages.json)
 
+The jobs run in this process (their coordinator's source loop and sink thread), so this process tunes its
+allocator as ``pba-run`` tunes its own (:mod:`pba_runtime.runtime.malloc_tuning`; ``--glibc-malloc`` leaves
+glibc's thresholds: then the source loop's batch arrays are fresh pages, ~3 faults per 1,000 tuples, and it
+costs ~4-5 ns a tuple more). ``--sinks`` also reports each sink's CPU per stage and process, the CPU ratio to
+the run without a sink of the same repetition, and what the kernel did per thread (minor faults, context
+switches, from ``getrusage``); ``--which`` runs a subset of the sinks, ``--no-profile`` skips the cProfile runs.
+
 ``--stages`` profiles the default job as ``pba-run`` runs it (``--algorithm auto``, no sink), at the
 default batch size and at 4x it, interleaved: CPU ns a tuple of each stage, the coordinator's apart from
 the slots' (medians over the repetitions), and the tuples/s.
@@ -100,9 +107,29 @@ def spread(xs: list[float]) -> dict:
 SINKS = ("none", "csv", "parquet", "arrow")
 
 
+def kernel_counts(summary: dict, tuples: int) -> dict[str, float]:
+    """What the kernel did per thread (the summary's ``rusage``), per tuple: system CPU ns, minor page faults
+    and voluntary / involuntary context switches per 1,000 tuples; slots summed over the slots."""
+    ru = summary.get("rusage", {})
+    out: dict[str, float] = {}
+
+    def add(where: str, d: dict) -> None:
+        for k, v in d.items():
+            name = f"{where}.{k}"
+            out[name] = out.get(name, 0.0) + (v * 1e9 / tuples if k == "sys_s" else v * 1e3 / tuples)
+
+    for where, d in ru.get("coordinator", {}).items():
+        add(f"coordinator.{where}", d)
+    for slot in ru.get("slots", {}).values():
+        for where, d in slot.items():
+            add(f"slots.{where}", d)
+    return out
+
+
 def sinks_main(args: argparse.Namespace) -> None:
     """The default job with no sink, a CSV, a Parquet and an Arrow sink, interleaved (see the module doc)."""
-    runs: dict[str, list[dict]] = {k: [] for k in SINKS}
+    sinks = tuple(args.which.split(",")) if args.which else SINKS
+    runs: dict[str, list[dict]] = {k: [] for k in sinks}
     load = [list(os.getloadavg())]
     run(200_000, 2, algorithm="auto")  # warm-up: forkserver, imports
     order = random.Random(0)
@@ -110,10 +137,11 @@ def sinks_main(args: argparse.Namespace) -> None:
         def spec(name: str) -> str:
             return "none" if name == "none" else f"{name}:{os.path.join(tmp, 'out.' + name)}"
 
-        for name in SINKS[1:]:
-            run(200_000, 2, algorithm="auto", sink=spec(name))  # warm-up: each sink's modules and compiled loops (numba's cache)
+        for name in sinks:
+            if name != "none":  # warm-up: each sink's modules and compiled loops (numba's cache)
+                run(200_000, 2, algorithm="auto", sink=spec(name))
         for rep in range(args.repeats):
-            names = list(SINKS)
+            names = list(sinks)
             order.shuffle(names)
             for name in names:
                 s = run(args.tuples, 2, algorithm="auto", sink=spec(name))
@@ -121,7 +149,7 @@ def sinks_main(args: argparse.Namespace) -> None:
                 print(f"[{rep + 1}/{args.repeats}] {name:8s} {s['tuples_per_s'] / 1e6:6.2f} M tuples/s", flush=True)
             load.append(list(os.getloadavg()))
         profiles = {}
-        for name in SINKS[1:]:
+        for name in (n for n in sinks if n != "none" and not args.no_profile):
             d = os.path.join(tmp, f"prof-{name}")
             run(args.tuples, 2, algorithm="auto", sink=spec(name), profile_dir=d)
             profiles[name] = {f[:-5]: top_functions(os.path.join(d, f)) for f in sorted(os.listdir(d))
@@ -131,8 +159,12 @@ def sinks_main(args: argparse.Namespace) -> None:
         cats = [categories(s) for s in rs]
         results[name] = {
             "tuples_per_s": spread([s["tuples_per_s"] for s in rs]),
-            "ratio_to_no_sink": None if name == "none" else spread(
+            "ratio_to_no_sink": None if name == "none" or "none" not in runs else spread(
                 [s["tuples_per_s"] / n["tuples_per_s"] for s, n in zip(rs, runs["none"])]),
+            "cpu_ratio_to_no_sink": None if name == "none" or "none" not in runs else spread(
+                [_cpu(n) / _cpu(s) for s, n in zip(rs, runs["none"])]),
+            "stages_ns_per_tuple_median": _median_nested([stages(s, args.tuples) for s in rs]),
+            "kernel_per_tuple_median": _median_nested([kernel_counts(s, args.tuples) for s in rs]),
             "cpu_s_median": {k: statistics.median(c[k] for c in cats) for k in cats[0]},
             "cpu_ns_per_tuple_median": {k: 1e9 * statistics.median(c[k] for c in cats) / args.tuples
                                         for k in cats[0]},
@@ -158,7 +190,29 @@ def sinks_main(args: argparse.Namespace) -> None:
         print(f"{name:8s} {t['median'] / 1e6:12.2f} [{t['min'] / 1e6:.2f}-{t['max'] / 1e6:.2f}] "
               + (f"{q['median']:22.2f}x [{q['min']:.2f}-{q['max']:.2f}]" if q else f"{'':33s}")
               + f" {r['cpu_total_s_median']:6.2f}")
+    for name, r in results.items():
+        print(f"\n{name}: CPU ratio {r['cpu_ratio_to_no_sink']}; CPU ns a tuple (medians):")
+        for proc, st in r["stages_ns_per_tuple_median"].items():
+            print(f"  {proc:12s} " + ", ".join(f"{k} {v:.1f}" for k, v in st.items()))
+        print("  kernel (sys ns a tuple; faults, switches per 1K tuples): " + ", ".join(
+            f"{k} {v:.2f}" for k, v in r["kernel_per_tuple_median"].items()))
     print(f"load average per repetition: {load}\nwritten to {path}")
+
+
+def _cpu(summary: dict) -> float:
+    t = summary["time_s"]
+    return t["slots"]["process_cpu"] + t["coordinator"]["process_cpu"]
+
+
+def _median_nested(xs: list[dict]) -> dict:
+    """Medians key by key of dicts of numbers (or of dicts of numbers)."""
+    out: dict = {}
+    for k, v in xs[0].items():
+        if isinstance(v, dict):
+            out[k] = _median_nested([x[k] for x in xs])
+        else:
+            out[k] = statistics.median(x.get(k, 0.0) for x in xs)
+    return out
 
 
 def stages(summary: dict, tuples: int) -> dict[str, dict[str, float]]:
@@ -223,7 +277,16 @@ def main() -> None:
     ap.add_argument("--sinks", action="store_true", help="no sink vs csv vs parquet vs arrow (runtime_sinks.json)")
     ap.add_argument("--stages", action="store_true", help="the default job's CPU per stage (runtime_stages.json)")
     ap.add_argument("--out", default=str(RESULTS / "runtime.json"))
+    ap.add_argument("--which", default=None, help="--sinks: a comma-separated subset of none,csv,parquet,arrow")
+    ap.add_argument("--glibc-malloc", action="store_true",
+                    help="leave this process's allocator (the in-process coordinator's) as glibc sets it; by default "
+                         "it is tuned as pba-run tunes its own (runtime/malloc_tuning.py)")
+    ap.add_argument("--no-profile", action="store_true", help="--sinks: skip the cProfile run of each sink")
     args = ap.parse_args()
+    if not args.glibc_malloc:  # the coordinator runs in this process: its allocator as pba-run's
+        from pba_runtime.runtime.malloc_tuning import keep_freed_memory
+
+        keep_freed_memory()
     if args.stages:
         args.repeats = args.repeats or (2 if args.quick else 7)
         stages_main(args)

@@ -78,7 +78,27 @@ def run_once(tree: str, args: list[str], tuples: int, tmp: str) -> dict:
     m = json.loads(Path(metrics).read_text())
     t = m["time_s"]
     return {"rate": m["tuples_per_s"], "elapsed": m["elapsed_s"], "startup": m.get("startup_s"), "wall": wall,
-            "coordinator_cpu": t["coordinator"]["process_cpu"], "slots_cpu": t["slots"]["process_cpu"]}
+            "coordinator_cpu": t["coordinator"]["process_cpu"], "slots_cpu": t["slots"]["process_cpu"],
+            "stages_ns": stages_ns(t, tuples), "rusage": m.get("rusage")}
+
+
+def stages_ns(t: dict, tuples: int) -> dict[str, float]:
+    """CPU ns a tuple of each stage, from a summary's ``time_s`` (slots: both together): the coordinator's
+    source loop phases, its sink thread and its other threads (queue feeders), the slots' phases (their
+    output stages' ``format`` and ``emit`` included) and other threads (queue feeders, pools), and each
+    process's CPU outside those."""
+    ns = 1e9 / tuples
+    co, sk, sl = t["coordinator"], t["sink_thread"], t["slots"]
+    out = {f"coordinator.{k}": v * ns for k, v in co["cpu"].items()}
+    out["coordinator.sink_thread"] = sk["thread_cpu"] * ns
+    out["coordinator.other_threads"] = co["other_threads_cpu"] * ns
+    out["coordinator.untimed"] = max(0.0, co["process_cpu"] - sum(co["cpu"].values()) - sk["thread_cpu"]
+                                     - co["other_threads_cpu"]) * ns
+    out.update({f"slots.{k}": v * ns for k, v in sl["cpu"].items()})
+    out["slots.other_threads"] = sl["other_threads_cpu"] * ns
+    out["slots.untimed"] = max(0.0, sl["process_cpu"] - sum(sl["cpu"].values()) - sl["other_threads_cpu"]) * ns
+    out["stream"] = (co["process_cpu"] + sl["process_cpu"]) * ns
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -133,6 +153,21 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{name:38s} {statistics.median(rate):9.2f}M [{min(rate):5.2f}-{max(rate):5.2f}] "
               f"{statistics.median(wall):8.2f} [{min(wall):4.2f}-{max(wall):4.2f}] {statistics.median(cpu):12.2f}"
               + extra)
+    if a.sinks:
+        print("\nCPU of the stream: no sink over this sink, same tree and round, median [min-max]")
+        for name, tree, _ in configs:
+            if name.endswith("no sink"):
+                continue
+            q = [(n["coordinator_cpu"] + n["slots_cpu"]) / (x["coordinator_cpu"] + x["slots_cpu"])
+                 for x, n in zip(runs[name], runs[f"{tree} no sink"])]
+            print(f"  {name:20s} {statistics.median(q):.2f}x [{min(q):.2f}-{max(q):.2f}]")
+        names = [c[0] for c in configs]
+        stage_keys = sorted({k for n in names for x in runs[n] for k in x["stages_ns"]})
+        print("\nCPU ns a tuple by stage (medians over the rounds)")
+        print(f"{'stage':28s}" + "".join(f"{n:>15s}" for n in names))
+        for k in stage_keys:
+            print(f"{k:28s}" + "".join(f"{statistics.median(x['stages_ns'].get(k, 0.0) for x in runs[n]):15.1f}"
+                                       for n in names))
     print(f"1-min load average per round: {[round(x[0], 1) for x in loads]}")
     if a.json:
         Path(a.json).write_text(json.dumps({"tuples": a.tuples, "rounds": a.rounds, "configs": [c[0] for c in configs],

@@ -156,6 +156,17 @@ def unlink_all() -> int:
     return sum(_unlink_name(n, os.getpid()) for n in live_blocks())
 
 
+def _map(fd: int, nbytes: int, populate: bool) -> mmap.mmap:
+    """Map ``nbytes`` of ``fd`` shared. ``populate`` (Linux; elsewhere ignored): every page's entry is made now
+    (``MAP_POPULATE``), in one call, instead of at each page's first touch. A block's pages exist from its
+    creation (``posix_fallocate``), yet each process's first touch of each 4 KB page still faulted: a byte
+    ring of 18 MiB took 4,608 faults, ~1.6 us each on this machine (7.2 ms), against 1.1 ms to populate it."""
+    flag = getattr(mmap, "MAP_POPULATE", 0) if populate else 0
+    if not flag:
+        return mmap.mmap(fd, nbytes)
+    return mmap.mmap(fd, nbytes, flags=mmap.MAP_SHARED | flag)
+
+
 class ShmBlock:
     """One POSIX shared-memory block, mapped in this process.
 
@@ -173,8 +184,9 @@ class ShmBlock:
         self._finalizer = weakref.finalize(self, _unlink_name, name, os.getpid()) if owner else None
 
     @classmethod
-    def create(cls, nbytes: int) -> ShmBlock:
-        """A new block of at least ``nbytes`` bytes (zero-filled), named ``pba_<pid>_<n>_<random>``."""
+    def create(cls, nbytes: int, populate: bool = False) -> ShmBlock:
+        """A new block of at least ``nbytes`` bytes (zero-filled), named ``pba_<pid>_<n>_<random>``;
+        ``populate``: map every page now (:func:`_map`)."""
         _require_posix()
         nbytes = max(int(nbytes), 1)
         while True:
@@ -197,7 +209,7 @@ class ShmBlock:
                 if isinstance(exc, OSError) and exc.errno not in (95, 22):  # EOPNOTSUPP, EINVAL: no fallocate
                     raise
                 os.ftruncate(fd, nbytes)
-            mm = mmap.mmap(fd, nbytes)
+            mm = _map(fd, nbytes, populate)
         except BaseException:
             os.close(fd)
             _unlink_name(name, os.getpid())
@@ -212,12 +224,13 @@ class ShmBlock:
         return cls(None, mmap.mmap(-1, max(int(nbytes), 1)), owner=False)
 
     @classmethod
-    def attach(cls, name: str) -> ShmBlock:
-        """Map an existing block by name (no resource-tracker registration, never unlinked here)."""
+    def attach(cls, name: str, populate: bool = False) -> ShmBlock:
+        """Map an existing block by name (no resource-tracker registration, never unlinked here);
+        ``populate``: map every page now (:func:`_map`)."""
         _require_posix()
         fd = _posixshmem.shm_open("/" + name, os.O_RDWR, mode=0o600)
         try:
-            mm = mmap.mmap(fd, os.fstat(fd).st_size)
+            mm = _map(fd, os.fstat(fd).st_size, populate)
         finally:
             os.close(fd)
         return cls(name, mm, owner=False)

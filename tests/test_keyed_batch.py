@@ -226,3 +226,36 @@ def test_lean_finish_keeps_the_state_the_general_path_keeps(chunk_size):
             assert repr(a.insert(v)) == repr(b.insert(v))
         pos += per_tuple
     assert len(lean) >= 4  # most batches took the lean path
+
+
+@pytest.mark.parametrize("agg", ["max", "min", "sum", "count"])
+def test_columns_are_the_keys_windows_end_to_end(agg):
+    """``columns``: the lean keys with a window, in order, and their windows end to end, exactly the per-key
+    (ends, results) returned (which are unchanged by asking); not given when a key's results are not views of
+    them (``count``'s integer results), and only the lean keys listed when others mix in."""
+    rng = np.random.default_rng(3)
+    w = pr.CountWindow(range=8, slide=1)
+    for mixed in (False, True):
+        ops = [pr.create("sba", w, agg) for _ in range(5)]
+        if mixed:
+            ops[2] = pr.create("two_stacks", w, agg)
+        ref = [pr.create("sba", w, agg) if not (mixed and i == 2) else pr.create("two_stacks", w, agg)
+               for i in range(5)]
+        for n in (3, 40, 1, 25):  # short batches leave some keys without a window
+            values = rng.normal(size=5 * n)
+            values[::7] = np.nan
+            bounds = [0, n, 2 * n, 3 * n, 3 * n + 2, 5 * n]
+            columns: list = []
+            outs = insert_many_keyed(ops, values, bounds, columns)
+            want = insert_many_keyed(ref, values, bounds)
+            for (e, r), (we, wr) in zip(outs, want):
+                assert _bits(e) == _bits(we) and _bits(np.asarray(r)) == _bits(np.asarray(wr))
+            if agg == "count" or not columns:
+                assert not columns
+                continue
+            (idx, ends, res), = columns
+            lean = [i for i in range(5) if not (mixed and i == 2)]
+            assert idx == [i for i in lean if len(outs[i][0])]
+            if idx:
+                assert _bits(ends) == _bits(np.concatenate([outs[i][0] for i in idx]))
+                assert _bits(res) == _bits(np.concatenate([outs[i][1] for i in idx]))

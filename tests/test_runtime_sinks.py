@@ -178,8 +178,8 @@ def test_part_writer_rolls_whole_files_in_row_groups(tmp_path, fmt):
         assert meta.num_row_groups == 2  # 12 rows, then 8
         columns = [meta.row_group(0).column(i) for i in range(4)]  # LZ4-compressed pages
         assert all(c.compression == "LZ4" for c in columns)
-        assert [("DELTA_BINARY_PACKED" in c.encodings, "PLAIN" in c.encodings) for c in columns] == [
-            (False, True), (True, False), (True, False), (False, True)]  # start and end delta-encoded
+        assert [("BYTE_STREAM_SPLIT" in c.encodings, "PLAIN" in c.encodings) for c in columns] == [
+            (False, True), (True, False), (True, False), (False, True)]  # start and end byte-stream-split
         # statistics for end only (a time range's filter): end's min and max in the first row group
         assert [c.statistics is not None and c.statistics.has_min_max for c in columns] == [False, False, True, False]
         assert (columns[2].statistics.min, columns[2].statistics.max) == (1, 4)
@@ -285,3 +285,32 @@ def test_csv_sink_through_the_output_stage_holds_every_keys_windows_exactly(tmp_
     for k in np.unique(keys):
         ends, res = pr.sliding_aggregate(values[keys == k], window=window, agg="max", algorithm="sba")
         assert got[int(k)] == [(int(e) - 50, int(e), float(r)) for e, r in zip(ends, res)]
+
+
+def test_sinks_take_a_batchs_columns_instead_of_concatenating_its_parts():
+    """A slot's :class:`ResultParts` with ``columns`` (every part's windows end to end): the CSV bytes and the
+    table are the per-part path's."""
+    from pba_runtime.runtime.sinks import ResultParts
+
+    rng = np.random.default_rng(2)
+    counts = [30, 1, 45, 12]
+    ends = np.concatenate([np.arange(100, 100 + n) for n in counts])
+    res = np.concatenate([np.array(SPECIAL), rng.random(len(ends) - len(SPECIAL)) * 100])
+    cuts = np.cumsum([0, *counts])
+    for keys in ([7, 3, 12, 40], ["mf01", "a b", "plug-2", "x"]):
+        plain = [(k, ends[a:b], res[a:b]) for k, a, b in zip(keys, cuts[:-1], cuts[1:])]
+        parts = ResultParts(plain)
+        parts.columns = (ends, res)
+        assert format_csv_batch(parts, 4) == format_csv_batch(plain, 4) == slow_csv(plain, 4)
+        ring = ByteRing.create(1 << 16)
+        producer = ByteRing.attach(ring.name)
+        try:
+            ref = format_csv_batch(parts, 4, producer)
+            assert bytes(ring.view(ref)) == slow_csv(plain, 4)
+        finally:
+            producer.close()
+            ring.close()
+        fast, slow = result_table(parts, 4), result_table(plain, 4)
+        assert fast.schema == slow.schema and fast.column("key").to_pylist() == slow.column("key").to_pylist()
+        for name in ("start", "end", "value"):  # bit for bit (NaN included)
+            assert fast.column(name).to_numpy().tobytes() == slow.column(name).to_numpy().tobytes()

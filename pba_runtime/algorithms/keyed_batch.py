@@ -42,7 +42,7 @@ __all__ = ["insert_many_keyed"]
 
 
 def insert_many_keyed(ops: Sequence[WindowOperator], values: np.ndarray,
-                      bounds: Sequence[int]) -> list[tuple[np.ndarray, Any]]:
+                      bounds: Sequence[int], columns: list | None = None) -> list[tuple[np.ndarray, Any]]:
     """``[op.insert_many(values[bounds[i] : bounds[i + 1]]) for i, op in enumerate(ops)]``, the keys on the
     lean path merged in one compiled call (see the module doc).
 
@@ -54,6 +54,11 @@ def insert_many_keyed(ops: Sequence[WindowOperator], values: np.ndarray,
         The batch's values, grouped by key: ``ops[i]``'s are ``values[bounds[i] : bounds[i + 1]]``.
     bounds : sequence of int
         ``len(ops) + 1`` increasing offsets into ``values``.
+    columns : list, optional
+        When given, and every key the one compiled call merged returns its ends and results as views of
+        that call's two arrays (as the lean aggregations do), ``(indices, ends, results)`` is appended to
+        it: the indices of those keys with a window, in order, and all their windows end to end, the very
+        arrays their views are cut from (a consumer of every key's windows needs no copy of them).
 
     Returns
     -------
@@ -99,10 +104,16 @@ def insert_many_keyed(ops: Sequence[WindowOperator], values: np.ndarray,
     res, ends = _results(o, (), np.float64, True)
     merge_keyed(first.engine, X, np.array(xstart, dtype=np.int64), np.array(nwin, dtype=np.int64),
                 np.array(ostart, dtype=np.int64), np.array(first_end, dtype=np.int64), q, res, ends)
+    views = True  # every key's results the view of res it was given
     for (i, k_lo, nw, _), x0, o0 in zip(lean, xstart, ostart):
         Xk = X[x0 : x0 + nw + q - 1]
         o1 = o0 + nw
-        out[i] = (ends[o0:o1], ops[i].lean_finish(Xk, k_lo, nw, bounds[i + 1] - bounds[i], res[o0:o1]))
+        rk = res[o0:o1]
+        low = ops[i].lean_finish(Xk, k_lo, nw, bounds[i + 1] - bounds[i], rk)
+        views = views and low is rk
+        out[i] = (ends[o0:o1], low)
+    if columns is not None and views:
+        columns.append(([i for i, _, nw, _ in lean if nw], ends, res))
     return out
 
 

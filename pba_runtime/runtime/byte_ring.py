@@ -26,7 +26,9 @@ queue), and a region larger than the ring is not placed at all (the caller
 sends those bytes inline). The coordinator creates the ring (it owns the
 block: :class:`pba_runtime.shm.ShmBlock`, registered with the resource
 tracker) and unlinks its name as soon as its slot has mapped it, so nothing
-is left in ``/dev/shm`` whatever happens to the processes afterwards.
+is left in ``/dev/shm`` whatever happens to the processes afterwards. Both sides map every page of the
+ring when they map it (``populate``: :class:`~pba_runtime.shm.ShmBlock`), not at each page's first touch
+in the stream: an 18 MiB ring's first lap took 4,608 faults a side, ~1.6 us each here.
 
 Examples
 --------
@@ -109,12 +111,12 @@ class ByteRing:
         process is the producer, as it is of a slot's input ring)."""
         if capacity < 1:
             raise ValueError(f"capacity must be a positive number of bytes, got {capacity!r}")
-        return cls(ShmBlock.create(_HEADER + int(capacity)), on_wait)
+        return cls(ShmBlock.create(_HEADER + int(capacity), populate=True), on_wait)
 
     @classmethod
     def attach(cls, name: str, on_wait: Callable[[], None] | None = None) -> ByteRing:
-        """Map the ring ``name`` (the producer's side)."""
-        return cls(ShmBlock.attach(name), on_wait)
+        """Map the ring ``name`` (the other process's side)."""
+        return cls(ShmBlock.attach(name, populate=True), on_wait)
 
     # ------------------------------------------------------------------ producer
     def reserve(self, nbytes: int) -> np.ndarray | None:

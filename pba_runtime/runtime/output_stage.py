@@ -67,6 +67,7 @@ class OutputStage:
         self._ready = threading.Event()
         self.clock: PhaseClock | None = None
         self._thread_cpu = 0.0
+        self._rusage: dict[str, float] = {}
         self._thread = threading.Thread(target=self._run, name="pba-slot-output", daemon=True)
         self._thread.start()
         self._ready.wait()
@@ -90,6 +91,7 @@ class OutputStage:
             except BaseException as exc:
                 self._error = exc
             self._thread_cpu = self.clock.thread_cpu()
+            self._rusage = self.clock.rusage.delta()
 
     def check(self) -> None:
         """Raise the error of a job that failed, if one did."""
@@ -124,8 +126,10 @@ class OutputStage:
         self._thread.join(timeout)
 
     def report(self) -> dict[str, Any]:
-        """The stage thread's :class:`~pba_runtime.runtime.metrics.PhaseClock` phases and its CPU seconds (as
-        of its last job: a thread's CPU time can only be read on it)."""
+        """The stage thread's :class:`~pba_runtime.runtime.metrics.PhaseClock` phases, its CPU seconds and its
+        :class:`~pba_runtime.runtime.metrics.Rusage` (as of its last job: a thread's figures can only be read
+        on it)."""
         if self.clock is None:
-            return {"wall": {}, "cpu": {}, "thread_cpu": 0.0}
-        return {"wall": dict(self.clock.wall), "cpu": dict(self.clock.cpu), "thread_cpu": self._thread_cpu}
+            return {"wall": {}, "cpu": {}, "thread_cpu": 0.0, "rusage": {}}
+        return {"wall": dict(self.clock.wall), "cpu": dict(self.clock.cpu), "thread_cpu": self._thread_cpu,
+                "rusage": dict(self._rusage)}

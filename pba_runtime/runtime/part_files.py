@@ -65,21 +65,22 @@ __all__ = ["PartWriter", "commit_parts", "prepare_part_dir", "part_files", "ROWS
 ROWS_PER_GROUP = 1 << 17
 
 SUFFIXES = {"parquet": ".parquet", "arrow": ".arrow"}
-#: How the Parquet parts are encoded: ``key`` and ``value`` plain, ``start`` and ``end`` delta-encoded
-#: (consecutive windows' bounds differ by the slide), every page compressed with LZ4 (``LZ4_RAW``, which
-#: pyarrow, pandas, polars, DuckDB and Spark read); min/max statistics for ``end`` only, the column a
-#: reader filters a time range on: every row group of a part holds every key of its slot (each batch
-#: brings them all), so the key's statistics would skip nothing, and ``start`` is ``end`` minus the
-#: range; the column writers take 64K values at a time (pyarrow's default, 1,024, checks the page size
-#: after each; a page may pass its 1 MB target by one such batch). Measured on a slot's own batches of
-#: the default job (92 batches, 2.86M rows, row groups of 128K, ``ParquetWriter`` alone, thread CPU,
-#: medians of 5): 15.8 ns and 0.18 bytes a row, against 23.6-24.2 ns and 8.8 bytes with the key
-#: dictionary-encoded, no compression and every column's statistics (the encoding before); every column
-#: plain with LZ4: 23.0-25.0 ns and 5.9 bytes; the key delta-encoded too: 19.0-19.7 ns; no compression:
-#: 22.2 ns; snappy: 23.5 ns. (On rows re-batched from a CSV of the same job, sorted by key, plain with
-#: LZ4 looked best, 0.7 bytes a row: the slot's own batches decide.)
+#: How the Parquet parts are encoded: ``key`` and ``value`` plain, ``start`` and ``end`` byte-stream-split
+#: (each value's eight bytes go to eight streams, so the high bytes, constant between consecutive windows, form
+#: long runs), every page compressed with LZ4 (``LZ4_RAW``, which pyarrow, pandas, polars, DuckDB and Spark
+#: read; byte-stream-split integers need Parquet format 2.11 readers: pyarrow >= 16, parquet-java >= 1.14,
+#: as Spark 4 ships); min/max statistics for ``end`` only, the column a reader filters a time range on: every
+#: row group of a part holds every key of its slot (each batch brings them all), so the key's statistics would
+#: skip nothing, and ``start`` is ``end`` minus the range; the column writers take 64K values at a time
+#: (pyarrow's default, 1,024, checks the page size after each; a page may pass its 1 MB target by one such
+#: batch). Measured on batches shaped as a slot's of the default job (40 batches of 42 keys x ~780 windows,
+#: 1.3M rows, row groups of 128K, the batch's table and ``ParquetWriter``, thread CPU, medians of 5, pyarrow
+#: 26, the slot's allocator settings): 18.8 ns and 0.27 bytes a row, against 21.7-30.2 ns and 0.18 bytes with
+#: ``start`` and ``end`` delta-encoded (the encoding before: ``DeltaBitPackEncode`` was a third of the slots'
+#: Parquet thread in a profile of the job); every column plain with LZ4 19.6 ns and 1.2 bytes, snappy instead
+#: of LZ4 16.8 ns and 1.6 bytes, no compression 23.7 ns and 32 bytes; of each, the table ~4 ns.
 PARQUET_OPTIONS = {"use_dictionary": False, "compression": "lz4", "write_statistics": ["end"],
-                   "column_encoding": {"start": "DELTA_BINARY_PACKED", "end": "DELTA_BINARY_PACKED"},
+                   "column_encoding": {"start": "BYTE_STREAM_SPLIT", "end": "BYTE_STREAM_SPLIT"},
                    "write_batch_size": 1 << 16}
 _IN_PROGRESS = ".inprogress"
 _PART = re.compile(r"^(\.)?part-(\d{6,})-(\d{4,})\.(parquet|arrow)(\.inprogress)?$")

@@ -60,7 +60,7 @@ import numpy as np
 from .errors import JobError, UserError
 
 __all__ = ["FORMATS", "TEXT_FORMATS", "PART_FORMATS", "parse_sink_spec", "format_results", "format_late",
-           "format_csv_batch", "result_table", "sink_modules", "header", "FileSink",
+           "format_csv_batch", "result_table", "ResultParts", "sink_modules", "header", "FileSink",
            "late_path_for", "late_format_for"]
 
 #: Formats of sinks that append to one file (or stdout).
@@ -184,6 +184,29 @@ def _arrow_repeated_strings(texts: list[str], counts: list[int]) -> Any:
                                  ).cast(pa.string())
 
 
+class ResultParts(list):
+    """A batch's windows ``[(key, ends, results), ...]`` (every part with a window), and, when the slot has them,
+    ``columns``: ``(ends, results)`` of every part end to end, one array each (the keyed merge's own arrays,
+    :func:`~pba_runtime.algorithms.keyed_batch.insert_many_keyed`), so the sinks need not concatenate them.
+
+    >>> parts = ResultParts([(7, np.array([3]), np.array([1.0]))]); parts.columns is None
+    True
+    """
+
+    columns: tuple[np.ndarray, np.ndarray] | None = None
+
+
+def _columns(parts: list) -> tuple[np.ndarray, np.ndarray]:
+    """``(ends, results)`` of ``parts`` (every part with a window) end to end: a :class:`ResultParts`'s
+    ``columns``, or concatenated."""
+    columns = getattr(parts, "columns", None)
+    if columns is not None:
+        return columns
+    if len(parts) == 1:
+        return parts[0][1], parts[0][2]
+    return np.concatenate([e for _, e, _ in parts]), np.concatenate([r for _, _, r in parts])
+
+
 def result_table(parts: list, range_: int) -> Any:
     """The windows of a batch, ``[(key, ends, results), ...]``, as a pyarrow Table ``key, start, end, value``.
 
@@ -202,10 +225,14 @@ def result_table(parts: list, range_: int) -> Any:
     """
     import pyarrow as pa
 
+    columns = getattr(parts, "columns", None)
     parts = [p for p in parts if len(p[1])]
     keys = [k for k, _, _ in parts]
     counts = [len(e) for _, e, _ in parts]
-    ends = np.concatenate([np.asarray(e, dtype=np.int64) for _, e, _ in parts]) if parts else np.empty(0, np.int64)
+    if columns is not None:
+        ends = columns[0]
+    else:
+        ends = np.concatenate([np.asarray(e, dtype=np.int64) for _, e, _ in parts]) if parts else np.empty(0, np.int64)
     if keys and all(isinstance(k, (int, np.integer)) and not isinstance(k, bool) for k in keys):
         key_col = _arrow_numbers(np.repeat(np.array(keys, dtype=np.int64), counts))
     else:
@@ -213,7 +240,7 @@ def result_table(parts: list, range_: int) -> Any:
     results = [r for _, _, r in parts]
     from_numpy = True  # no null can be in the value column
     if results and all(isinstance(r, np.ndarray) and r.ndim == 1 and r.dtype.kind in "fiu" for r in results):
-        value_col = _arrow_numbers(np.concatenate(results))
+        value_col = _arrow_numbers(columns[1] if columns is not None else np.concatenate(results))
     elif results and all(isinstance(r, np.ndarray) and r.ndim == 2 and r.dtype.kind == "f" for r in results):
         flat = np.concatenate(results)
         value_col = pa.FixedSizeListArray.from_arrays(_arrow_numbers(flat.reshape(-1)), flat.shape[1])
@@ -246,6 +273,7 @@ def format_csv_batch(parts: list, range_: int, ring: Any = None) -> bytes | tupl
     the lines are written into it and their region ``(position, length)`` is
     returned; bytes are returned when they cannot fit in the ring.
     """
+    columns = getattr(parts, "columns", None)
     parts = [p for p in parts if len(p[1])]
     if not parts:
         return b""
@@ -261,8 +289,7 @@ def format_csv_batch(parts: list, range_: int, ring: Any = None) -> bytes | tupl
     except TypeError:  # an unhashable key
         prefixes = [(_csv_field(k) + ",").encode() for k, _, _ in parts]
     counts = np.fromiter((len(e) for _, e, _ in parts), np.int64, len(parts))
-    ends = np.concatenate([e for _, e, _ in parts]) if len(parts) > 1 else parts[0][1]
-    values = np.concatenate([r for _, _, r in parts]) if len(parts) > 1 else parts[0][2]
+    ends, values = _columns(parts) if columns is None else columns
     if ring is not None:
         last: list = [None]  # the buffer of the last call, None if it is the ring's
 

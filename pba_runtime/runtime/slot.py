@@ -85,11 +85,11 @@ from ..kernels import warm_in_background
 from ..pool import ORPHAN_EXIT_CODE, exit_with_parent
 from .byte_ring import ByteRing
 from .malloc_tuning import keep_freed_memory
-from .metrics import PhaseClock
+from .metrics import PhaseClock, Rusage
 from .output_stage import OutputStage
 from .part_files import PartWriter
 from .partitioning import group_runs
-from .sinks import PART_FORMATS, format_csv_batch, format_late, format_results, result_table, sink_modules
+from .sinks import PART_FORMATS, ResultParts, format_csv_batch, format_late, format_results, result_table, sink_modules
 
 __all__ = ["SlotSpec", "TaskSlot", "slot_main", "make_operator"]
 
@@ -212,6 +212,7 @@ class TaskSlot:
         self.windows = 0
         self.late = 0
         self._cpu0 = time.process_time()
+        self._rusage = Rusage("process")
         self._is_time = isinstance(spec.window, pr.TimeWindow)
         self._range = spec.window.range
         self._slide = spec.window.slide
@@ -336,8 +337,11 @@ class TaskSlot:
                 if hosted is None:
                     hosted = self._open(key, (bounds[i + 1] - bounds[i]) // slide)
                 ops.append(hosted.op)
-            outs = insert_many_keyed(ops, values, bounds)
-            parts = [(key, ends, res) for key, (ends, res) in zip(keys, outs) if len(ends)]
+            columns: list = []
+            outs = insert_many_keyed(ops, values, bounds, columns)
+            parts = ResultParts((key, ends, res) for key, (ends, res) in zip(keys, outs) if len(ends))
+            if columns and len(columns[0][0]) == len(parts):  # every part a view of the merge's arrays, in order
+                parts.columns = columns[0][1:]
             self._account(len(keys), len(values), parts)
             clock.lap("aggregate")
             return parts, []
@@ -426,6 +430,7 @@ class TaskSlot:
         to the stream."""
         self.clock = PhaseClock()
         self._cpu0 = time.process_time()
+        self._rusage = Rusage("process")
 
     def finish_parts(self, next_epoch: int | None = None) -> list[str]:
         """Close the slot's part file (part-file sinks): its name, for the checkpoint (or the end) to commit."""
@@ -453,12 +458,15 @@ class TaskSlot:
             lcs += int(st.get("lcs_tasks", 0))
             stall_time += float(st.get("stall_time", 0.0))
             late_ops += int(st.get("late", 0))
+        clock = self._clock_report(main_clock)
+        rusage = {"process": self._rusage.delta(), "main": clock.get("rusage", {}),
+                  "output": {} if self.output is None else self.output.report()["rusage"]}
         return {"slot": self.spec.index, "pid": os.getpid(), "keys": len(self.host), "tuples": self.tuples,
                 "windows": self.windows, "late": self.late, "lcs_tasks": lcs, "stalls": stalls,
                 "stall_time": stall_time, "algorithms": dict(algs), "reasons": dict(reasons),
                 "engines": dict(engines), "pool_tasks": self.pool.tasks, "calls": self.calls,
                 "largest_piece": self.largest_piece, "split_min": self._split_min(),
-                "clock": self._clock_report(main_clock),
+                "clock": clock, "rusage": rusage,
                 "cpu_s": time.process_time() - self._cpu0}
 
     def _split_min(self) -> dict[str, int]:
