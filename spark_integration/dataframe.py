@@ -356,6 +356,10 @@ def sliding_window_aggregate(
         plus ``algorithm: string`` when asked. ``window_end`` is the window's
         exclusive end: the number of the key's values seen for count windows,
         ``k*slide + offset + range`` for time windows (epoch ms for timestamps).
+        On a streaming DataFrame, when the session has no
+        ``spark.sql.execution.arrow.maxBytesPerBatch`` set, it is set to
+        ``2**31 - 1`` (Spark then skips a per-row size check of its Arrow
+        batches: :func:`spark_integration.streaming.uncap_arrow_batch_bytes`).
 
     Raises
     ------

@@ -299,6 +299,27 @@ def test_streaming_errors_on_the_driver(sspark, tmp_path):
                                     **{**kw, "agg": "std"})
 
 
+def test_arrow_batch_byte_cap_is_lifted_unless_the_user_set_one(sspark, tmp_path):
+    """The adapter sets maxBytesPerBatch to Spark's no-cap value (no per-row size check) only when it is unset."""
+    from spark_integration.streaming import ARROW_BYTES_CONF, UNCAPPED_ARROW_BYTES
+
+    write_files(str(tmp_path / "in"), [pd.DataFrame({"plug": ["a"], "ts": [1], "load": [1.0]})])
+    old = sspark.conf.get(ARROW_BYTES_CONF, None)
+    kw = dict(key="plug", order_by="ts", value="load", window=pr.CountWindow(range=2, slide=1), agg="max")
+    try:
+        sspark.conf.unset(ARROW_BYTES_CONF)
+        si.sliding_window_aggregate(stream_of(sspark, str(tmp_path / "in")), **kw)
+        assert sspark.conf.get(ARROW_BYTES_CONF, None) == str(UNCAPPED_ARROW_BYTES)
+        sspark.conf.set(ARROW_BYTES_CONF, "1000000")
+        si.sliding_window_aggregate(stream_of(sspark, str(tmp_path / "in")), **kw)
+        assert sspark.conf.get(ARROW_BYTES_CONF, None) == "1000000"
+    finally:
+        if old is None:
+            sspark.conf.unset(ARROW_BYTES_CONF)
+        else:
+            sspark.conf.set(ARROW_BYTES_CONF, old)
+
+
 def test_rate_source_count_windows_are_a_prefix_of_the_batch_answer(sspark, tmp_path):
     """The rate source (value 0, 1, 2, ... at a steady rate): key = value % 3, order = value. Whatever the
     micro-batches, each key's windows are the first windows of the batch answer over its values."""
