@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 import pba_runtime as pr
 from pba_runtime.batch import COMPILED_SPLIT_MIN, windows_with_ends
 from pba_runtime.kernels import ENGINES, resolve_engine
+from pba_runtime.kernels.read_only import read_only
 from tests import oracle
 from tests.oracle import assert_results_equal
 from tests.streams import run_batches
@@ -452,11 +453,12 @@ def test_columns_merge_equals_scalar_merge_per_column():
                     [np.nan, np.inf, -np.inf, -0.0, 0.0, 1e12], size=X.size // 8)
                 nwin = n - q + 1
                 got = np.empty((nwin, K))
-                C.merge_columns(X, q, 0, nwin, got, np.empty(0, dtype=np.int64), 0, 1, np.asarray(ops),
+                # read-only inputs, as merge_range passes them: the specialisations the engine runs (no other compile)
+                C.merge_columns(read_only(X), q, 0, nwin, got, np.empty(0, dtype=np.int64), 0, 1, np.asarray(ops),
                                 np.empty((q, K)), np.empty((q, K)))
                 for k, op in enumerate(ops):
                     want = np.empty(nwin)
-                    C.merge_scalar(np.ascontiguousarray(X[:, k]), q, 0, nwin, want, np.empty(0, dtype=np.int64),
+                    C.merge_scalar(read_only(np.ascontiguousarray(X[:, k])), q, 0, nwin, want, np.empty(0, dtype=np.int64),
                                    0, 1, op, np.empty(q), np.empty(q))
                     same = (got[:, k].view(np.int64) == want.view(np.int64)) | (np.isnan(got[:, k])
                                                                                  & np.isnan(want))
@@ -643,6 +645,7 @@ def test_one_loop_sum_equals_the_two_pass_merge_bit_for_bit(q, mean):
     none = np.empty(0, dtype=np.int64)
     for v in (_values(rng, 9 * q + 4, "sum"), _tie_heavy(rng, 9 * q + 4),
               np.tile(np.r_[np.full(q + 1, 1e12), np.full(q + 2, 1e-3)], 5)):
+        v = read_only(v)  # as values_range and merge_range pass it: the specialisation the engine runs
         nwin = len(v) - q + 1
 
         def one(a0, a1, out, ends=none):
@@ -726,7 +729,7 @@ def test_fused_time_windows_check_timestamps_as_the_reference(data):
         ok = True
     except ValueError as exc:
         ok, why = False, str(exc)
-    assert TF.timestamps_ok(ts, lo, hi, lo if t_last is None else max(lo, t_last)) == ok
+    assert TF.timestamps_ok(read_only(ts), lo, hi, lo if t_last is None else max(lo, t_last)) == ok  # as PBA's
     v = np.arange(float(n))
     with pr.create("pba", window, "max", engine="compiled") as op:
         assert op._fused_time

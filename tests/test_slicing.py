@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 import pba_runtime as pr
 from pba_runtime import windows
 from pba_runtime.kernels import slicing
+from pba_runtime.kernels.read_only import read_only
 
 pytest.importorskip("numba")
 
@@ -59,10 +60,10 @@ def test_fold_equals_reduce_segments(agg, case, seed):
     S0 = int(G[0])
     width = int(G[-1]) - S0 + 1
     fast, slow = kernel.identity_array(width), kernel.identity_array(width)
-    if P.ndim == 1:
-        slicing.fold_scalar(P, G, S0, fast, engine.ops[0])
+    if P.ndim == 1:  # read-only partials, as PBA passes them: the specialisation it runs
+        slicing.fold_scalar(read_only(P), G, S0, fast, engine.ops[0])
     else:
-        slicing.fold_columns(P, G, S0, fast, engine._ops_array)
+        slicing.fold_columns(read_only(P), G, S0, fast, engine._ops_array)
     starts = np.insert(np.flatnonzero(np.diff(G)) + 1, 0, 0)
     with np.errstate(invalid="ignore"):  # inf + -inf: NaN, as the fold gives
         slow[G[starts] - S0] = kernel.reduce_segments(P, starts)

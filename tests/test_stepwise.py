@@ -89,7 +89,12 @@ def test_sba_matches_python(agg, window):
     _check("sba", window, agg, vals, ts)
 
 
-@pytest.mark.parametrize("agg, window", matrix(["max", "sum", "std", "argmax", SPREAD]))
+# Two-Stacks over scalar partials in the default run (max, sum; std on time windows in the hypothesis test
+# below); its argmax, user-aggregation and std count-window loops (~1-2 s each, cold) with the slow tests:
+# those aggregations' loops are checked against Python by SBA's test, and the same stacks by max and sum
+@pytest.mark.parametrize("agg, window", matrix(["max", "sum"])
+                         + [pytest.param(*c.values, id=c.id, marks=pytest.mark.slow) for c in matrix(["std", "argmax",
+                                                                                                     SPREAD])])
 def test_two_stacks_matches_python(agg, window):
     vals, ts = _stream(2, 300, window, agg)
     _check("two_stacks", window, agg, vals, ts)
@@ -303,22 +308,33 @@ def test_hypothesis_streams_count(values, r, s, alg):
         _check("soe", pr.CountWindow(range=r, slide=s), "sum", vals, None)
 
 
+# the time-window loops only this test compiles (Two-Stacks' std, DABA's sum, SoE's std: ~11 s cold, together)
+# are checked with the slow tests (full=True); the default run checks every other pair here: each algorithm's
+# max, SBA's std, FlatFAT's and SoE's sum (their std and sum run on time windows in the tests above too)
+ONLY_HERE = {("two_stacks", "std"), ("daba", "sum"), ("soe", "std")}
+
+
+@pytest.mark.parametrize("full", [False, pytest.param(True, marks=pytest.mark.slow)], ids=["default", "full"])
 @given(st.lists(st.tuples(st.floats(-1e6, 1e6), st.integers(0, 12)), max_size=60),
        st.integers(1, 9), st.integers(1, 4), st.integers(-5, 5),
        st.sampled_from(["sba", "two_stacks", "daba", "flatfat"]))
-def test_hypothesis_streams_time(rows, r, s, offset, alg):
+def test_hypothesis_streams_time(full, rows, r, s, offset, alg):
     s = min(s, r)
     vals = np.array([v for v, _ in rows], dtype=float)
     ts = np.cumsum([d for _, d in rows]).astype(np.int64) if rows else np.zeros(0, dtype=np.int64)
-    _check(alg, pr.TimeWindow(range=r, slide=s, offset=offset), "max", vals, ts)
-    _check(alg, pr.TimeWindow(range=r, slide=s, offset=offset), "std" if alg in ("sba", "two_stacks") else "sum",
-           vals, ts)
+    checks = [(alg, "max"), (alg, "std" if alg in ("sba", "two_stacks") else "sum")]
     if alg == "sba":
-        _check("soe", pr.TimeWindow(range=r, slide=s, offset=offset), "std", vals, ts)
-        _check("soe", pr.TimeWindow(range=r, slide=s, offset=offset), "sum", vals, ts)
+        checks += [("soe", "std"), ("soe", "sum")]
+    for a, agg in checks:
+        if full or (a, agg) not in ONLY_HERE:
+            _check(a, pr.TimeWindow(range=r, slide=s, offset=offset), agg, vals, ts)
 
 
-@pytest.mark.parametrize("alg", ["sba", "pba", "two_stacks", "slick_deque", "daba", "flatfat", "soe"])
+# latency=True compiles another loop per algorithm (~1-3 s each, cold); the timing lines are the slicing
+# template's (@LAT), which touch only their own locals (test_snippets_cannot_clobber_the_template): SBA/PBA
+# and Two-Stacks (the latency benchmark's pair) in the default run, the other mergers with the slow tests
+@pytest.mark.parametrize("alg", ["sba", "pba", "two_stacks"]
+                         + [pytest.param(a, marks=pytest.mark.slow) for a in ("slick_deque", "daba", "flatfat", "soe")])
 def test_latency_one_per_window(alg):
     vals = np.random.default_rng(6).random(5000)
     out = _check(alg, pr.CountWindow(range=64, slide=1), "sum" if alg == "soe" else "max", vals, None, latency=True)

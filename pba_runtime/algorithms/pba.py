@@ -76,6 +76,7 @@ from ..aggregations import as_float_array, quiet_non_finite
 from ..batch import COMPILED_SPLIT_MIN, _results, windows_from_values, windows_with_ends
 from ..chunking import plan_chunk_size
 from ..kernels import merge_range, resolve_engine
+from ..kernels.read_only import read_only
 from ..merge import build_lcs
 from ..pool import WorkerPool, default_pool
 from .base import SlicedAggregator, no_timestamps, sizeof, validate_timestamps
@@ -748,7 +749,7 @@ class PBA(SlicedAggregator):
 
         lo, hi = self.window.timestamp_range
         first = lo if self._t_last is None else max(lo, self._t_last)
-        return ts if TF.timestamps_ok(ts, lo, hi, first) else None
+        return ts if TF.timestamps_ok(read_only(ts), lo, hi, first) else None
 
     def _time_fused(self, vals: np.ndarray, ts: np.ndarray, flush: bool) -> tuple[np.ndarray, Any]:
         """A time-window batch of values ``vals`` (or, with ``flush``, the end of stream) in one compiled
@@ -774,6 +775,9 @@ class PBA(SlicedAggregator):
         else:
             P = kernel.lift(vals, ts if self.agg.positional else None)
             P2 = np.ascontiguousarray(P, dtype=np.float64).reshape((N,) + row)
+        # the kernel only reads the partials and timestamps: read-only views, whether the caller's arrays are
+        # writable or Arrow's buffers, so each kernel compiles once (kernels/read_only.py)
+        P2, ts = read_only(P2), read_only(ts)
         ident = kernel.identity_array(1).reshape((1,) + row)
         st = np.zeros(TF.STATE, dtype=np.int64)
         st[TF.LANES] = TF.LANES_MIN
@@ -983,9 +987,9 @@ class PBA(SlicedAggregator):
         if self._compiled_fold:
             slicing = self._slicing
             if dense.ndim == 1:
-                slicing.fold_scalar(np.ascontiguousarray(P), G, S0, dense, self.engine.ops[0])
+                slicing.fold_scalar(read_only(np.ascontiguousarray(P)), G, S0, dense, self.engine.ops[0])
             else:
-                slicing.fold_columns(np.ascontiguousarray(P), G, S0, dense, self.engine._ops_array)
+                slicing.fold_columns(read_only(np.ascontiguousarray(P)), G, S0, dense, self.engine._ops_array)
             return
         starts = np.flatnonzero(np.diff(G)) + 1
         starts = np.insert(starts, 0, 0)

@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from ..aggregations import BUILTIN_AGGREGATIONS, Aggregation, ArgmaxKernel, Kernel, StdKernel, UfuncKernel
+from .read_only import read_only
 from .scratch import scratch
 
 __all__ = ["ENGINES", "CompileWarning", "Engine", "resolve_engine", "check_engine", "compiled_available", "merge_keyed",
@@ -64,12 +65,12 @@ class CompiledKernel(Kernel):
             return self.base.lift(values, positions)
         from . import compiled as C
 
-        vals = np.ascontiguousarray(values, dtype=np.float64)
+        vals = read_only(np.ascontiguousarray(values, dtype=np.float64))  # (one compiled type: read_only.py)
         if self._lift_name == "lift_moments" and (vals < 0).any():
             return self.base.lift(values, positions)  # which refuses the batch, naming the value
         out = np.empty((len(values),) + self.shape)
         if positions is not None:
-            getattr(C, self._lift_name)(vals, np.ascontiguousarray(positions), out)
+            getattr(C, self._lift_name)(vals, read_only(np.ascontiguousarray(positions)), out)
         else:
             getattr(C, self._lift_name)(vals, out)
         return out
@@ -80,7 +81,7 @@ class CompiledKernel(Kernel):
         from . import compiled as C
 
         out = np.empty(len(parts))
-        getattr(C, self._lower_name)(np.ascontiguousarray(parts), out)
+        getattr(C, self._lower_name)(read_only(np.ascontiguousarray(parts)), out)
         return out
 
     def reduce_segments(self, parts, starts):
@@ -323,6 +324,7 @@ def merge_range(engine: Engine, X: np.ndarray, q: int, a0: int, a1: int, out: np
     """
     from . import compiled as C
 
+    X = read_only(X)  # writable or not (Arrow's buffers), one compiled type (read_only.py)
     if engine.layout == "scalar":
         op = engine.ops[0]
         one_loop = op == C.ADD and q >= C.SUM_ONE_LOOP_MIN  # the lcs of two rows, no csa (compiled._sum_rows)
@@ -351,7 +353,7 @@ def merge_keyed(engine: Engine, X: np.ndarray, xstart: np.ndarray, nwin: np.ndar
 
     if engine.layout != "scalar":  # pragma: no cover - the caller's guard
         raise ValueError(f"merge_keyed takes scalar partials, not layout {engine.layout!r}")
-    C.merge_scalar_keyed(X, xstart, nwin, ostart, first_end, q, engine.ops[0], out, ends, scratch("lcs", q),
+    C.merge_scalar_keyed(read_only(X), xstart, nwin, ostart, first_end, q, engine.ops[0], out, ends, scratch("lcs", q),
                          scratch("csa", q))
 
 
@@ -363,6 +365,7 @@ def values_range(engine: Engine, V: np.ndarray, q: int, a0: int, a1: int, out: n
     (``count``: ``q``, int64, the values unread)."""
     from . import compiled as C
 
+    V = read_only(V)  # writable or not (Arrow's buffers), one compiled type (read_only.py)
     if engine.from_values == "count_from_values":
         C.count_from_values(q, a0, a1, out, ends, first_end, step)
         return

@@ -33,6 +33,7 @@ import numpy as np
 from numba import njit
 
 from .compiled import _JIT, ADD, FMAX, MAX, MIN, MUL, c_add, c_fmax, c_fmin, c_max, c_min, c_mul
+from .read_only import read_only
 
 __all__ = ["time_slices", "fold_scalar", "fold_columns"]
 
@@ -71,7 +72,8 @@ def time_slices(ts: np.ndarray, s: int, off: int, r: int, last_slice: int, has_l
     """:func:`pba_runtime.windows.time_slices` in one compiled pass: ``(G, starts)``."""
     G = np.empty(len(ts), dtype=np.int64)
     starts = np.empty(len(ts), dtype=np.int64)
-    nf = _time_slices(np.ascontiguousarray(ts, dtype=np.int64), s, off, r, last_slice, has_last, G, starts)
+    nf = _time_slices(read_only(np.ascontiguousarray(ts, dtype=np.int64)), s, off, r, last_slice, has_last, G,
+                      starts)
     return G, starts[:nf]
 
 

@@ -331,7 +331,7 @@ def _write_fast(buf, prefix, prefix_off, counts, ends, range_, values, pow10, po
 def _blob(items: list[bytes]) -> tuple[np.ndarray, np.ndarray]:
     off = np.zeros(len(items) + 1, np.int64)
     np.cumsum([len(b) for b in items], out=off[1:])
-    return np.frombuffer(b"".join(items), np.uint8) if off[-1] else np.zeros(0, np.uint8), off
+    return np.frombuffer(b"".join(items), np.uint8), off  # read-only, empty or not: one compiled type
 
 
 _WORD_BLOB = _blob(list(_WORDS))
