@@ -1175,8 +1175,9 @@ def build(res_dir: Path) -> str:
                           ("spark_streaming_floor.json", spark_streaming_floor_section),
                           ("spark_streaming_sweep.json", spark_streaming_sweep_section),
                           ("spark_streaming_sweep_repeat.json",
-                           lambda sw: ["A second sweep (`--sizes 250000,1000000,2000000,10000000 --native-sizes "
-                                       "250000,1000000,2000000`), later, at another load:", ""]
+                           lambda sw: ["A second sweep (`--sizes " + ",".join(map(str, sw["sizes"]))
+                                       + " --native-sizes " + ",".join(map(str, sw["native_sizes"]))
+                                       + "`), run after the first:", ""]
                            + spark_streaming_sweep_section(sw)),
                           ("spark_streaming_rate.json", spark_streaming_rate_section),
                           ("spark_goals.json", spark_goals_section),
