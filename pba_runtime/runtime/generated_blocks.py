@@ -39,6 +39,8 @@ import threading
 
 import numpy as np
 
+from .compiled_once import CompiledOnce
+
 __all__ = ["debs14_reference", "debs14_compiled", "compact_table", "load", "loaded"]
 
 
@@ -102,43 +104,35 @@ def compact_table(table: np.ndarray) -> np.ndarray:
     return table.astype(np.uint8 if top < 1 << 8 else np.uint16 if top < 1 << 16 else np.int64)
 
 
-_compiled = None  # None: not loaded yet; False: no numba
-_lock = threading.Lock()
+def _build(njit):
+    @njit(cache=True, nogil=True)
+    def debs14_loop(draws16, draws64, table, base, keys, values):  # pragma: no cover - compiled
+        for i in range(keys.shape[0]):
+            k = table[draws16[i]]
+            keys[i] = k
+            level = np.float64(draws64[i] >> np.uint64(11)) * (1.0 / 9007199254740992.0)
+            level = level * 0.4
+            level = level + 0.8
+            v = base[k] * level
+            values[i] = np.rint(v * 1000.0) / 1000.0
+
+    # the first call of each table type compiles or loads from the cache: only then is the loop "loaded"
+    for dtype in (np.uint8, np.uint16, np.int64):
+        debs14_compiled(np.random.default_rng(0), np.zeros(1 << 16, dtype=dtype), np.ones(1), 4, debs14_loop)
+    return debs14_loop
+
+
+_loop = CompiledOnce(_build)
 
 
 def loaded():
     """The compiled loop if :func:`load` has loaded it, else ``None`` (never waits, never imports numba)."""
-    return _compiled or None
+    return _loop.loaded()
 
 
 def load():
     """Import numba and compile (or load from numba's disk cache) the loop; ``None`` without numba."""
-    global _compiled
-    with _lock:
-        if _compiled is None:
-            try:
-                from numba import njit
-            except ImportError:  # pragma: no cover - numba is a dependency
-                _compiled = False
-                return None
-
-            @njit(cache=True, nogil=True)
-            def debs14_loop(draws16, draws64, table, base, keys, values):  # pragma: no cover - compiled
-                for i in range(keys.shape[0]):
-                    k = table[draws16[i]]
-                    keys[i] = k
-                    level = np.float64(draws64[i] >> np.uint64(11)) * (1.0 / 9007199254740992.0)
-                    level = level * 0.4
-                    level = level + 0.8
-                    v = base[k] * level
-                    values[i] = np.rint(v * 1000.0) / 1000.0
-
-            # the first call of each table type compiles or loads from the cache: only then is the loop "loaded"
-            for dtype in (np.uint8, np.uint16, np.int64):
-                debs14_compiled(np.random.default_rng(0), np.zeros(1 << 16, dtype=dtype), np.ones(1), 4,
-                                debs14_loop)
-            _compiled = debs14_loop
-        return _compiled or None
+    return _loop.get()
 
 
 def warm_in_background() -> threading.Thread:

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .compiled_once import CompiledOnce
 from .partitioning import TABLE_KEYS, slot_of
 
 __all__ = ["SlotGroup", "SlotGrouper", "group_reference", "warm_in_background"]
@@ -80,53 +81,43 @@ def group_reference(ranks: np.ndarray, n_ranks: int, values: np.ndarray,
             np.bincount(ranks, minlength=n_ranks).astype(np.int64))
 
 
-_compiled = None
-_compiled_lock = threading.Lock()
+def _build(njit):
+    """The compiled counting sort (see :class:`SlotGrouper`)."""
+
+    @njit(cache=True, nogil=True)
+    def scatter(keys, rank, values, timestamps, has_ts, counts, out_v, out_t):  # pragma: no cover
+        # False (nothing written) at a key without a rank: the caller checks the keys and grows the table
+        size = rank.shape[0]
+        counts[:] = 0
+        for i in range(keys.shape[0]):
+            k = keys[i]
+            if k < 0 or k >= size:
+                return False
+            counts[rank[k]] += 1
+        cursor = np.empty(counts.shape[0], np.int64)
+        s = 0
+        for j in range(counts.shape[0]):
+            cursor[j] = s
+            s += counts[j]
+        if has_ts:
+            for i in range(keys.shape[0]):
+                r = rank[keys[i]]
+                c = cursor[r]
+                out_v[c] = values[i]
+                out_t[c] = timestamps[i]
+                cursor[r] = c + 1
+        else:
+            for i in range(keys.shape[0]):
+                r = rank[keys[i]]
+                c = cursor[r]
+                out_v[c] = values[i]
+                cursor[r] = c + 1
+        return True
+
+    return scatter
 
 
-def _kernel():
-    """The compiled counting sort (numba imported at the first call), or ``None`` without numba."""
-    global _compiled
-    with _compiled_lock:
-        if _compiled is None:
-            try:
-                from numba import njit
-            except ImportError:  # pragma: no cover - numba is a dependency
-                _compiled = False
-                return None
-
-            @njit(cache=True, nogil=True)
-            def scatter(keys, rank, values, timestamps, has_ts, counts, out_v, out_t):  # pragma: no cover
-                # False (nothing written) at a key without a rank: the caller checks the keys and grows the table
-                size = rank.shape[0]
-                counts[:] = 0
-                for i in range(keys.shape[0]):
-                    k = keys[i]
-                    if k < 0 or k >= size:
-                        return False
-                    counts[rank[k]] += 1
-                cursor = np.empty(counts.shape[0], np.int64)
-                s = 0
-                for j in range(counts.shape[0]):
-                    cursor[j] = s
-                    s += counts[j]
-                if has_ts:
-                    for i in range(keys.shape[0]):
-                        r = rank[keys[i]]
-                        c = cursor[r]
-                        out_v[c] = values[i]
-                        out_t[c] = timestamps[i]
-                        cursor[r] = c + 1
-                else:
-                    for i in range(keys.shape[0]):
-                        r = rank[keys[i]]
-                        c = cursor[r]
-                        out_v[c] = values[i]
-                        cursor[r] = c + 1
-                return True
-
-            _compiled = scatter
-        return _compiled or None
+_kernel = CompiledOnce(_build).get  # the counting sort (numba imported at the first call), None without numba
 
 
 _NO_TS = np.empty(0, dtype=np.int64)
