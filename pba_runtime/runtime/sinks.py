@@ -197,11 +197,8 @@ class ResultParts(list):
 
 
 def _columns(parts: list) -> tuple[np.ndarray, np.ndarray]:
-    """``(ends, results)`` of ``parts`` (every part with a window) end to end: a :class:`ResultParts`'s
-    ``columns``, or concatenated."""
-    columns = getattr(parts, "columns", None)
-    if columns is not None:
-        return columns
+    """``(ends, results)`` of ``parts`` (every part with a window) concatenated (what a
+    :class:`ResultParts`'s ``columns`` hold already)."""
     if len(parts) == 1:
         return parts[0][1], parts[0][2]
     return np.concatenate([e for _, e, _ in parts]), np.concatenate([r for _, _, r in parts])
@@ -289,7 +286,7 @@ def format_csv_batch(parts: list, range_: int, ring: Any = None) -> bytes | tupl
     except TypeError:  # an unhashable key
         prefixes = [(_csv_field(k) + ",").encode() for k, _, _ in parts]
     counts = np.fromiter((len(e) for _, e, _ in parts), np.int64, len(parts))
-    ends, values = _columns(parts) if columns is None else columns
+    ends, values = columns if columns is not None else _columns(parts)
     if ring is not None:
         last: list = [None]  # the buffer of the last call, None if it is the ring's
 
