@@ -128,10 +128,10 @@ def test_a_real_process_exits_2_without_a_traceback(tmp_path):
     assert "Traceback" not in proc.stderr and proc.stderr.count("\n") == 1
 
 
-def test_stdout_sink_and_metrics_on_sigusr1(tmp_path):
+def test_stdout_sink_and_metrics_on_sigusr1(tmp_path, sigint_default):
     proc = subprocess.Popen(CLI + ["--keys", "3", "--tuples", "0", "--range", "4", "--rate", "20000",
                                    "--batch-size", "1000", "--sink", "csv:-", "--no-progress"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, preexec_fn=sigint_default)
     err_fd = proc.stderr.fileno()
     err = ""
     try:

@@ -355,10 +355,11 @@ _EXIT_SCRIPT = textwrap.dedent("""
 
 
 @pytest.mark.parametrize("how,method", [("exit", "spawn"), ("interrupt", "forkserver")])
-def test_interpreter_exit_and_keyboard_interrupt_unlink_everything(tmp_path, how, method):
+def test_interpreter_exit_and_keyboard_interrupt_unlink_everything(tmp_path, how, method, sigint_default):
     script = tmp_path / "run.py"
     script.write_text(_EXIT_SCRIPT.replace("HERE", repr(HERE)))
-    proc = subprocess.run([sys.executable, str(script), how, method], capture_output=True, text=True, timeout=90)
+    proc = subprocess.run([sys.executable, str(script), how, method], capture_output=True, text=True, timeout=90,
+                          preexec_fn=sigint_default)
     # a KeyboardInterrupt that ends the interpreter exits by SIGINT (-2)
     assert proc.returncode == (0 if how == "exit" else -signal.SIGINT), proc.stderr
     if how == "interrupt":
