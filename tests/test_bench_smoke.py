@@ -117,7 +117,11 @@ def test_latency_smoke(smoke_dir):
                 assert 0 <= s["min"] <= s["lq"] <= s["med"] <= s["hq"] <= s["max"]
                 assert s["max"] > 0
                 assert s["min"] <= s["spike"] <= s["max"] and s["min"] <= s["periodic"] <= s["max"]
+                # each window's smallest sample over the repetitions: never above that window's in any of them
+                m = cell["per_window_min"]
+                assert 0 <= m["min"] <= s["min"] and m["max"] <= s["max"] and m["avg"] <= s["avg"]
             assert row["pba"]["extra"]["chunk_size"] > 0
+            assert len(row["pba"]["stalls_per_rep"]) == len(row["pba"]["reps"])
             width, trace = res["traces"][group][r]["wall"]["pba"]
             assert width >= 1 and trace
     assert res["ratios"]["count"] and res["ratios"]["time"]
