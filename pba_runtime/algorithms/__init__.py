@@ -11,7 +11,7 @@ from typing import Any
 
 from ..aggregations import Aggregation, get_aggregation
 from ..batch import splits_rows
-from ..kernels import check_engine
+from ..kernels import Engine, check_engine, resolve_engine
 from ..pool import WorkerPool
 from ..windows import CountWindow, TimeWindow, validate_window
 from .base import WindowOperator
@@ -26,7 +26,7 @@ from .soe import SubtractOnEvict
 from .two_stacks import TwoStacks
 
 __all__ = ["ALGORITHMS", "REGISTRY", "REASONS", "register", "create", "resolve_auto", "choose_algorithm",
-           "uses_pool", "check_pool", "engines_of", "AUTO_PBA_MIN_SLICES", "AUTO_PBA_MIN_SLICES_PYTHON"]
+           "uses_pool", "check_pool", "engines_of", "engine_of", "AUTO_PBA_MIN_SLICES", "AUTO_PBA_MIN_SLICES_PYTHON"]
 
 REGISTRY: dict[str, type[WindowOperator]] = {}
 
@@ -74,6 +74,26 @@ def engines_of(algorithm: str) -> tuple[str, ...]:
     """
     step = COMPILED_STEP.get(algorithm)
     return step.engines if step is not None else REGISTRY[algorithm].engines
+
+
+def engine_of(algorithm: str, window: CountWindow | TimeWindow, agg: str | Aggregation, engine: str = "auto",
+              allowed_lateness: int | None = None) -> Engine:
+    """The engine ``create(algorithm, window, agg, engine=engine)`` runs (what its ``stats()["engine"]`` says).
+
+    >>> import pba_runtime as pr
+    >>> w = pr.CountWindow(range=4, slide=1)
+    >>> [engine_of(a, w, "sum").name for a in ("pba", "daba", "two_stacks")]
+    ['compiled', 'compiled', 'python']
+    >>> engine_of("daba", w, "collect").name, engine_of("daba", w, "sum", "python").name
+    ('python', 'python')
+    """
+    aggregation = get_aggregation(agg)
+    if algorithm in COMPILED_STEP:
+        step = compiled_step_for(algorithm, validate_window(window), aggregation, engine, allowed_lateness)
+        return Engine("compiled") if step is not None else Engine("python")
+    if REGISTRY[algorithm].engines == ("python",):
+        return Engine("python")
+    return resolve_engine(aggregation, engine)
 
 
 def uses_pool(cls: type | None) -> bool:

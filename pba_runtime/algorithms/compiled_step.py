@@ -9,12 +9,14 @@ ends the stream. The loop is :class:`~.base.SlicedAggregator` and the algorithm'
 Python operators step them, combine for combine, so the results are the Python operator's, bit for
 bit, for any mix of ``insert``, ``insert_many`` and ``flush``.
 
-Where it runs (:func:`compiled_step_for`): the built-in aggregations whose compiled form gives the
-Python operator's bits (every built-in but ``collect`` for DABA and FlatFAT; ``sum``, ``count``,
-``mean``, ``geomean`` for SoE: its compiled ``std`` is within an ulp or two of the Python SoE's,
-not equal), without ``allowed_lateness`` (the reorder buffer feeds partials lifted in Python) and
-with numba importable. User aggregations, SoE's ``std`` and the rest run the Python operator
-(``stats()["step"]`` says which).
+Where it runs (:func:`compiled_step_for`): ``engine="compiled"`` runs it for the built-in aggregations
+whose compiled form gives the Python operator's bits (every built-in but ``collect`` for DABA and
+FlatFAT; ``sum``, ``count``, ``mean``, ``geomean`` for SoE: its compiled ``std`` is within an ulp or two
+of the Python SoE's, not equal), and ``engine="auto"`` only where its ``insert`` also measured faster
+than the Python step's (``auto``: DABA and FlatFAT, every one of those; SoE none: one call into its
+loop costs about what the Python SoE's ``insert`` does). Never with ``allowed_lateness`` (the reorder
+buffer feeds partials lifted in Python) or without numba. User aggregations and the rest run the
+Python operator; ``stats()["step"]`` says which step runs.
 
 Inputs are checked as the Python operators check them, with their functions
 (:func:`~.base.check_timestamp`, :func:`~.base.validate_timestamps`, the aggregation's own ``lift``
@@ -51,13 +53,22 @@ import numpy as np
 from ..aggregations import BUILTIN_AGGREGATIONS, Aggregation, as_float_array
 from ..kernels import Engine, compiled_available
 from ..windows import CountWindow, TimeWindow
-from .base import (STATE_VERSION, SlicedAggregator, SlideOneInsert, WindowOperator, check_order, check_timestamp,
-                   no_timestamps, validate_timestamps)
+from .base import (
+    STATE_VERSION,
+    SlicedAggregator,
+    SlideOneInsert,
+    WindowOperator,
+    check_order,
+    check_timestamp,
+    no_timestamps,
+    validate_timestamps,
+)
 from .daba import DABA
 from .flatfat import FlatFATAggregator
 from .soe import SubtractOnEvict
 
 __all__ = ["CompiledStep", "CompiledDABA", "CompiledFlatFAT", "CompiledSoE", "COMPILED_STEP", "compiled_step_for"]
+
 
 class CompiledStep(WindowOperator):
     """One algorithm's operator whose state is the compiled per-tuple loop's (see the module doc).
@@ -71,8 +82,11 @@ class CompiledStep(WindowOperator):
 
     #: the Python operator this one steps as (its name, requirements and the slow reference)
     python: ClassVar[type[SlicedAggregator]]
-    #: built-ins whose compiled step gives this algorithm's Python bits
+    #: built-ins whose compiled step gives this algorithm's Python bits (``engine="compiled"``)
     aggregations: ClassVar[tuple[str, ...]] = ()
+    #: those ``engine="auto"`` runs on the compiled step: where its ``insert`` measured faster than the
+    #: Python step's (``bench/bench_stepwise.py --insert``, ``docs/stepwise.md``)
+    auto: ClassVar[tuple[str, ...]] = ()
     engines = ("compiled", "python")
 
     def __init__(self, window: CountWindow | TimeWindow, agg: str | Aggregation):
@@ -94,6 +108,7 @@ class CompiledStep(WindowOperator):
         # the Python operator's fused path (SlideOneInsert): a float reaches its merger as itself
         self._fast_float = (issubclass(self.python, SlideOneInsert) and not self._is_time and self._s == 1
                             and not self._positional and self.agg.float_passthrough)
+        self._t_lo, self._t_hi = self.window.timestamp_range if self._is_time else (0, 0)
         self._x = np.zeros(1)
         self._t = np.zeros(1, dtype=np.int64)
         self._ts0 = np.zeros(0, dtype=np.int64)
@@ -131,7 +146,9 @@ class CompiledStep(WindowOperator):
         if self._flushed or self._closed:
             self._check_open()
         if self._is_time:
-            t = check_timestamp(timestamp, self.window)
+            t = timestamp
+            if t.__class__ is not int or not self._t_lo <= t <= self._t_hi:  # (an int in range: what it accepts)
+                t = check_timestamp(timestamp, self.window)
             if self._t_last is not None and t < self._t_last:
                 check_order(t, self._t_last)
             self._t[0] = t
@@ -331,6 +348,7 @@ class CompiledDABA(CompiledStep):
     name = "daba"
     python = DABA
     aggregations = ("max", "min", "sum", "count", "mean", "std", "geomean", "argmax", "moment_sketch")
+    auto = aggregations
 
 
 class CompiledFlatFAT(CompiledStep):
@@ -339,6 +357,7 @@ class CompiledFlatFAT(CompiledStep):
     name = "flatfat"
     python = FlatFATAggregator
     aggregations = ("max", "min", "sum", "count", "mean", "std", "geomean", "argmax", "moment_sketch")
+    auto = aggregations
 
 
 class CompiledSoE(CompiledStep):
@@ -348,6 +367,7 @@ class CompiledSoE(CompiledStep):
     python = SubtractOnEvict
     requires = SubtractOnEvict.requires
     aggregations = ("sum", "count", "mean", "geomean")
+    auto = ()  # one call into the loop costs about what the Python SoE's insert does (docs/stepwise.md)
 
 
 #: algorithm name -> its compiled-step operator
@@ -365,6 +385,8 @@ def compiled_step_for(algorithm: str, window: CountWindow | TimeWindow, agg: Agg
     if cls is None or engine == "python" or not all(getattr(agg, attr) for attr, _ in cls.requires):
         return None  # (the Python operator raises its own error for a missing capability)
     why = cls.unavailable(window, agg, allowed_lateness)
+    if not why and engine == "auto" and agg.name not in cls.auto:
+        why = f"its insert measured no faster than the Python step's for {agg.name!r} (docs/stepwise.md)"
     if not why:
         return cls
     if engine == "compiled":
