@@ -2,11 +2,11 @@
 their Python operators (engine="python"), bit for bit.
 
 Each case feeds both operators the same stream in the same random pieces (per tuple ``insert``,
-``insert_many`` batches, a pickled ``snapshot`` restored into a fresh operator in the middle, ``flush``
-at the end) and compares every piece's output: the window ends, the results' bits and their types.
-A NaN's sign and payload are not compared (see ``_bits``). The loops are cached on disk; time-window
-loops and the wide aggregations compile for 5-30 s cold, so the default run keeps a few (the rest are
-``slow``).
+``insert_many`` batches, a pickled ``snapshot`` restored into a fresh operator in the middle (DABA's,
+in the Python operator's form, also across the two steps), ``flush`` at the end) and compares every
+piece's output: the window ends, the results' bits and their types. A NaN's sign and payload are not
+compared (see ``_bits``). The loops are cached on disk; time-window loops and the wide aggregations
+compile for 5-30 s cold, so the default run keeps a few (the rest are ``slow``).
 """
 
 from __future__ import annotations
@@ -89,6 +89,10 @@ def _same(a, b) -> None:
         assert len(a) == len(b), (a, b)
         for x, y in zip(a, b):
             _same(x, y)
+    elif isinstance(a, dict):
+        assert a.keys() == b.keys(), (a, b)
+        for k in a:
+            _same(a[k], b[k])
     else:
         assert a == b, (a, b)
 
@@ -109,7 +113,14 @@ def run_both(alg, agg, window, vals, ts, pieces):
         if how == "snap":
             state = pickle.loads(pickle.dumps(fast.snapshot()))
             fast.close()
+            if COMPILED_STEP[alg].converts:  # DABA: the Python operator's snapshot; each step restores the other's
+                theirs = pickle.loads(pickle.dumps(slow.snapshot()))
+                _same(state, theirs)
+                slow.close()
+                slow = pr.create(alg, window, agg, engine="python").restore(state)
+                state = theirs
             fast = pr.create(alg, window, agg, engine="compiled").restore(state)
+            assert fast.stats()["step"] == "compiled"
             how = "insert"
         _same(drive(fast, how, vals, ts, lo, hi), drive(slow, how, vals, ts, lo, hi))
     _same(fast.flush(), slow.flush())
@@ -224,9 +235,30 @@ def test_where_the_compiled_step_runs():
         pr.create("daba", c, "sum", chunk_size=3)
 
 
+def test_daba_snapshots_cross_the_steps():
+    """DABA's compiled step converts its rings and pointers: its snapshot is the Python operator's (the
+    same dict), and each step restores the other's and goes on with the same bits."""
+    w = pr.TimeWindow(range=7, slide=3, offset=1)
+    vals = [1.0, 2.5, -0.0, math.nan, 4.0, 1e12, 1e-3, 7.0, 8.0, -1e12, 3.0]
+    ts = [0, 1, 1, 4, 9, 30, 31, 33, 40, 41, 47]
+    fast, slow = pr.create("daba", w, "std"), pr.create("daba", w, "std", engine="python")
+    for v, t in zip(vals[:6], ts):
+        _same(fast.insert(v, t), slow.insert(v, t))
+    a, b = fast.snapshot(), slow.snapshot()
+    assert "step" not in a
+    _same(a, b)
+    x = pr.create("daba", w, "std", engine="python").restore(pickle.loads(pickle.dumps(a)))
+    y = pr.create("daba", w, "std").restore(pickle.loads(pickle.dumps(b)))
+    assert y.stats()["step"] == "compiled"
+    for v, t in zip(vals[6:], ts[6:]):
+        _same(x.insert(v, t), y.insert(v, t))
+    _same(x.flush(), y.flush())
+
+
 def test_restore_across_steps():
-    """A Python-step snapshot restores into a compiled-step operator (which then runs the Python operator
-    restored from it, the same bits); a compiled-step snapshot into a Python-step operator is refused."""
+    """FlatFAT (and SoE) do not convert: a Python-step snapshot restores into a compiled-step operator (which
+    then runs the Python operator restored from it, the same bits); a compiled-step snapshot into a
+    Python-step operator is refused."""
     w = pr.CountWindow(range=3, slide=2)
     vals = [1.0, 2.5, -0.0, math.nan, 4.0, 1e12, 1e-3, 7.0, 8.0]
     py = pr.create("flatfat", w, "sum", engine="python")

@@ -25,12 +25,16 @@ operator's lift reads them: ``v + 0.0`` (so ``-0.0`` becomes ``0.0``), except wh
 operator's fused per-tuple path passes a float through unchanged (count windows with slide 1,
 ``max``/``min``/``sum``), where ``-0.0`` stays ``-0.0`` as it does there.
 
-**Snapshots** hold the compiled state: the slicing layer's counters, ``si``, ``sp`` and the
-algorithm's arrays (copies, numpy arrays: picklable), marked ``"step": "compiled"``. Such a snapshot
-restores into a compiled-step operator only; :meth:`WindowOperator.restore` of a Python-step operator
-refuses it with a ``ValueError`` that says so. A snapshot of the Python operator restores into a
-compiled-step operator too: it then runs the Python operator restored from it (the bits stay the
-Python ones; ``stats()["step"]`` is ``"python"`` and ``stats()["why"]`` says why).
+**Snapshots.** DABA's compiled state converts to and from the Python DABA's (the rings and the six
+pointers map one to one, the partials are floats or tuples of floats): its ``snapshot()`` is the
+Python operator's, the same dict, and either step restores either's. FlatFAT's and SoE's do not
+convert (the tree with its dirty paths, the limbs): their snapshot holds the compiled state, the
+slicing layer's counters, ``si``, ``sp`` and the algorithm's arrays (copies, numpy arrays: picklable),
+marked ``"step": "compiled"``, and restores into a compiled-step operator only;
+:meth:`WindowOperator.restore` of a Python-step operator refuses it with a ``ValueError`` that says
+so. A Python operator's snapshot restores into their compiled-step operators too: it then runs the
+Python operator restored from it (the bits stay the Python ones; ``stats()["step"]`` is ``"python"``
+and ``stats()["why"]`` says why).
 
 Examples
 --------
@@ -46,6 +50,7 @@ Examples
 
 from __future__ import annotations
 
+import copy
 from typing import Any, ClassVar
 
 import numpy as np
@@ -283,10 +288,17 @@ class CompiledStep(WindowOperator):
     def emitted(self) -> int:
         return self._py.emitted if self._py is not None else self._emitted
 
+    #: whether the merger's state converts to and from the Python operator's (DABA: its rings and pointers map
+    #: one to one): then a snapshot is the Python operator's, and either step restores it
+    converts: ClassVar[bool] = False
+
     def snapshot(self) -> dict[str, Any]:
-        """A picklable copy of the compiled state (see the module doc); restores into a compiled-step operator."""
+        """A picklable copy of the state (see the module doc): the Python operator's form where the merger
+        converts (DABA), else the compiled loop's (``"step": "compiled"``)."""
         if self._py is not None:
             return self._py.snapshot()
+        if self.converts:
+            return super().snapshot()  # self._get_state(): the Python operator's state, converted
         st = self._st
         return {
             "version": STATE_VERSION,
@@ -319,6 +331,14 @@ class CompiledStep(WindowOperator):
                 self._py = None
                 self._why = ""
             return self
+        if self.converts:
+            self._check_snapshot(state)
+            self._set_state(copy.deepcopy(state["state"]))
+            if self._py is not None:
+                self._py.close()
+                self._py = None
+                self._why = ""
+            return self
         py = self.python(self.window, self.agg)
         py.restore(state)  # its checks and errors
         if self._py is not None:
@@ -326,6 +346,32 @@ class CompiledStep(WindowOperator):
         self._py = py
         self._why = "restored from a snapshot of the Python step: it runs on the Python step"
         return self
+
+    # ------------------------------------------------------------------ the Python operator's state (converts)
+    def _part(self, row: Any) -> Any:
+        """A partial of the loop (a row of ``sp`` or of a ring) as the Python operator holds it."""
+        return float(row) if self._st.mono.width == 0 else tuple(row.tolist())
+
+    def _get_state(self) -> dict[str, Any]:
+        """The slicing layer's fields of the Python operator's state, from the loop's scalars and partials."""
+        st = self._st
+        c = st.counter
+        return {"_n": self._n, "_t_last": self._t_last, "_emitted": self._emitted, "_flushed": self._flushed,
+                "_cur": self._part(st.sp[0]), "_head": self._part(st.sp[1]), "_fill": c("fill"),
+                "_slice": c("slc") if c("has_slice") else None, "_next_k": c("next_k"), "_front": c("front"),
+                "_back": c("back")}
+
+    def _set_state(self, d: dict[str, Any]) -> None:
+        """Load the slicing layer's fields of a Python operator's state into the loop (the inverse of ``_get_state``)."""
+        st = self._st
+        self._n, self._t_last, self._emitted, self._flushed = d["_n"], d["_t_last"], d["_emitted"], d["_flushed"]
+        st.si[:] = 0
+        for name, v in (("n", d["_n"]), ("fill", d["_fill"]), ("front", d["_front"]), ("back", d["_back"]),
+                        ("next_k", d["_next_k"]), ("slc", d["_slice"] or 0), ("has_slice", d["_slice"] is not None),
+                        ("t_last", d["_t_last"] or 0)):
+            st.si[st._int(name)] = int(v)
+        st.sp[0] = d["_cur"]
+        st.sp[1] = d["_head"]
 
     def stats(self) -> dict[str, Any]:
         if self._py is not None:
@@ -347,8 +393,33 @@ class CompiledDABA(CompiledStep):
 
     name = "daba"
     python = DABA
+    converts = True
     aggregations = ("max", "min", "sum", "count", "mean", "std", "geomean", "argmax", "moment_sketch")
     auto = {"count": aggregations, "time": aggregations}
+
+    def _get_state(self) -> dict[str, Any]:
+        st = super()._get_state()
+        c = self._st.counter
+        ptr = F, L, R, A, B, E = tuple(c(x) for x in ("F", "L", "R", "A", "B", "E"))
+        vals, aggs = self._st.arrays
+        mask = len(vals) - 1
+        st["daba"] = {"ptr": ptr, "vals": [self._part(vals[p & mask]) for p in range(F, E)],
+                      "aggs": [self._part(aggs[p & mask]) for p in range(F, E)], "flips": c("flips")}
+        return st
+
+    def _set_state(self, st: dict[str, Any]) -> None:
+        d = st["daba"]
+        ptr = F, L, R, A, B, E = d["ptr"]
+        vals, aggs = self._st.arrays
+        if E - F > len(vals) or len(d["vals"]) != E - F or len(d["aggs"]) != E - F:
+            raise ValueError(f"state holds {E - F} slices in DABA's rings; this window holds at most {len(vals)}")
+        super()._set_state(st)
+        mask = len(vals) - 1
+        for k, (v, a) in enumerate(zip(d["vals"], d["aggs"]), F):
+            vals[k & mask] = v
+            aggs[k & mask] = a
+        for name, x in zip(("F", "L", "R", "A", "B", "E", "flips"), ptr + (d["flips"],)):
+            self._st.si[self._st._int(name)] = x
 
 
 class CompiledFlatFAT(CompiledStep):
