@@ -25,15 +25,15 @@ operator's lift reads them: ``v + 0.0`` (so ``-0.0`` becomes ``0.0``), except wh
 operator's fused per-tuple path passes a float through unchanged (count windows with slide 1,
 ``max``/``min``/``sum``), where ``-0.0`` stays ``-0.0`` as it does there.
 
-**Snapshots.** DABA's compiled state converts to and from the Python DABA's (the rings and the six
-pointers map one to one, the partials are floats or tuples of floats): its ``snapshot()`` is the
-Python operator's, the same dict, and either step restores either's. FlatFAT's and SoE's do not
-convert (the tree with its dirty paths, the limbs): their snapshot holds the compiled state, the
-slicing layer's counters, ``si``, ``sp`` and the algorithm's arrays (copies, numpy arrays: picklable),
-marked ``"step": "compiled"``, and restores into a compiled-step operator only;
-:meth:`WindowOperator.restore` of a Python-step operator refuses it with a ``ValueError`` that says
-so. A Python operator's snapshot restores into their compiled-step operators too: it then runs the
-Python operator restored from it (the bits stay the Python ones; ``stats()["step"]`` is ``"python"``
+**Snapshots.** DABA's and FlatFAT's compiled state converts to and from the Python operator's (DABA's
+rings and six pointers, FlatFAT's heap-numbered tree with its empty flags, both one to one; the partials
+are floats or tuples of floats): their ``snapshot()`` is the Python operator's, and either step restores
+either's. SoE's does not convert (Python integers at a scale against the loop's 30-bit limbs): its
+snapshot holds the compiled state, the slicing layer's counters, ``si``, ``sp`` and the algorithm's
+arrays (copies, numpy arrays: picklable), marked ``"step": "compiled"``, and restores into a
+compiled-step operator only; :meth:`WindowOperator.restore` of a Python-step operator refuses it with a
+``ValueError`` that says so. A Python SoE's snapshot restores into a compiled-step SoE too: it then runs
+the Python operator restored from it (the bits stay the Python ones; ``stats()["step"]`` is ``"python"``
 and ``stats()["why"]`` says why).
 
 Examples
@@ -69,7 +69,7 @@ from .base import (
     validate_timestamps,
 )
 from .daba import DABA
-from .flatfat import FlatFATAggregator
+from .flatfat import EMPTY, FlatFAT, FlatFATAggregator
 from .soe import SubtractOnEvict
 
 __all__ = ["CompiledStep", "CompiledDABA", "CompiledFlatFAT", "CompiledSoE", "COMPILED_STEP", "compiled_step_for"]
@@ -429,6 +429,48 @@ class CompiledFlatFAT(CompiledStep):
     python = FlatFATAggregator
     aggregations = ("max", "min", "sum", "count", "mean", "std", "geomean", "argmax", "moment_sketch")
     auto = {"count": aggregations, "time": aggregations}
+    converts = True
+
+    # The tree is heap-numbered on both steps (node v at index v, leaf i at cap + i); the loop flags a
+    # node empty (``tf``) where the Python tree holds EMPTY. The Python aggregator's pending dirty slots
+    # are the loop's ``d0``/``d1`` (the loop repairs the first two when a third arrives); a node's value is
+    # combine(its children) once repaired, whatever the grouping of the repairs, so more than two pending
+    # slots are repaired first, as the loop would have. ``combines`` (a Python counter) is not kept: 0.
+    def _get_state(self) -> dict[str, Any]:
+        st = super()._get_state()
+        c = self._st.counter
+        tv, tf, _ = self._st.arrays
+        cap = c("fcap")
+        nodes = [EMPTY] + [self._part(tv[v]) if tf[v] else EMPTY for v in range(1, 2 * cap)]
+        st["flatfat"] = {"tree": {"nodes": nodes, "combines": 0}, "slot0": c("slot0"), "span": c("span"),
+                         "count": c("count"), "dirty": [d for d in (c("d0"), c("d1")) if d >= 0],
+                         "resizes": c("resizes"), "compacts": 0}
+        return st
+
+    def _set_state(self, st: dict[str, Any]) -> None:
+        d = st["flatfat"]
+        nodes = d["tree"]["nodes"]
+        tv, tf, _ = self._st.arrays
+        cap = len(nodes) // 2
+        if 2 * cap > len(tf) or cap & (cap - 1) or d["compacts"]:
+            raise ValueError(f"state holds a FlatFAT of {cap} slots (or compacted, non-FIFO); this window's "
+                             f"compiled tree holds at most {len(tf) // 2}")
+        dirty = list(d["dirty"])
+        if len(dirty) > 2:
+            fat = FlatFAT.from_state(self.agg.combine, d["tree"])
+            fat.repair(dirty)
+            nodes, dirty = fat.state()["nodes"], []
+        super()._set_state(st)
+        tf[:] = 0
+        for v in range(1, 2 * cap):
+            x = nodes[v]
+            if x is not EMPTY:
+                tv[v] = x
+                tf[v] = 1
+        dirty += [-1, -1]
+        for name, x in (("fcap", cap), ("slot0", d["slot0"]), ("span", d["span"]), ("count", d["count"]),
+                        ("d0", dirty[0]), ("d1", dirty[1]), ("resizes", d["resizes"])):
+            self._st.si[self._st._int(name)] = x
 
 
 class CompiledSoE(CompiledStep):
