@@ -283,6 +283,9 @@ def test_restore_across_steps():
     assert moved.stats()["step"] == "python" and "Python step" in moved.stats()["why"]
     _same([moved.insert(v) for v in vals[4:]], [py.insert(v) for v in vals[4:]])
     _same(moved.flush(), py.flush())
+    assert moved.flushed and moved.emitted == py.emitted and moved.state_bytes() == py.state_bytes()
+    with pytest.raises(ValueError, match="flushed"):
+        moved.check_open()
     snap = comp.snapshot()
     assert snap["step"] == "compiled"
     with pytest.raises(ValueError, match="compiled step"):

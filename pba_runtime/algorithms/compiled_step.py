@@ -280,6 +280,11 @@ class CompiledStep(WindowOperator):
             self._py.close()
         super().close()
 
+    def _check_open(self) -> None:
+        if self._py is not None:
+            self._py.check_open()
+        super()._check_open()
+
     @property
     def flushed(self) -> bool:
         return self._py.flushed if self._py is not None else self._flushed
@@ -384,6 +389,8 @@ class CompiledStep(WindowOperator):
         return st
 
     def state_bytes(self) -> int:
+        if self._py is not None:
+            return self._py.state_bytes()
         st = self._st
         return st.si.nbytes + st.sp.nbytes + sum(a.nbytes for a in st.arrays)
 
