@@ -1,7 +1,7 @@
 """DABA, FlatFAT and SoE with their per-tuple step compiled: ``insert`` drives the stepwise loop.
 
-The Python operators (:mod:`.daba`, :mod:`.flatfat`, :mod:`.soe`) keep their window state in deques
-and lists of partials and pay the interpreter's 1.4-6.2 us an ``insert``. Here the state lives in the
+The Python operators (:mod:`.daba`, :mod:`.flatfat`, :mod:`.soe`) keep their window state in Python
+lists of partials and pay the interpreter's 1.4-6.2 us an ``insert``. Here the state lives in the
 compiled loop's typed arrays (:class:`pba_runtime.kernels.stepwise.Stepper`: ``si`` its int64 scalars,
 ``sp`` its partials, the algorithm's rings or tree), and every entry point drives that loop:
 ``insert`` steps one tuple (one call into machine code), ``insert_many`` the whole batch, ``flush``
@@ -14,9 +14,9 @@ whose compiled form gives the Python operator's bits (every built-in but ``colle
 FlatFAT; ``sum``, ``count``, ``mean``, ``geomean`` for SoE: its compiled ``std`` is within an ulp or two
 of the Python SoE's, not equal), and ``engine="auto"`` only where its ``insert`` also measured faster
 than the Python step's (``auto``: DABA and FlatFAT, every one of those; SoE on time windows only: over
-count windows one call into its loop costs about what the Python SoE's ``insert`` does). Never with ``allowed_lateness`` (the reorder
-buffer feeds partials lifted in Python) or without numba. User aggregations and the rest run the
-Python operator; ``stats()["step"]`` says which step runs.
+count windows one call into its loop costs about what the Python SoE's ``insert`` does). Never with
+``allowed_lateness`` (the reorder buffer feeds partials lifted in Python) or without numba. User
+aggregations and the rest run the Python operator; ``stats()["step"]`` says which step runs.
 
 Inputs are checked as the Python operators check them, with their functions
 (:func:`~.base.check_timestamp`, :func:`~.base.validate_timestamps`, the aggregation's own ``lift``
@@ -139,7 +139,6 @@ class CompiledStep(WindowOperator):
         st = self._st
         oe, orr, lat = self._out
         self._mid = (st.si, st.sp, st._ida, *st.arrays)
-        self._tail = (lat, 0)
         # insert's call: everything but the value (and the timestamp) is fixed
         self._args1 = (self._x, self._t, 0, 1, *self._mid, oe, orr, lat, 0, False, st.params)
 
