@@ -30,7 +30,9 @@ with other work: ratios in one run matter more than absolute figures).
 values, the call included) beside what calling any numba function from Python costs before it does any
 work: a call with one float, and with a float and ``k`` state arrays (a step's state: the operator's
 buffers and counters), one call per tuple. The compiled step itself is a few ns (``pr.replay``); the
-call is what a per-tuple ``insert`` would pay. Written to ``stepwise_insert.json``.
+call is what a per-tuple ``insert`` pays. Then DABA, FlatFAT and SoE's ``op.insert`` on the Python step
+beside their compiled step (``engine="compiled"``, :mod:`pba_runtime.algorithms.compiled_step`), count and
+time windows, the two interleaved per repeat (``insert_steps``). Written to ``stepwise_insert.json``.
 """
 
 from __future__ import annotations
@@ -113,12 +115,66 @@ def insert_floor(n: int, repeats: int, state_arrays: tuple[int, ...] = (1, 3, 8)
         st = tuple(np.zeros(16) for _ in range(k))
         out["numba"][f"call({k} arrays, float)"] = _per_call_ns(step_state, values, repeats, st)
     for alg in ALGS:
-        op = pr.create(alg, pr.CountWindow(range=1024, slide=1), "sum" if alg == "soe" else "max")
+        op = pr.create(alg, pr.CountWindow(range=1024, slide=1), "sum" if alg == "soe" else "max", engine="python")
         out["insert"][alg] = _per_call_ns(op.insert, values, repeats)
     floor = out["numba"][f"call({state_arrays[-1]} arrays, float)"]["median"]
     out["insert_over_floor"] = {alg: row["median"] / floor for alg, row in out["insert"].items()}
     for name, row in [*out["numba"].items(), *((f"{a} op.insert", r) for a, r in out["insert"].items())]:
         print(f"{name:>28}: {row['median']:7.0f} ns [{row['min']:.0f}-{row['max']:.0f}]", flush=True)
+    return out
+
+
+#: (algorithm, aggregation, window) the compiled-step ``insert`` is timed at beside the Python one
+STEP_CASES = [(alg, agg, kind) for kind in ("count", "time") for alg, agg in
+              (("daba", "max"), ("daba", "sum"), ("daba", "std"), ("flatfat", "max"), ("flatfat", "sum"),
+               ("soe", "sum"), ("soe", "count"), ("soe", "mean"))]
+
+
+def insert_steps(n: int, repeats: int, cases: list = STEP_CASES) -> dict:
+    """``op.insert`` on the Python step (``engine="python"``) beside the compiled step
+    (:mod:`pba_runtime.algorithms.compiled_step`), ns per tuple, W[2^10, 1] (count) and
+    TimeWindow(1024, 1) with a new timestamp per tuple (time): per repeat one pass of ``n`` tuples
+    through every operator, in a shuffled order, so both steps of a case see the same load."""
+    values = np.random.default_rng(0).random(n).tolist()
+    ops = {}
+    for alg, agg, kind in cases:
+        w = pr.CountWindow(range=1024, slide=1) if kind == "count" else pr.TimeWindow(range=1024, slide=1)
+        for step in ("python", "compiled"):
+            op = pr.create(alg, w, agg, engine=step)
+            assert op.stats()["step"] == step, (alg, agg, kind, op.stats())
+            ops[(alg, agg, kind, step)] = op
+    clock = {key: 0 for key in ops}  # time windows: the next timestamp of each operator
+
+    def one_pass(key, vals) -> float:
+        op = ops[key]
+        ins = op.insert
+        t = time.perf_counter()
+        if key[2] == "count":
+            for v in vals:
+                ins(v)
+        else:
+            t0 = clock[key]
+            for i, v in enumerate(vals, t0):
+                ins(v, i)
+            clock[key] = t0 + len(vals)
+        return (time.perf_counter() - t) / len(vals) * 1e9
+
+    for key in ops:  # warm up: compile (or load) every loop, fill every window
+        one_pass(key, values[: min(n, 4096)])
+    per = {key: [] for key in ops}
+    rnd = random.Random(1)
+    for _ in range(repeats):
+        for key in rnd.sample(list(ops), len(ops)):
+            per[key].append(one_pass(key, values))
+    out = {}
+    for alg, agg, kind in cases:
+        py, co = spread(per[(alg, agg, kind, "python")]), spread(per[(alg, agg, kind, "compiled")])
+        out[f"{alg} {agg} {kind}"] = {"python": py, "compiled": co, "speedup": py["median"] / co["median"]}
+        print(f"{alg:>8} {agg:>6} {kind:>5}: python {py['median']:6.0f} ns [{py['min']:.0f}-{py['max']:.0f}]  "
+              f"compiled {co['median']:5.0f} ns [{co['min']:.0f}-{co['max']:.0f}]  "
+              f"{py['median'] / co['median']:.2f}x", flush=True)
+    for op in ops.values():
+        op.close()
     return out
 
 
@@ -131,7 +187,9 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--out-dir", default=str(RESULTS))
     args = ap.parse_args(argv)
     if args.insert:
-        res = {"machine": machine(), **insert_floor(2_000 if args.smoke else 300_000, 1 if args.smoke else 5)}
+        n, repeats = (2_000, 1) if args.smoke else (300_000, 5)
+        res = {"machine": machine(), **insert_floor(n, repeats)}
+        res["step"] = insert_steps(n // 3, repeats, STEP_CASES[:2] if args.smoke else STEP_CASES)
         res["machine"]["loadavg_end"] = list(os.getloadavg())
         d = Path(args.out_dir)
         d.mkdir(parents=True, exist_ok=True)

@@ -35,7 +35,7 @@ from typing import Any
 
 import pba_runtime as pr
 
-from .kernels import ENGINES, resolve_engine
+from .kernels import ENGINES
 from .runtime import Job, UserError
 from .runtime.errors import JobError
 from .runtime.malloc_tuning import keep_freed_memory
@@ -313,11 +313,9 @@ def _describe(job: Job) -> str:
 
 
 def _engine_name(job: Job) -> str:
-    """The engine the slots' operators run (PBA and SBA have one; the other algorithms run Python)."""
+    """The engine the slots' operators run (:func:`pba_runtime.algorithms.engine_of`)."""
     alg = job.algorithm if job.algorithm != "auto" else job.choice()[0]
-    if pr.algorithms.REGISTRY[alg].engines == ("python",):
-        return "python"
-    return resolve_engine(job.agg, job.engine).name
+    return pr.algorithms.engine_of(alg, job.window, job.agg, job.engine, job.allowed_lateness).name
 
 
 def _n(total: int | None) -> str:

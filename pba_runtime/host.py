@@ -44,7 +44,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .aggregations import Aggregation, get_aggregation
-from .algorithms import ALGORITHMS, REGISTRY, check_pool, choose_algorithm, create, uses_pool
+from .algorithms import ALGORITHMS, REGISTRY, check_pool, choose_algorithm, create, engine_of, engines_of, uses_pool
 from .algorithms.base import WindowOperator
 from .algorithms.reorder import check_allowed_lateness
 from .kernels import Engine, check_engine, resolve_engine
@@ -100,9 +100,10 @@ def validate(window: CountWindow | TimeWindow, agg: str | Aggregation, algorithm
     engine = check_engine(options.pop("engine", "auto"))
     if engine != "auto":
         for cls in classes:
-            if engine not in cls.engines:
+            if engine not in engines_of(cls.name):
                 raise ValueError(f"engine={engine!r} is not available for algorithm {cls.name!r}: it runs "
-                                 f"{', '.join(map(repr, cls.engines))} (or 'auto')")
+                                 f"{', '.join(map(repr, engines_of(cls.name)))} (or 'auto')")
+            engine_of(cls.name, window, aggregation, engine, allowed_lateness)  # raises where create would
         resolve_engine(aggregation, engine)  # raises if the aggregation has no such form
     for name in options:
         if not all(_takes(cls, name) for cls in classes):
@@ -196,11 +197,9 @@ class KeyedHost:
 
     def engine(self, algorithm: str | None = None) -> Engine:
         """The engine the keys' operators run (``algorithm``: the one chosen for a key; default: what
-        ``"auto"`` picks without a key's sizes): PBA and SBA resolve the spec's engine, others run Python."""
+        ``"auto"`` picks without a key's sizes): :func:`pba_runtime.algorithms.engine_of`."""
         alg = algorithm or self.choose()[0]
-        if REGISTRY[alg].engines == ("python",):
-            return Engine("python")
-        return resolve_engine(self.agg, self.spec.engine)
+        return engine_of(alg, self.window, self.agg, self.spec.engine, self.spec.allowed_lateness)
 
     # ------------------------------------------------------------------ the algorithm and the pool
     def choose(self, key_slices: int | None = None, *, pool_ok: bool = True,

@@ -45,3 +45,6 @@ def test_bench_stepwise_insert_smoke(tmp_path):
     assert set(res["numba"]) == {"call(float)", "call(1 arrays, float)", "call(3 arrays, float)", "call(8 arrays, float)"}
     for row in [*res["numba"].values(), *res["insert"].values()]:
         assert 0 < row["min"] <= row["median"] <= row["max"]
+    assert set(res["step"]) == {"daba max count", "daba sum count"}  # the Python step beside the compiled one
+    for row in res["step"].values():
+        assert row["python"]["median"] > 0 and row["compiled"]["median"] > 0 and row["speedup"] > 0

@@ -11,10 +11,11 @@ from typing import Any
 
 from ..aggregations import Aggregation, get_aggregation
 from ..batch import splits_rows
-from ..kernels import check_engine
+from ..kernels import Engine, check_engine, resolve_engine
 from ..pool import WorkerPool
 from ..windows import CountWindow, TimeWindow, validate_window
 from .base import WindowOperator
+from .compiled_step import COMPILED_STEP, compiled_step_for
 from .daba import DABA
 from .fiba import FiBA
 from .flatfat import FlatFATAggregator
@@ -25,7 +26,7 @@ from .soe import SubtractOnEvict
 from .two_stacks import TwoStacks
 
 __all__ = ["ALGORITHMS", "REGISTRY", "REASONS", "register", "create", "resolve_auto", "choose_algorithm",
-           "uses_pool", "check_pool", "AUTO_PBA_MIN_SLICES", "AUTO_PBA_MIN_SLICES_PYTHON"]
+           "uses_pool", "check_pool", "engines_of", "engine_of", "AUTO_PBA_MIN_SLICES", "AUTO_PBA_MIN_SLICES_PYTHON"]
 
 REGISTRY: dict[str, type[WindowOperator]] = {}
 
@@ -60,6 +61,39 @@ AUTO_PBA_MIN_SLICES_PYTHON = 1 << 12
 #: ``pool_unavailable``, ``pool_died`` (SBA for ``"auto"``, or instead of a
 #: requested algorithm that needs a pool it cannot have).
 REASONS = ("requested", "large_window", "small_window", "one_core", "small_key", "pool_unavailable", "pool_died")
+
+
+def engines_of(algorithm: str) -> tuple[str, ...]:
+    """The engines ``algorithm``'s ``engine=`` option accepts besides ``"auto"``.
+
+    DABA, FlatFAT and SoE accept ``"compiled"``: their per-tuple step in machine code
+    (:mod:`.compiled_step`); ``"python"`` is their Python operator.
+
+    >>> engines_of("daba"), engines_of("two_stacks")
+    (('compiled', 'python'), ('python',))
+    """
+    step = COMPILED_STEP.get(algorithm)
+    return step.engines if step is not None else REGISTRY[algorithm].engines
+
+
+def engine_of(algorithm: str, window: CountWindow | TimeWindow, agg: str | Aggregation, engine: str = "auto",
+              allowed_lateness: int | None = None) -> Engine:
+    """The engine ``create(algorithm, window, agg, engine=engine)`` runs (what its ``stats()["engine"]`` says).
+
+    >>> import pba_runtime as pr
+    >>> w = pr.CountWindow(range=4, slide=1)
+    >>> [engine_of(a, w, "sum").name for a in ("pba", "daba", "two_stacks")]
+    ['compiled', 'compiled', 'python']
+    >>> engine_of("daba", w, "collect").name, engine_of("daba", w, "sum", "python").name
+    ('python', 'python')
+    """
+    aggregation = get_aggregation(agg)
+    if algorithm in COMPILED_STEP:
+        step = compiled_step_for(algorithm, validate_window(window), aggregation, engine, allowed_lateness)
+        return Engine("compiled") if step is not None else Engine("python")
+    if REGISTRY[algorithm].engines == ("python",):
+        return Engine("python")
+    return resolve_engine(aggregation, engine)
 
 
 def uses_pool(cls: type | None) -> bool:
@@ -165,7 +199,10 @@ def create(algorithm: str, window: CountWindow | TimeWindow, agg: str | Aggregat
 
     ``engine=`` (``"auto"``, ``"compiled"``, ``"numpy"`` or ``"python"``, see
     :mod:`pba_runtime.kernels`) picks what runs the batch path, once; an algorithm
-    runs only the engines in its ``engines`` (``stats()["engine"]`` tells).
+    runs only the engines in its ``engines`` (``stats()["engine"]`` tells). For ``daba``,
+    ``flatfat`` and ``soe`` it picks the per-tuple step: ``"auto"`` and ``"compiled"`` step
+    ``insert`` in machine code where that gives the Python operator's bits
+    (:mod:`.compiled_step`, ``stats()["step"]``), ``"python"`` runs the Python operator.
 
     ``pool=`` (a :class:`~pba_runtime.WorkerPool` or ``None``) is an option of
     every algorithm here, typed once: it goes to an algorithm that uses one
@@ -198,9 +235,18 @@ def create(algorithm: str, window: CountWindow | TimeWindow, agg: str | Aggregat
     if pool is not None and uses_pool(cls):
         options["pool"] = pool
     engine = check_engine(options.pop("engine", "auto"))
-    if engine != "auto" and engine not in cls.engines:
+    engines = engines_of(algorithm)
+    if engine != "auto" and engine not in engines:
         raise ValueError(f"engine={engine!r} is not available for algorithm {algorithm!r}: it runs "
-                         f"{', '.join(map(repr, cls.engines))} (or 'auto')")
+                         f"{', '.join(map(repr, engines))} (or 'auto')")
+    if algorithm in COMPILED_STEP:  # the per-tuple step in machine code, where it runs (compiled_step.py)
+        if allowed_lateness is not None:
+            from .reorder import check_allowed_lateness
+
+            check_allowed_lateness(allowed_lateness, window)
+        step = compiled_step_for(algorithm, validate_window(window), get_aggregation(agg), engine, allowed_lateness)
+        if step is not None:
+            return step(window, agg, **options)
     if cls.engines != ("python",):
         options["engine"] = engine
     if allowed_lateness is not None:

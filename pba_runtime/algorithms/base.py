@@ -34,7 +34,7 @@ from ..aggregations import Aggregation, as_float_array, get_aggregation
 from ..kernels import Engine
 from ..windows import CountWindow, TimeWindow, validate_window
 
-__all__ = ["WindowOperator", "SlicedAggregator", "SlideOneInsert", "as_timestamps", "check_timestamp",
+__all__ = ["WindowOperator", "SlicedAggregator", "SlideOneInsert", "as_timestamps", "check_order", "check_timestamp",
            "no_timestamps", "validate_timestamps"]
 
 STATE_VERSION = 2  # 2: snapshots carry the aggregation's fingerprint
@@ -51,6 +51,15 @@ def check_timestamp(t: Any, window: TimeWindow) -> int:
     if not lo <= t <= hi:
         _out_of_range(t, window)
     return t
+
+
+def check_order(t: int, t_last: int | None) -> None:
+    """Refuse a timestamp before the last one seen (time windows without a lateness buffer)."""
+    if t_last is not None and t < t_last:
+        raise ValueError(
+            f"timestamp {t} is before the last timestamp seen, {t_last}: time windows need "
+            "non-decreasing timestamps (configure allowed_lateness to reorder late tuples)"
+        )
 
 
 def _out_of_range(t: int, window: TimeWindow) -> None:
@@ -160,10 +169,7 @@ class WindowOperator:
         if self._is_time:
             t = check_timestamp(timestamp, self.window)
             if self._t_last is not None and t < self._t_last:
-                raise ValueError(
-                    f"timestamp {t} is before the last timestamp seen, {self._t_last}: time windows need "
-                    "non-decreasing timestamps (configure allowed_lateness to reorder late tuples)"
-                )
+                check_order(t, self._t_last)
             p = agg.lift(value, t) if agg.positional else agg.lift(value)
             return self._step(p, t)
         no_timestamps(timestamp, self.window)
@@ -239,9 +245,11 @@ class WindowOperator:
         self.close()
 
     def stats(self) -> dict[str, Any]:
-        """Counters: tuples, windows, and the algorithm's own (chunks, lcs tasks, stalls...)."""
-        return {"algorithm": self.name, "engine": self.engine.name, "tuples": self._n, "windows": self._emitted,
-                "state_bytes": self.state_bytes()}
+        """Counters: tuples, windows, and the algorithm's own (chunks, lcs tasks, stalls...).
+
+        ``step``: what runs ``insert``, ``"python"`` here (``"compiled"``: :mod:`.compiled_step`)."""
+        return {"algorithm": self.name, "engine": self.engine.name, "step": "python", "tuples": self._n,
+                "windows": self._emitted, "state_bytes": self.state_bytes()}
 
     def state_bytes(self) -> int:
         """Approximate bytes held by the window state."""
@@ -261,6 +269,18 @@ class WindowOperator:
 
     def restore(self, state: dict[str, Any]) -> WindowOperator:
         """Load a :meth:`snapshot` (of the same algorithm, window and aggregation); returns ``self``."""
+        self._check_snapshot(state)
+        if state.get("step") == "compiled":
+            raise ValueError(
+                f"state is a snapshot of {self.name!r}'s compiled step (its loop's arrays, "
+                "pba_runtime.algorithms.compiled_step); restore it into an operator on the compiled step "
+                f"(pr.create({self.name!r}, window, agg), engine 'auto' or 'compiled'), not engine='python'"
+            )
+        self._set_state(copy.deepcopy(state["state"]))
+        return self
+
+    def _check_snapshot(self, state: Any) -> None:
+        """Refuse a snapshot of another version, algorithm, window or aggregation (``ValueError``)."""
         if not isinstance(state, dict) or state.get("version") != STATE_VERSION:
             raise ValueError("state must be a snapshot() of this pba_runtime version")
         if "reorder" in state:
@@ -276,8 +296,6 @@ class WindowOperator:
                 f"state was taken with another aggregation named {self.agg.name!r} (its lift, combine, lower, "
                 "identity or capabilities differ); restore it into an operator with the same aggregation"
             )
-        self._set_state(copy.deepcopy(state["state"]))
-        return self
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.window!r}, {self.agg.name!r})"
