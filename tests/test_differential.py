@@ -47,16 +47,40 @@ SPREAD_JIT = pr.Aggregation(lift=U.pair, combine=U.pair_min_max, lower=U.spread,
 USER_AGGS = [ABSMAX, ABSMAX_PY, SUMSQ, SUMSQ_PY, WEIGHTED, ABSMAX_JIT, SPREAD_JIT]
 
 
+# DABA, FlatFAT and SoE run their per-tuple path on the compiled step under engine="auto" where the
+# aggregation compiles (pba_runtime/algorithms/compiled_step.py). Their cells here run the Python operator
+# (engine="python"), each checked against the oracle; the same cells on the default engine, "<alg>+step",
+# are slow-marked: each compiles its loop once from a cold cache (~6 min of CPU for all of them), and
+# tests/test_compiled_step.py checks the compiled step against the Python operator in the default run.
+STEPPED = ("daba", "flatfat", "soe")
+STEP = "+step"
+
+
+def make(alg: str, window, agg, **options):
+    """``pr.create`` for a cell: ``<alg>+step`` on the default engine, a STEPPED algorithm on the Python one."""
+    if alg.endswith(STEP):
+        return pr.create(alg[: -len(STEP)], window, agg, **options)
+    if alg in STEPPED:
+        options.setdefault("engine", "python")
+    return pr.create(alg, window, agg, **options)
+
+
 def _accepts(alg: str, agg: str) -> bool:
     try:
-        pr.create(alg, pr.CountWindow(range=2, slide=1), agg).close()
+        make(alg, pr.CountWindow(range=2, slide=1), agg).close()
         return True
     except ValueError:
         return False
 
 
-MATRIX = [(alg, agg) for alg in pr.ALGORITHMS for agg in AGGS + USER_AGGS if _accepts(alg, agg)]
+MATRIX = [(alg, agg) for alg in [*pr.ALGORITHMS, *(a + STEP for a in STEPPED)] for agg in AGGS + USER_AGGS
+          if not (alg.endswith(STEP) and not isinstance(agg, str)) and _accepts(alg, agg)]
 BUILTIN_MATRIX = [(alg, agg) for alg, agg in MATRIX if isinstance(agg, str)]
+
+
+def cells(pairs):
+    """The (alg, agg) pairs as parameters, the compiled-step ones marked slow."""
+    return [pytest.param(a, g, marks=pytest.mark.slow) if a.endswith(STEP) else (a, g) for a, g in pairs]
 
 
 def _id(x):
@@ -100,51 +124,52 @@ def _splits(draw, n: int) -> list[int]:
     return [0] + cuts + [n]
 
 
-@pytest.mark.parametrize("alg,agg", MATRIX, ids=_id)
+@pytest.mark.parametrize("alg,agg", cells(MATRIX), ids=_id)
 @given(data=st.data())
 def test_count_windows_match_oracle(alg, agg, data):
     r, s, values = data.draw(count_case(agg))
     want_ends, want = count_windows(values, r, s, agg)
     win = pr.CountWindow(range=r, slide=s)
-    with pr.create(alg, win, agg) as op:
+    with make(alg, win, agg) as op:
         ends, got = run_per_tuple(op, values)
     assert ends == want_ends
     assert_results_equal(agg, got, want, values)
-    with pr.create(alg, win, agg) as op:
+    with make(alg, win, agg) as op:
         ends, got = run_batches(op, values, _splits(data.draw, len(values)))
     assert ends == want_ends
     assert_results_equal(agg, got, want, values)
 
 
-@pytest.mark.parametrize("alg,agg", MATRIX, ids=_id)
+@pytest.mark.parametrize("alg,agg", cells(MATRIX), ids=_id)
 @given(data=st.data())
 def test_time_windows_match_oracle(alg, agg, data):
     r, s, offset, values, ts = data.draw(time_case(agg))
     want_ends, want = time_windows(values, ts, r, s, agg, offset)
     win = pr.TimeWindow(range=r, slide=s, offset=offset)
-    with pr.create(alg, win, agg) as op:
+    with make(alg, win, agg) as op:
         ends, got = run_per_tuple(op, values, ts)
     assert ends == want_ends
     assert_results_equal(agg, got, want, values)
-    with pr.create(alg, win, agg) as op:
+    with make(alg, win, agg) as op:
         ends, got = run_batches(op, values, _splits(data.draw, len(values)), ts)
     assert ends == want_ends
     assert_results_equal(agg, got, want, values)
 
 
-@pytest.mark.parametrize("alg,agg", [(a, g) for a, g in BUILTIN_MATRIX if g in ("sum", "collect", "argmax", "std")])
+@pytest.mark.parametrize("alg,agg", cells([(a, g) for a, g in BUILTIN_MATRIX
+                                           if g in ("sum", "collect", "argmax", "std")]))
 @given(data=st.data())
 def test_snapshot_restore_mid_stream(alg, agg, data):
     """A snapshot, pickled and restored into a fresh operator, goes on exactly like the original."""
     r, s, offset, values, ts = data.draw(time_case(agg))
     cut = data.draw(st.integers(0, len(values)))
     win = pr.TimeWindow(range=r, slide=s, offset=offset)
-    with pr.create(alg, win, agg) as op:
+    with make(alg, win, agg) as op:
         full = run_per_tuple(op, values, ts)
-    with pr.create(alg, win, agg) as op:
+    with make(alg, win, agg) as op:
         e1, r1 = op.insert_many(values[:cut], ts[:cut])
         state = pickle.loads(pickle.dumps(op.snapshot()))
-    with pr.create(alg, win, agg) as op2:
+    with make(alg, win, agg) as op2:
         op2.restore(state)
         e2, r2 = run_per_tuple(op2, values[cut:], ts[cut:])
     assert e1.tolist() + e2 == full[0]
@@ -158,7 +183,7 @@ def test_nan_propagates_like_numpy(agg):
     for alg in pr.ALGORITHMS:
         if not _accepts(alg, agg):
             continue
-        with pr.create(alg, pr.CountWindow(range=3, slide=1), agg) as op:
+        with make(alg, pr.CountWindow(range=3, slide=1), agg) as op:
             ends, got = run_per_tuple(op, values)
         assert ends == want_ends
         assert_results_equal(agg, got, want)
@@ -166,8 +191,8 @@ def test_nan_propagates_like_numpy(agg):
         assert_results_equal(agg, list(got), want)
 
 
-@pytest.mark.parametrize("alg,agg", [(a, g) for a, g in MATRIX if g in ("max", "sum")])
-def test_range_longer_than_stream_yields_nothing(alg, agg):
+@pytest.mark.parametrize("alg,agg", [(a, g) for a, g in MATRIX if g in ("max", "sum") and not a.endswith(STEP)])
+def test_range_longer_than_stream_yields_nothing(alg, agg):  # the batch entry point: no per-tuple step
     for win in (pr.CountWindow(range=5, slide=1), pr.CountWindow(range=5, slide=5)):
         ends, res = pr.sliding_aggregate([1.0, 2.0], window=win, agg=agg, algorithm=alg)
         assert ends.tolist() == [] and len(res) == 0
@@ -186,7 +211,7 @@ def nonfinite_strategy(agg: str):
 # numpy warns on inf + -inf in a per-tuple chunk's lcs (a np.errstate there would cost ~0.75 us a chunk);
 # the batch entry points are quiet
 @pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")
-@pytest.mark.parametrize("alg,agg", [(a, g) for a, g in BUILTIN_MATRIX if g != "collect"])
+@pytest.mark.parametrize("alg,agg", cells([(a, g) for a, g in BUILTIN_MATRIX if g != "collect"]))
 @given(data=st.data())
 def test_non_finite_values_give_numpys_result(alg, agg, data):
     """A window holding NaN or inf gives numpy's result over its values; once they leave, no later window
@@ -196,11 +221,11 @@ def test_non_finite_values_give_numpys_result(alg, agg, data):
     values = data.draw(st.lists(nonfinite_strategy(agg), max_size=40))
     want_ends, want = count_windows(values, r, s, agg)
     win = pr.CountWindow(range=r, slide=s)
-    with pr.create(alg, win, agg) as op:
+    with make(alg, win, agg) as op:
         ends, got = run_per_tuple(op, values)
     assert ends == want_ends
     assert_results_equal(agg, got, want)
-    with pr.create(alg, win, agg) as op:
+    with make(alg, win, agg) as op:
         ends, got = run_batches(op, values, _splits(data.draw, len(values)))
     assert ends == want_ends
     assert_results_equal(agg, got, want)
@@ -209,7 +234,7 @@ def test_non_finite_values_give_numpys_result(alg, agg, data):
 ILL = [(a, g) for a, g in BUILTIN_MATRIX if g in ("sum", "mean", "geomean")]
 
 
-@pytest.mark.parametrize("alg,agg", ILL)
+@pytest.mark.parametrize("alg,agg", cells(ILL))
 @given(data=st.data())
 def test_ill_conditioned_runs_keep_relative_precision(alg, agg, data):
     """Runs of 1e12 beside runs of 1e-3 (and of exact zeros): every window within relative 1e-9 of the
@@ -231,7 +256,7 @@ def test_ill_conditioned_runs_keep_relative_precision(alg, agg, data):
         if agg == "mean":
             want = [w / r for w in want]
     for feed in ("tuple", "batch"):
-        with pr.create(alg, win, agg) as op:
+        with make(alg, win, agg) as op:
             if feed == "tuple":
                 _, got = run_per_tuple(op, values)
             else:
@@ -258,7 +283,7 @@ def _fresh_values(agg, values):
     return [abs(v) for v in values] if agg in ("geomean", "moment_sketch") else values
 
 
-@pytest.mark.parametrize("alg,agg", MATRIX, ids=_id)
+@pytest.mark.parametrize("alg,agg", cells(MATRIX), ids=_id)
 @pytest.mark.parametrize("kind", ["count", "time"])
 @given(data=st.data())
 def test_restore_goes_on_bit_for_bit(alg, agg, kind, data):
@@ -284,12 +309,12 @@ def test_restore_goes_on_bit_for_bit(alg, agg, kind, data):
             res += [x for _, x in (op.insert(values[j]) if ts is None else op.insert(values[j], int(ts[j])))]
         return res
 
-    with pr.create(alg, win, agg) as op:
+    with make(alg, win, agg) as op:
         whole = [x for i in range(len(cuts) - 1) for x in feed(op, i)] + list(op.flush()[1])
-    with pr.create(alg, win, agg) as op:
+    with make(alg, win, agg) as op:
         before = [x for i in range(at) for x in feed(op, i)]
         state = pickle.loads(pickle.dumps(op.snapshot()))
-    with pr.create(alg, win, agg) as op2:
+    with make(alg, win, agg) as op2:
         op2.restore(state)
         after = [x for i in range(at, len(cuts) - 1) for x in feed(op2, i)] + list(op2.flush()[1])
     assert _bits(before + after) == _bits(whole)
@@ -302,12 +327,12 @@ def test_restore_refuses_another_aggregation_of_the_same_name():
     for alg in pr.ALGORITHMS:
         if not _accepts(alg, hi):
             continue
-        with pr.create(alg, pr.CountWindow(range=3, slide=1), hi) as op:
+        with make(alg, pr.CountWindow(range=3, slide=1), hi) as op:
             op.insert(5.0)
             state = pickle.loads(pickle.dumps(op.snapshot()))
-        with pr.create(alg, pr.CountWindow(range=3, slide=1), lo) as other:
+        with make(alg, pr.CountWindow(range=3, slide=1), lo) as other:
             with pytest.raises(ValueError, match="another aggregation named 'custom'"):
                 other.restore(state)
-        with pr.create(alg, pr.CountWindow(range=3, slide=1), hi) as same:
+        with make(alg, pr.CountWindow(range=3, slide=1), hi) as same:
             same.restore(state)
             assert same.insert(1.0) == [] and same.insert(2.0) == [(3, 5.0)]
