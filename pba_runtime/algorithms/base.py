@@ -183,16 +183,7 @@ class WindowOperator:
         results, int64 for count and argmax) or a list (``collect``). Any split
         of a stream into batches gives the per-tuple results.
         """
-        self._check_open()
-        n = len(values) if hasattr(values, "__len__") else None
-        if n is None:
-            values = list(values)
-            n = len(values)
-        if self._is_time:
-            ts = validate_timestamps(timestamps, n, self._t_last, self.window)
-        else:
-            no_timestamps(timestamps, self.window)
-            ts = None
+        values, ts = self._batch_input(values, timestamps)
         parts = self._lift_all(values, ts)
         ends: list[int] = []
         results: list[Any] = []
@@ -208,6 +199,17 @@ class WindowOperator:
                     ends.append(e)
                     results.append(res)
         return self._pack(ends, results)
+
+    def _batch_input(self, values: Any, timestamps: Any) -> tuple[Any, np.ndarray | None]:
+        """A batch's values (an iterator made a list) and its checked timestamps (``None`` on count windows);
+        raises, with nothing changed, on a closed operator or timestamps the window refuses."""
+        self._check_open()
+        if not hasattr(values, "__len__"):
+            values = list(values)
+        if not self._is_time:
+            no_timestamps(timestamps, self.window)
+            return values, None
+        return values, validate_timestamps(timestamps, len(values), self._t_last, self.window)
 
     def flush(self) -> tuple[np.ndarray, Any]:
         """End of stream: emit what it completes (time windows still holding tuples).

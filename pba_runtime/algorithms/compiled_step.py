@@ -66,7 +66,6 @@ from .base import (
     check_order,
     check_timestamp,
     no_timestamps,
-    validate_timestamps,
 )
 from .daba import DABA
 from .flatfat import EMPTY, FlatFAT, FlatFATAggregator
@@ -203,16 +202,7 @@ class CompiledStep(WindowOperator):
         """Insert a batch; return ``(ends, results)`` (as the Python operator's ``insert_many``)."""
         if self._py is not None:
             return self._py.insert_many(values, timestamps)
-        self._check_open()
-        n = len(values) if hasattr(values, "__len__") else None
-        if n is None:
-            values = list(values)
-            n = len(values)
-        if self._is_time:
-            ts = validate_timestamps(timestamps, n, self._t_last, self.window)
-        else:
-            no_timestamps(timestamps, self.window)
-            ts = None
+        values, ts = self._batch_input(values, timestamps)
         vals = as_float_array(values, agg_name=self.agg.name)
         if self._non_negative and (vals < 0).any():
             j = int(np.argmax(vals < 0))
