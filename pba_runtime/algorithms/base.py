@@ -259,14 +259,17 @@ class WindowOperator:
 
     def snapshot(self) -> dict[str, Any]:
         """A picklable copy of the whole state, taken between two inserts."""
+        # a copy: buffers the operator keeps mutating must not leak into the snapshot
+        return {**self._snapshot_header(), "state": copy.deepcopy(self._get_state())}
+
+    def _snapshot_header(self) -> dict[str, Any]:
+        """What :meth:`_check_snapshot` checks: the version, algorithm, window and aggregation."""
         return {
             "version": STATE_VERSION,
             "algorithm": self.name,
             "window": self.window,
             "aggregation": self.agg.name,
             "aggregation_id": self.agg.fingerprint,  # restore refuses another aggregation of the same name
-            # a copy: buffers the operator keeps mutating must not leak into the snapshot
-            "state": copy.deepcopy(self._get_state()),
         }
 
     def restore(self, state: dict[str, Any]) -> WindowOperator:

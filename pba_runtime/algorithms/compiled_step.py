@@ -59,7 +59,6 @@ from ..aggregations import BUILTIN_AGGREGATIONS, Aggregation, as_float_array
 from ..kernels import Engine, compiled_available
 from ..windows import CountWindow, TimeWindow
 from .base import (
-    STATE_VERSION,
     SlicedAggregator,
     SlideOneInsert,
     WindowOperator,
@@ -294,16 +293,9 @@ class CompiledStep(WindowOperator):
         if self.converts:
             return super().snapshot()  # self._get_state(): the Python operator's state, converted
         st = self._st
-        return {
-            "version": STATE_VERSION,
-            "algorithm": self.name,
-            "window": self.window,
-            "aggregation": self.agg.name,
-            "aggregation_id": self.agg.fingerprint,
-            "step": "compiled",
-            "state": {"n": self._n, "t_last": self._t_last, "emitted": self._emitted, "flushed": self._flushed,
-                      "si": st.si.copy(), "sp": st.sp.copy(), "arrays": [a.copy() for a in st.arrays]},
-        }
+        return {**self._snapshot_header(), "step": "compiled",
+                "state": {"n": self._n, "t_last": self._t_last, "emitted": self._emitted, "flushed": self._flushed,
+                          "si": st.si.copy(), "sp": st.sp.copy(), "arrays": [a.copy() for a in st.arrays]}}
 
     def restore(self, state: dict[str, Any]) -> WindowOperator:
         """Load a :meth:`snapshot` of this algorithm, window and aggregation (either step); returns ``self``."""
@@ -320,26 +312,26 @@ class CompiledStep(WindowOperator):
             for a, b in zip(st.arrays, d["arrays"]):
                 a[...] = b
             self._n, self._t_last, self._emitted, self._flushed = d["n"], d["t_last"], d["emitted"], d["flushed"]
-            if self._py is not None:
-                self._py.close()
-                self._py = None
-                self._why = ""
+            self._leave_python_step()
             return self
         if self.converts:
             self._check_snapshot(state)
             self._set_state(copy.deepcopy(state["state"]))
-            if self._py is not None:
-                self._py.close()
-                self._py = None
-                self._why = ""
+            self._leave_python_step()
             return self
         py = self.python(self.window, self.agg)
         py.restore(state)  # its checks and errors
-        if self._py is not None:
-            self._py.close()
+        self._leave_python_step()
         self._py = py
         self._why = "restored from a snapshot of the Python step: it runs on the Python step"
         return self
+
+    def _leave_python_step(self) -> None:
+        """Close the Python operator a restored Python snapshot left running, if any: the loop runs again."""
+        if self._py is not None:
+            self._py.close()
+            self._py = None
+            self._why = ""
 
     # ------------------------------------------------------------------ the Python operator's state (converts)
     def _part(self, row: Any) -> Any:
