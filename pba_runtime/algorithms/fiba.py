@@ -65,7 +65,7 @@ from typing import Any
 
 import numpy as np
 
-from .base import WindowOperator, as_timestamps, check_timestamp, no_timestamps, sizeof
+from .base import WindowOperator, as_timestamps, check_order, check_timestamp, no_timestamps, sizeof
 from .reorder import check_allowed_lateness
 
 __all__ = ["FingerBTree", "FiBA"]
@@ -725,10 +725,7 @@ class FiBA(WindowOperator):
         mx = self._t_last
         if mx is not None and t < mx:
             if self._lateness is None:
-                raise ValueError(
-                    f"timestamp {t} is before the last timestamp seen, {mx}: time windows need "
-                    "non-decreasing timestamps (configure allowed_lateness to reorder late tuples)"
-                )
+                check_order(t, mx)
             p = agg.lift(value, t) if agg.positional else agg.lift(value)  # bad values raise, late or not
             if t < self._wm:
                 self._late.append((value, t))
