@@ -119,6 +119,15 @@ def test_csv_lines_of_a_slide_1_window_over_many_rows(monkeypatch, little):
     assert format_csv_batch(parts, 1024) == slow_csv(parts, 1024)
 
 
+@pytest.mark.parametrize("range_", [-3, 3, 90, 1024])
+def test_csv_lines_of_a_slide_1_window_across_two_and_three_digits(range_):
+    """Consecutive windows whose start or end has one, two or three digits, a negative range (end below
+    start) among them: the rows written from the line before's template are the reference's."""
+    ends = np.arange(-20, 1_300, dtype=np.int64)
+    parts = [(5, ends, np.full(len(ends), 2.5)), ("k", ends + 7, np.full(len(ends), -0.125))]
+    assert format_csv_batch(parts, range_) == slow_csv(parts, range_)
+
+
 def test_csv_lines_checks_its_lengths():
     with pytest.raises(ValueError, match="counts must sum"):
         csv_lines([b"1,"], np.array([3]), np.array([1, 2]), 1, np.array([1.0, 2.0]))
