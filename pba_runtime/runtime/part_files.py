@@ -82,6 +82,10 @@ SUFFIXES = {"parquet": ".parquet", "arrow": ".arrow"}
 PARQUET_OPTIONS = {"use_dictionary": False, "compression": "lz4", "write_statistics": ["end"],
                    "column_encoding": {"start": "BYTE_STREAM_SPLIT", "end": "BYTE_STREAM_SPLIT"},
                    "write_batch_size": 1 << 16}
+#: Bytes a part's writer gathers before it writes them to the file. pyarrow's Parquet writer writes each page
+#: header, page and footer piece as it comes: the default job's parts took ~430 ``write`` calls of ~600 bytes
+#: and ~200 ``lseek`` calls per 1M rows (``strace -c`` of a 30M-tuple job); through this buffer, ~20 writes.
+WRITE_BUFFER = 1 << 20
 _IN_PROGRESS = ".inprogress"
 _PART = re.compile(r"^(\.)?part-(\d{6,})-(\d{4,})\.(parquet|arrow)(\.inprogress)?$")
 
@@ -170,12 +174,12 @@ class PartWriter:
         import pyarrow as pa
 
         self._schema = schema
+        self._file = pa.output_stream(self._path, buffer_size=WRITE_BUFFER)
         if self.fmt == "parquet":
             import pyarrow.parquet as pq
 
-            self._writer = pq.ParquetWriter(self._path, schema, **PARQUET_OPTIONS)
+            self._writer = pq.ParquetWriter(self._file, schema, **PARQUET_OPTIONS)
         else:
-            self._file = pa.OSFile(self._path, "wb")
             self._writer = pa.ipc.new_file(self._file, schema)
 
     def roll(self, next_epoch: int | None = None) -> list[str]:
