@@ -30,7 +30,7 @@ import numpy as np
 
 from .aggregations import Aggregation, as_float_array, get_aggregation
 from .algorithms.base import no_timestamps, validate_timestamps
-from .chunking import MIN_WORKER_CHUNK, plan_chunk_size, theorem1
+from .chunking import MIN_WORKER_CHUNK, theorem1
 from .pool import WorkerPool, default_pool
 from .windows import CountWindow, TimeWindow, validate_window
 
@@ -86,7 +86,8 @@ def replay(algorithm: str, window: CountWindow | TimeWindow, agg: str | Aggregat
     chunk_size : int, optional
         SBA/PBA: slices per chunk; default Theorem 1 verbatim for count windows (the main loop and the
         worker are both compiled, so they pay the same per combine, Theorem 1's assumption, and the
-        hand-off is a store and a fence) and Theorem 2 for time windows, as the operators plan it. PBA
+        hand-off is a store and a fence), and Theorem 1 over a time window's ``range // slide`` slices
+        (Theorem 2 in the main loop's time: :mod:`pba_runtime.chunking`). PBA
         hands a planned chunk to its worker only if it has at least
         :data:`pba_runtime.chunking.MIN_WORKER_CHUNK` slices (smaller: the main loop builds the lcs, and
         ``stats["why"]`` says so); an explicit ``chunk_size`` always goes to the worker.
@@ -120,8 +121,9 @@ def replay(algorithm: str, window: CountWindow | TimeWindow, agg: str | Aggregat
     b = None
     if algorithm in ("sba", "pba"):
         if chunk_size is None:
+            # both loops compiled, equal costs a combine: Theorem 1, over a time window's slices (pba_runtime.chunking)
             b = (theorem1(window.range, window.slide) if isinstance(window, CountWindow)
-                 else plan_chunk_size(window, agg))
+                 else theorem1(window.range // window.slide, 1))
         else:
             b = chunk_size
     why = ""
