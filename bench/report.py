@@ -436,16 +436,18 @@ WHY = {
         "chunks are a few slices, so most tuples take the generic step at a chunk boundary, while Two-Stacks' "
         "flip over a few elements costs next to nothing (compare the SBA and TS columns)."),
     3: ("Why: PBA's main loop does constant work per window; at a chunk boundary it only hands the chunk to the "
-        "worker, whose lcs is ready before it is needed (stalls are rare).",
+        "worker, whose lcs is ready before it is needed (stalls are rare). Time windows too, since their chunks "
+        "are planned in the main loop's time (`pba_runtime/chunking.py`: W[60 min, 1 s] gets 1,801 slices, "
+        "Theorem 1 over its 3,600 slices): Theorem 2's b* = q, a chunk of a whole window's slices, measures a "
+        "slice by the stream's clock (a second), and in this replay at full speed it left the worker one "
+        "slice's 100 tuples, ~1-2 us, to build an lcs of 3,600 `moment_sketch` partials; the main loop waited "
+        "for it at every chunk (29-87 stalls a run, PBA's periodic spike 71-129 us, above Two-Stacks').",
         "Why: PBA's periodic spike is the tuple that needs the lcs of the chunk just closed: when it is not "
         "ready, the main loop waits for it (the stalls), which costs more than SBA building the same lcs in line. "
         "On a loaded machine the worker thread may not have a core (the load log above). With one (a run with "
         "`--rt`: the measuring threads on SCHED_FIFO), count windows no longer stall and PBA's periodic spike "
-        "is a thousandth of Two-Stacks'. Time windows still wait on every chunk, by Theorem 2's design: it "
-        "picks b* = q (a chunk is a whole window's slices), so a chunk's lcs is needed one slide after the "
-        "chunk closes. At the stream's own pace that is a second here (1 s slides); in this replay at full "
-        "speed it is one slide's 100 tuples, ~1-2 us of processing, less than building an lcs of 3,600 "
-        "`moment_sketch` partials (23 numbers each), so the main loop waits for it."),
+        "is a thousandth of Two-Stacks'. Time windows' chunks are planned in the main loop's time "
+        "(`pba_runtime/chunking.py`), so their lcs has as much slack as a count window's."),
     4: ("Why: the flip reverses every partial of the window from one stack to the other: linear in the "
         "range, as in Java, at ~1-2 ns per element in machine code.",
         "Why: the flip's cost is hidden by the noise of the shared machine at these ranges."),
