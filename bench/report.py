@@ -954,6 +954,41 @@ def runtime_sinks_section(rs: dict) -> list[str]:
     return out
 
 
+def sink_floor_section(sf: dict) -> list[str]:
+    """Issue 18: each piece of a sink alone, against the budget the 0.7x goal leaves (bench_sink_floor.py)."""
+    pieces = sf.get("pieces", {})
+    jobs = sf.get("jobs_cpu_ns_per_tuple", {})
+    load = sf.get("machine", {}).get("load", {}).get("load1_max")
+    out = ["### What a sink's pieces cost alone, against what 0.7x allows", "",
+           f"`python bench/bench_sink_floor.py`: one slot's results of the default job ({sf.get('rows', 0):,} rows "
+           f"in {sf.get('batches')} batches, {sf.get('csv_bytes_per_row', 0):.1f} CSV bytes a row), each piece of a "
+           f"sink timed alone, interleaved over {sf.get('repeats')} repetitions; thread CPU ns a row, median "
+           f"[min-max]; 1-min load at most {load} (2 cores).", ""]
+    what = {"csv_loop": "the compiled CSV writer's loop alone",
+            "csv_batch": "the CSV writer as a slot calls it (the loop, the batch's Python, its ring)",
+            "file_write": "`os.write` of those CSV bytes to a file (the kernel's copy into the page cache)",
+            "parquet": "a slot's Parquet part writer (table, encoding, write)",
+            "arrow": "a slot's Arrow IPC part writer",
+            "csv_reference": "the readable per-line formatter (the slow reference), for scale"}
+    out += table(["piece", "ns a row", "what"],
+                 [[k, f"{v['median']:.1f} [{v['min']:.1f}-{v['max']:.1f}]", what.get(k, "")]
+                  for k, v in pieces.items()])
+    if "none" in jobs and pieces:
+        t = jobs["none"]
+        allow = t / 0.7 - t
+        csv_floor = pieces["csv_batch"]["median"] + pieces["file_write"]["median"]
+        added = ", ".join(f"{k} {v - t:.1f}" for k, v in jobs.items() if k != "none")
+        out += [f"The budget: the job without a sink spends {t:.1f} ns of CPU a tuple (`runtime_sinks.json`, "
+                "every stage); with both cores busy, 0.7x its rate leaves a sink "
+                f"**{allow:.1f} ns a row** for everything it adds. A CSV sink's two pieces that any design pays, "
+                "formatting the text and the kernel's copy of it into the page cache, take "
+                f"**{csv_floor:.1f} ns** alone (csv_batch + file_write), and the Parquet writer alone "
+                f"**{pieces['parquet']['median']:.1f} ns**, before the sink's hand-offs between threads and "
+                "processes and what sharing the cores with the aggregation costs. In the jobs of that run the "
+                f"sinks added {added} ns a tuple.", ""]
+    return out
+
+
 def spark_streaming_section(ss: dict) -> list[str]:
     """Issue 19: ``sliding_window_aggregate`` on a streaming DataFrame against streaming ``window()``."""
     sm, runs = ss.get("summary", {}), ss.get("runs", {})
@@ -1202,6 +1237,7 @@ def build(res_dir: Path) -> str:
     # the issues' own benches, each rendered when its results file is there (the floor only beside the streaming run)
     streaming = C.read_json(res_dir / "spark_streaming.json")
     for name, section in (("runtime_sinks.json", runtime_sinks_section),
+                          ("sink_floor.json", sink_floor_section),
                           ("runtime_job_versions.json", runtime_job_section),
                           ("runtime_job_versions_30m.json", runtime_job_section),  # the same job, 30M tuples
                           ("kernels.json", kernels_section),

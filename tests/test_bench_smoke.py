@@ -302,3 +302,22 @@ def test_kernels_bench_smoke(tmp_path):
     bench_kernels.main(["--smoke", "--time-only", "--out", str(out)])  # the time entry alone, the rest kept
     again = json.loads(out.read_text())
     assert again["builtins"] == res["builtins"] and set(again["time"]["aggs"]) == {"max", "sum", "std"}
+
+
+def test_sink_floor_bench_smoke_and_report(tmp_path):
+    """bench_sink_floor.py at a tiny size: every piece timed, the CSV bytes are the slot's, the report renders
+    the pieces against the budget of the jobs' run beside them."""
+    import bench_sink_floor
+    import report
+
+    shutil.copy(BENCH / "results" / "runtime_sinks.json", tmp_path / "runtime_sinks.json")
+    out = tmp_path / "sink_floor.json"
+    bench_sink_floor.main(["--tuples", "200000", "--repeats", "1", "--out", str(out),
+                           "--jobs", str(tmp_path / "runtime_sinks.json")])
+    res = json.loads(out.read_text())
+    assert set(res["pieces"]) == set(bench_sink_floor.PIECES)
+    assert all(p["median"] > 0 for p in res["pieces"].values())
+    assert 10 < res["csv_bytes_per_row"] < 30 and res["rows"] > 50_000
+    assert not list(tmp_path.glob("tmp*"))  # the bench's files are gone
+    text = report.main(["--results", str(tmp_path), "--out", str(tmp_path / "B.md")]).read_text()
+    assert "What a sink's pieces cost alone" in text and "leaves a sink" in text

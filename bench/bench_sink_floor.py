@@ -1,0 +1,208 @@
+"""What each piece of a sink costs on its own, per result row, beside what the 0.7x goal allows (issue 18).
+
+The goal: with a CSV or Parquet sink, ``pba-run``'s default job runs at >= 0.7x the rate of the job without
+one. On a machine whose cores the job keeps busy, that is a CPU budget: if the job without a sink spends
+``T`` ns of CPU a tuple, a sink may add at most ``T / 0.7 - T`` ns a row (one result row per tuple here).
+This bench measures the pieces a sink cannot do without, each alone, so that budget can be read against
+them:
+
+* ``csv_loop``: the compiled CSV writer's loop alone (``csv_text._write_fast``), the batch's columns to text;
+* ``csv_batch``: ``sinks.format_csv_batch`` as a task slot calls it (the loop and the batch's Python, the
+  lines written into a shared-memory ring: ``byte_ring.ByteRing``);
+* ``file_write``: ``os.write`` of those CSV bytes into a file beside the results (the kernel's copy into
+  the page cache, which the coordinator's sink thread pays for every byte), then the file removed;
+* ``parquet`` and ``arrow``: a slot's part-file writer (``sinks.result_table`` and
+  ``part_files.PartWriter``: the table, the encoding, the write);
+* ``csv_reference``: the readable per-line formatter (``sinks.format_results``), on every tenth batch: the
+  slow reference the compiled writer is tested against, for scale.
+
+The input is the default job's own results for one slot: the DEBS'14-like stream (84 plugs, 6M tuples),
+``W[1024, 1]`` max per plug (``pr.replay``, SBA), the even plugs (a slot's half), cut into the batches a
+slot formats (each plug's windows of one 65,536-tuple batch: ~780). Pieces are interleaved over the
+repetitions; thread CPU (``time.thread_time``) per row, medians [min-max].
+
+    python bench/bench_sink_floor.py                 # 7 repetitions -> bench/results/sink_floor.json
+    python bench/bench_sink_floor.py --repeats 3 --out /tmp/floor.json
+
+With ``bench/results/runtime_sinks.json`` present (``bench_runtime.py --sinks``), the JSON also keeps that
+run's CPU a tuple of the job without a sink and of the CSV and Parquet jobs, and the report sets the pieces
+against the budget.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+import time
+from pathlib import Path
+
+import exp_common as C
+import numpy as np
+
+import pba_runtime as pr
+from pba_runtime.runtime import Debs14Source, csv_text
+from pba_runtime.runtime.byte_ring import ByteRing, ring_capacity
+from pba_runtime.runtime.part_files import PartWriter
+from pba_runtime.runtime.sinks import ResultParts, format_csv_batch, format_results, result_table
+
+WINDOW = pr.CountWindow(range=1024, slide=1)
+PIECES = ("csv_loop", "csv_batch", "file_write", "parquet", "arrow", "csv_reference")
+
+
+def slot_batches(tuples: int, batch_size: int) -> list[list]:
+    """One slot's result batches of the default job: ``[[(plug, ends, maxima), ...], ...]``."""
+    keys, values, _ = Debs14Source(plugs=84, tuples=tuples).take(0, tuples, timestamps=False)
+    batch_of = np.arange(tuples) // batch_size
+    per_key = {}
+    for k in range(0, 84, 2):  # a slot's half of the plugs
+        mine = np.flatnonzero(keys == k)
+        out = pr.replay("sba", WINDOW, "max", values[mine])
+        # the window ending at the plug's i-th tuple is emitted in that tuple's batch
+        per_key[k] = (out.ends, out.results, batch_of[mine[out.ends - 1]])
+    batches = []
+    for b in range(int(batch_of[-1]) + 1):
+        parts = ResultParts()
+        for k, (ends, res, where) in per_key.items():
+            lo, hi = np.searchsorted(where, [b, b + 1])
+            if hi > lo:
+                parts.append((k, ends[lo:hi], res[lo:hi]))
+        if parts:  # the slot's batches carry their columns end to end (the keyed merge's arrays)
+            parts.columns = (np.concatenate([e for _, e, _ in parts]), np.concatenate([r for _, _, r in parts]))
+            batches.append(parts)
+    return batches
+
+
+def rows_of(batches: list[list]) -> int:
+    return sum(len(e) for parts in batches for _, e, _ in parts)
+
+
+def loop_args(batches: list[list]) -> list[tuple]:
+    """Each batch as the compiled loop's arguments (what ``csv_lines_into`` prepares)."""
+    out = []
+    for parts in batches:
+        prefix, prefix_off = csv_text._blob([f"{k},".encode() for k, _, _ in parts])
+        counts = np.array([len(e) for _, e, _ in parts], np.int64)
+        ends = np.concatenate([e for _, e, _ in parts]).astype(np.int64)
+        vals = np.concatenate([r for _, _, r in parts]).astype(np.float64)
+        out.append((prefix, prefix_off, counts, ends, vals))
+    return out
+
+
+def time_pieces(batches: list[list], repeats: int, tmp: str) -> dict[str, list[float]]:
+    rows = rows_of(batches)
+    args = loop_args(batches)
+    bound = max(len(a[3]) for a in args) * 96 + 64
+    buf = np.empty(bound, np.uint8)
+    texts = [format_csv_batch(parts, WINDOW.range) for parts in batches]
+    every_tenth = batches[::10]
+    ref_rows = rows_of(every_tenth)
+
+    def csv_loop() -> int:
+        for prefix, prefix_off, counts, ends, vals in args:
+            n = csv_text._write_fast(buf, prefix, prefix_off, counts, ends, np.int64(WINDOW.range), vals,
+                                     csv_text._POW10, csv_text._POW10U, csv_text._DIGITS2, csv_text._LITTLE)
+            assert n >= 0
+        return rows
+
+    ring = ByteRing.create(ring_capacity(max(len(a[3]) for a in args) * 2, 4))
+    slot_side = ByteRing.attach(ring.name)
+
+    def csv_batch() -> int:  # as a slot formats: into its ring (the coordinator releases each region)
+        for parts in batches:
+            ref = format_csv_batch(parts, WINDOW.range, slot_side)
+            ring.release(ref)
+        return rows
+
+    def file_write() -> int:
+        path = os.path.join(tmp, "floor.csv")
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            for text in texts:
+                os.write(fd, text)
+        finally:
+            os.close(fd)
+            os.remove(path)
+        return rows
+
+    def part_file(fmt: str) -> int:
+        d = tempfile.mkdtemp(dir=tmp)
+        writer = PartWriter(d, fmt, slot=0, epoch=1, durable=False)
+        for parts in batches:
+            writer.write(result_table(parts, WINDOW.range))
+        writer.roll()
+        for name in os.listdir(d):
+            os.remove(os.path.join(d, name))
+        os.rmdir(d)
+        return rows
+
+    def csv_reference() -> int:
+        for parts in every_tenth:
+            "".join(format_results("csv", k, e, r, WINDOW.range) for k, e, r in parts).encode()
+        return ref_rows
+
+    cases = {"csv_loop": csv_loop, "csv_batch": csv_batch, "file_write": file_write,
+             "parquet": lambda: part_file("parquet"), "arrow": lambda: part_file("arrow"),
+             "csv_reference": csv_reference}
+    out: dict[str, list[float]] = {k: [] for k in cases}
+    try:
+        for fn in cases.values():  # compile, load, warm the page cache's free pages
+            fn()
+        for rep in range(repeats):
+            for name in np.random.default_rng(rep).permutation(list(cases)):
+                t0 = time.thread_time()
+                n = cases[name]()
+                out[name].append((time.thread_time() - t0) * 1e9 / n)
+    finally:
+        slot_side.close()
+        ring.close()
+    return out
+
+
+def job_cpu(path: Path) -> dict[str, float]:
+    """CPU ns a tuple of the runtime_sinks.json jobs (every stage, as its report sums them)."""
+    rs = C.read_json(path)
+    if not rs:
+        return {}
+    return {k: sum(v["cpu_ns_per_tuple_median"].values()) for k, v in rs.get("results", {}).items()
+            if v.get("cpu_ns_per_tuple_median")}
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--tuples", type=int, default=6_000_000)
+    ap.add_argument("--batch-size", type=int, default=65_536)
+    ap.add_argument("--repeats", type=int, default=7)
+    ap.add_argument("--out", type=Path, default=C.RESULTS / "sink_floor.json")
+    ap.add_argument("--jobs", type=Path, default=C.RESULTS / "runtime_sinks.json",
+                    help="bench_runtime.py --sinks results whose CPU a tuple sets the budget")
+    args = ap.parse_args(argv)
+    load = C.LoadLog()
+    batches = slot_batches(args.tuples, args.batch_size)
+    load.mark("input")
+    texts = sum(len(format_csv_batch(parts, WINDOW.range)) for parts in batches)
+    rows = rows_of(batches)
+    out_dir = args.out.parent
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=out_dir) as tmp:
+        per_row = time_pieces(batches, args.repeats, tmp)
+    load.mark("pieces")
+    result = {"what": "sink pieces alone, thread CPU ns a result row", "tuples": args.tuples, "rows": rows,
+              "batches": len(batches), "csv_bytes_per_row": texts / rows, "repeats": args.repeats,
+              "pieces": {k: C.spread(v) for k, v in per_row.items()}, "jobs_cpu_ns_per_tuple": job_cpu(args.jobs),
+              "machine": C.machine(load)}
+    C.write_json(args.out, result)
+    print(f"{rows:,} rows in {len(batches)} batches, {texts / rows:.1f} CSV bytes a row")
+    for k in PIECES:
+        s = result["pieces"][k]
+        print(f"  {k:14s} {s['median']:7.2f} ns a row [{s['min']:.2f}-{s['max']:.2f}]")
+    jobs = result["jobs_cpu_ns_per_tuple"]
+    if "none" in jobs:
+        t = jobs["none"]
+        print(f"job without a sink: {t:.1f} ns CPU a tuple; 0.7x allows a sink {t / 0.7 - t:.1f} ns a row; "
+              + ", ".join(f"{k} adds {v - t:.1f}" for k, v in jobs.items() if k != "none"))
+    print(f"written to {args.out}")
+
+
+if __name__ == "__main__":
+    main()
