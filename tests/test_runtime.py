@@ -446,6 +446,37 @@ def test_file_sink_truncates_to_the_checkpointed_offset(tmp_path):
     assert p.read_text() == "key,start,end,value\nk,0,2,1.0\nk,1,3,2.0\nk,2,4,3.0\n"
 
 
+@pytest.mark.parametrize("reserve", [100, 4096])
+def test_file_sink_reserves_disk_ahead_and_gives_it_back(tmp_path, monkeypatch, reserve):
+    """The sink reserves disk past what it wrote (a write crossing the reserve takes more), never changes the
+    file's length by it (the checkpoint's offset and readers see only what was written), and gives back what
+    is left when it closes, also after a resume."""
+    from pba_runtime.runtime import sinks
+
+    monkeypatch.setattr(sinks, "PREALLOCATE", reserve)
+    p = tmp_path / "o.csv"
+    lines = [f"k,{i},{i + 2},{i / 3!r}\n".encode() for i in range(3000)]
+    s = FileSink(str(p), "csv")
+    s.open()
+    for i in range(0, 2000, 8):
+        s.write(b"".join(lines[i:i + 8]))
+        s._f.flush()
+        assert os.path.getsize(p) == s.offset
+    off = s.sync()
+    assert off == os.path.getsize(p)
+    if s._reserved > 0:  # a file system that cannot reserve writes as before
+        assert s._reserved >= s.offset
+    s.write(b"k,9,9,9.0\n")  # after the checkpoint: gone at the resume
+    s.close()
+    assert os.stat(p).st_blocks * 512 < os.path.getsize(p) + 2 * 4096
+    s = FileSink(str(p), "csv")
+    s.open(resume_offset=off)
+    s.write(b"".join(lines[2000:]))
+    s.close()
+    assert p.read_bytes() == b"key,start,end,value\n" + b"".join(lines)
+    assert os.stat(p).st_blocks * 512 < os.path.getsize(p) + 2 * 4096
+
+
 def test_latency_histogram_percentiles_are_within_two_percent():
     h = LatencyHistogram()
     lat = np.random.default_rng(0).lognormal(-5, 1, 5_000)

@@ -71,6 +71,15 @@ PART_FORMATS = ("parquet", "arrow")
 FORMATS = TEXT_FORMATS + PART_FORMATS
 _SINK_SPELLINGS = "none, csv:PATH, jsonl:PATH (PATH '-' for stdout), parquet:DIR or arrow:DIR"
 
+#: Bytes a file sink reserves on disk ahead of what it has written (Linux ``fallocate`` with
+#: ``FALLOC_FL_KEEP_SIZE``, as RocksDB reserves its write-ahead logs: the file's length does not change, so
+#: readers and the checkpoint's offset see only what was written). The kernel then copies each write into
+#: blocks the file already has, instead of reserving them write by write (ext4's delayed allocation):
+#: measured with 750 KB writes of CSV lines, 0.23 -> 0.17 ns of kernel CPU a byte, ~1.3 ns a row of the
+#: default job. What is left of the reserve is given back when the sink closes (a truncate to the length).
+PREALLOCATE = 64 << 20
+_FALLOC_FL_KEEP_SIZE = 1
+
 RESULT_COLUMNS = ("key", "start", "end", "value")
 LATE_COLUMNS = ("key", "timestamp", "value")
 
@@ -116,6 +125,30 @@ def parse_sink_spec(spec: str) -> tuple[str | None, str | None]:
         raise UserError(f"a {fmt} sink writes part files into a directory; it cannot write stdout "
                         f"(use csv:- or jsonl:-), got {spec!r}")
     return fmt, path
+
+
+@functools.cache
+def _fallocate() -> Any:
+    """libc's ``fallocate`` (Linux), or ``None`` where there is none."""
+    if not sys.platform.startswith("linux"):
+        return None
+    import ctypes
+    import ctypes.util
+
+    try:
+        fn = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True).fallocate
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes = (ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64)
+    fn.restype = ctypes.c_int
+    return fn
+
+
+def _reserve(fd: int, offset: int, length: int) -> bool:
+    """Reserve ``length`` bytes of disk at ``offset`` of file ``fd`` without changing its length; ``False`` when
+    the system or file system cannot (nothing changed then)."""
+    fn = _fallocate()
+    return fn is not None and fn(fd, _FALLOC_FL_KEEP_SIZE, offset, length) == 0
 
 
 def _csv_field(x: Any) -> str:
@@ -379,6 +412,7 @@ class FileSink:
         self._f: BinaryIO | None = None
         self._closed = False
         self._offset = 0
+        self._reserved = 0  # the file's bytes reserved on disk (PREALLOCATE); -1: the file system cannot
         self.bytes_written = 0
         if self.rewindable:
             parent = os.path.dirname(os.path.abspath(path))
@@ -406,7 +440,7 @@ class FileSink:
             f.truncate(resume_offset)
             f.seek(resume_offset)
             self._f = f
-            self._offset = resume_offset
+            self._offset = self._reserved = resume_offset
             return
         if not self.lazy:
             self._create()
@@ -428,6 +462,10 @@ class FileSink:
     def _write_raw(self, data: bytes) -> None:
         if data:
             try:
+                if self.rewindable and 0 <= self._reserved < self._offset + len(data):
+                    start = max(self._reserved, self._offset)
+                    end = self._offset + len(data) + PREALLOCATE
+                    self._reserved = end if _reserve(self._f.fileno(), start, end - start) else -1
                 self._f.write(data)
             except BrokenPipeError:
                 raise
@@ -472,6 +510,8 @@ class FileSink:
             return
         try:
             f.flush()
+            if self.rewindable and self._reserved > self._offset:
+                f.truncate(self._offset)  # gives back the disk reserved past the end
         except BrokenPipeError:
             raise
         except OSError as exc:
