@@ -9,8 +9,9 @@ them:
 * ``csv_loop``: the compiled CSV writer's loop alone (``csv_text._write_fast``), the batch's columns to text;
 * ``csv_batch``: ``sinks.format_csv_batch`` as a task slot calls it (the loop and the batch's Python, the
   lines written into a shared-memory ring: ``byte_ring.ByteRing``);
-* ``file_write``: ``os.write`` of those CSV bytes into a file beside the results (the kernel's copy into
-  the page cache, which the coordinator's sink thread pays for every byte), then the file removed;
+* ``file_write``: those CSV bytes appended to a file beside the results by the CSV sink's own writer
+  (``sinks.FileSink``: the kernel's copy into the page cache, which the coordinator's sink thread pays for
+  every byte), then the file removed;
 * ``parquet`` and ``arrow``: a slot's part-file writer (``sinks.result_table`` and
   ``part_files.PartWriter``: the table, the encoding, the write);
 * ``csv_reference``: the readable per-line formatter (``sinks.format_results``), on every tenth batch: the
@@ -44,7 +45,7 @@ import pba_runtime as pr
 from pba_runtime.runtime import Debs14Source, csv_text
 from pba_runtime.runtime.byte_ring import ByteRing, ring_capacity
 from pba_runtime.runtime.part_files import PartWriter
-from pba_runtime.runtime.sinks import ResultParts, format_csv_batch, format_results, result_table
+from pba_runtime.runtime.sinks import FileSink, ResultParts, format_csv_batch, format_results, result_table
 
 WINDOW = pr.CountWindow(range=1024, slide=1)
 PIECES = ("csv_loop", "csv_batch", "file_write", "parquet", "arrow", "csv_reference")
@@ -114,14 +115,15 @@ def time_pieces(batches: list[list], repeats: int, tmp: str) -> dict[str, list[f
             ring.release(ref)
         return rows
 
-    def file_write() -> int:
+    def file_write() -> int:  # as the coordinator's sink thread writes them
         path = os.path.join(tmp, "floor.csv")
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        sink = FileSink(path, "csv")
         try:
+            sink.open()
             for text in texts:
-                os.write(fd, text)
+                sink.write(text)
         finally:
-            os.close(fd)
+            sink.close()
             os.remove(path)
         return rows
 

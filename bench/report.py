@@ -966,7 +966,7 @@ def sink_floor_section(sf: dict) -> list[str]:
            f"[min-max]; 1-min load at most {load} (2 cores).", ""]
     what = {"csv_loop": "the compiled CSV writer's loop alone",
             "csv_batch": "the CSV writer as a slot calls it (the loop, the batch's Python, its ring)",
-            "file_write": "`os.write` of those CSV bytes to a file (the kernel's copy into the page cache)",
+            "file_write": "those CSV bytes appended to a file by the CSV sink's writer (the kernel's copy into the page cache)",
             "parquet": "a slot's Parquet part writer (table, encoding, write)",
             "arrow": "a slot's Arrow IPC part writer",
             "csv_reference": "the readable per-line formatter (the slow reference), for scale"}
