@@ -242,24 +242,24 @@ def _write_fast(buf, prefix, prefix_off, counts, ends, range_, values, pow10, po
             v = values[row]
             s = e - range_
             if same_part and n_words and v == prev and e == prev_end + 1 and s_lo < 99 and e_lo < 99:
-                    s_lo += 1
-                    e_lo += 1
-                    if n_words <= 4:  # most lines: four stores of words held in registers
-                        store8(buf, pos, t0)
-                        store8(buf, pos + 8, t1)
-                        store8(buf, pos + 16, t2)
-                        store8(buf, pos + 24, t3)
-                    else:
-                        for w in range(n_words):
-                            store8(buf, pos + 8 * w, line[w])
-                    buf[pos + start_stop - 2] = digits2[2 * s_lo]
-                    buf[pos + start_stop - 1] = digits2[2 * s_lo + 1]
-                    buf[pos + end_stop - 2] = digits2[2 * e_lo]
-                    buf[pos + end_stop - 1] = digits2[2 * e_lo + 1]
-                    pos += line_len
-                    prev_end = e
-                    row += 1
-                    continue
+                s_lo += 1
+                e_lo += 1
+                if n_words <= 4:  # most lines: four stores of words held in registers
+                    store8(buf, pos, t0)
+                    store8(buf, pos + 8, t1)
+                    store8(buf, pos + 16, t2)
+                    store8(buf, pos + 24, t3)
+                else:
+                    for w in range(n_words):
+                        store8(buf, pos + 8 * w, line[w])
+                buf[pos + start_stop - 2] = digits2[2 * s_lo]
+                buf[pos + start_stop - 1] = digits2[2 * s_lo + 1]
+                buf[pos + end_stop - 2] = digits2[2 * e_lo]
+                buf[pos + end_stop - 1] = digits2[2 * e_lo + 1]
+                pos += line_len
+                prev_end = e
+                row += 1
+                continue
             same_part = True
             line_lo = pos
             prev_end = e

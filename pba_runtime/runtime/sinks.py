@@ -401,6 +401,12 @@ class FileSink:
     A write, flush or fsync that fails (a full device) raises
     :class:`~pba_runtime.runtime.errors.JobError` naming the output; a
     ``BrokenPipeError`` (the reader of stdout went away) is raised as it is.
+
+    A file (not stdout) keeps :data:`PREALLOCATE` bytes of disk reserved past
+    what it has written, where the file system can; the file's length is only
+    what was written, and :meth:`close` gives the rest back. A job that dies
+    leaves the reserve allocated until its file is truncated (a resume does) or
+    written afresh.
     """
 
     def __init__(self, path: str, fmt: str, columns: tuple[str, ...] = RESULT_COLUMNS, *, lazy: bool = False):
