@@ -239,20 +239,18 @@ def create(algorithm: str, window: CountWindow | TimeWindow, agg: str | Aggregat
     if engine != "auto" and engine not in engines:
         raise ValueError(f"engine={engine!r} is not available for algorithm {algorithm!r}: it runs "
                          f"{', '.join(map(repr, engines))} (or 'auto')")
-    if algorithm in COMPILED_STEP:  # the per-tuple step in machine code, where it runs (compiled_step.py)
-        if allowed_lateness is not None:
-            from .reorder import check_allowed_lateness
-
-            check_allowed_lateness(allowed_lateness, window)
-        step = compiled_step_for(algorithm, validate_window(window), get_aggregation(agg), engine, allowed_lateness)
-        if step is not None:
-            return step(window, agg, **options)
-    if cls.engines != ("python",):
-        options["engine"] = engine
+    lateness = None
     if allowed_lateness is not None:
         from .reorder import ReorderBuffer, check_allowed_lateness
 
         lateness = check_allowed_lateness(allowed_lateness, window)
+    if algorithm in COMPILED_STEP:  # the per-tuple step in machine code, where it runs (compiled_step.py)
+        step = compiled_step_for(algorithm, validate_window(window), get_aggregation(agg), engine, lateness)
+        if step is not None:
+            return step(window, agg, **options)
+    if cls.engines != ("python",):
+        options["engine"] = engine
+    if lateness is not None:
         if getattr(cls, "native_lateness", False):
             return cls(window, agg, allowed_lateness=lateness, **options)
         return ReorderBuffer(cls(window, agg, **options), lateness)

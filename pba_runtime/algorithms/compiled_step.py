@@ -303,13 +303,10 @@ class CompiledStep(WindowOperator):
             self._check_snapshot(state)  # version, algorithm, window, aggregation
             d = state["state"]
             st = self._st
-            for mine, theirs in ((st.si, d["si"]), (st.sp, d["sp"])):
-                if np.shape(theirs) != mine.shape:
-                    raise ValueError("state is a compiled-step snapshot of another layout; take it again")
-                mine[...] = theirs
-            if len(d["arrays"]) != len(st.arrays) or any(np.shape(a) != b.shape for a, b in zip(d["arrays"], st.arrays)):
+            mine, theirs = (st.si, st.sp, *st.arrays), (d["si"], d["sp"], *d["arrays"])
+            if len(theirs) != len(mine) or any(np.shape(b) != a.shape for a, b in zip(mine, theirs)):
                 raise ValueError("state is a compiled-step snapshot of another layout; take it again")
-            for a, b in zip(st.arrays, d["arrays"]):
+            for a, b in zip(mine, theirs):
                 a[...] = b
             self._n, self._t_last, self._emitted, self._flushed = d["n"], d["t_last"], d["emitted"], d["flushed"]
             self._leave_python_step()
