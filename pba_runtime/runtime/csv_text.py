@@ -150,6 +150,22 @@ def _put_int(buf, pos, x, pow10u, digits2):  # pragma: no cover - compiled
     return pos + n
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _put_decimal(buf, pos, k, d, pow10u, digits2):  # pragma: no cover - compiled
+    """Write the decimal ``k * 10**-d`` (``k`` uint64, ``d`` decimals) at ``pos`` as ``repr`` lays it out: at
+    least one digit before the point, ``.0`` when ``d == 0``; returns the position after it."""
+    if d == 0:
+        pos = _put_int(buf, pos, np.int64(k), pow10u, digits2)
+        buf[pos] = 46  # '.'
+        buf[pos + 1] = 48  # '0'
+        return pos + 2
+    ip = k // pow10u[d]
+    pos = _put_int(buf, pos, np.int64(ip), pow10u, digits2)
+    buf[pos] = 46
+    _put_digits(buf, pos + 1 + d, k - ip * pow10u[d], d, pow10u, digits2)
+    return pos + 1 + d
+
+
 @njit(cache=True, nogil=True)
 def _write(buf, prefix, prefix_off, counts, ends, range_, is_float, fvals, ivals, kind, digits, decimals,
            words, word_off, extra, extra_off, pow10u, digits2):  # pragma: no cover - compiled
@@ -178,19 +194,7 @@ def _write(buf, prefix, prefix_off, counts, ends, range_, is_float, fvals, ivals
                     if fvals[row] < 0:
                         buf[pos] = 45
                         pos += 1
-                    k = np.uint64(digits[row])
-                    d = decimals[row]
-                    if d == 0:
-                        pos = _put_int(buf, pos, digits[row], pow10u, digits2)
-                        buf[pos] = 46  # '.'
-                        buf[pos + 1] = 48  # '0'
-                        pos += 2
-                    else:
-                        ip = k // pow10u[d]
-                        pos = _put_int(buf, pos, np.int64(ip), pow10u, digits2)
-                        buf[pos] = 46
-                        _put_digits(buf, pos + 1 + d, k - ip * pow10u[d], d, pow10u, digits2)
-                        pos += 1 + d
+                    pos = _put_decimal(buf, pos, np.uint64(digits[row]), decimals[row], pow10u, digits2)
                 elif kd == _REPR:
                     for j in range(extra_off[n_extra], extra_off[n_extra + 1]):
                         buf[pos] = extra[j]
@@ -301,18 +305,7 @@ def _write_fast(buf, prefix, prefix_off, counts, ends, range_, values, pow10, po
                 if v < 0:
                     buf[pos] = 45
                     pos += 1
-                ku = np.uint64(k)
-                if d == 0:
-                    pos = _put_int(buf, pos, np.int64(ku), pow10u, digits2)
-                    buf[pos] = 46  # '.'
-                    buf[pos + 1] = 48  # '0'
-                    pos += 2
-                else:
-                    ip = ku // pow10u[d]
-                    pos = _put_int(buf, pos, np.int64(ip), pow10u, digits2)
-                    buf[pos] = 46
-                    _put_digits(buf, pos + 1 + d, ku - ip * pow10u[d], d, pow10u, digits2)
-                    pos += 1 + d
+                pos = _put_decimal(buf, pos, np.uint64(k), d, pow10u, digits2)
                 prev, prev_hi = v, pos
             buf[pos] = 10  # '\n'
             pos += 1
