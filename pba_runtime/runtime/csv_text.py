@@ -3,7 +3,7 @@
 The CSV sink writes one line ``key,start,end,value`` per window. Formatting those lines was the sink's
 bound: pyarrow's float-to-string cast and CSV writer cost ~350 ns a row here, Python's ``repr`` ~500
 (the default ``pba-run`` job emits a window per tuple, 11M a second). This module writes the whole
-batch in one compiled pass over its columns (no Python object per result), ~5.6 ns a row of the
+batch in one compiled pass over its columns (no Python object per result), ~4 ns a row of the
 default job's results (thread CPU, the loop alone; ~24 before the shortcut below).
 
 Most rows of a count window with slide 1 are the row before's line with ``start`` and ``end`` one more
@@ -13,8 +13,10 @@ template's words followed by the last two digits of both numbers; a row whose ``
 a multiple of 100 (the digits before the last two change), a key or value change, a line longer than
 64 bytes or numbers of one digit take the full path, which makes that line the new template.
 Formatting the two integers from scratch was ~19 of the ~24 ns a row; incrementing their digits in the
-words of the line before, carry by carry, 6.4 (each row's increments waited on the row before's), and
-the template 5.6 (the same batches, medians of 9).
+words of the line before, carry by carry, 6.4 (each row's increments waited on the row before's), the
+template 5.6 (the same batches, medians of 9), and the template as three words when the line fits in 24
+bytes (the default job's ~21) with each number's two digits put in as one two-byte store, 3.9-4.0 (eight
+stores a row -> five; medians of 5, two rounds beside the four-word writer's 5.7-5.9).
 
 Floats are written exactly as ``repr`` writes them, so they read back to the same double: the
 shortest decimal that rounds to the value. For ``1e-4 <= |v| < 1e16`` (``repr``'s fixed layout) it is
@@ -48,7 +50,7 @@ from collections.abc import Callable
 import numpy as np
 from numba import njit
 
-from ..kernels.unaligned import load8, store8
+from ..kernels.unaligned import load2, load8, store2, store8
 
 __all__ = ["csv_lines", "csv_lines_into", "float_text", "compile_now"]
 
@@ -100,7 +102,7 @@ _DIGITS2 = np.frombuffer("".join(f"{i:02d}" for i in range(100)).encode(), np.ui
 #: most bytes one row's start, end and value take besides the key and Python reprs: two int64, a value of at
 #: most 17 significant digits with up to 22 decimals, a sign, a point, separators and newline
 _ROW_BOUND = 2 * 20 + 2 + 42 + 1
-#: bytes past the last line the writer may touch (it stores a line of up to 32 bytes as four words)
+#: bytes past the last line the writer may touch (it stores a line of up to 32 bytes as three or four words)
 _SLACK = 32
 #: the machine's byte order is little-endian: a word's first byte is its lowest (the slide-1 shortcut's words)
 _LITTLE = sys.byteorder == "little"
@@ -248,7 +250,11 @@ def _write_fast(buf, prefix, prefix_off, counts, ends, range_, values, pow10, po
             if same_part and n_words and v == prev and e == prev_end + 1 and s_lo < 99 and e_lo < 99:
                 s_lo += 1
                 e_lo += 1
-                if n_words <= 4:  # most lines: four stores of words held in registers
+                if n_words <= 3:  # most lines: three or four stores of words held in registers
+                    store8(buf, pos, t0)
+                    store8(buf, pos + 8, t1)
+                    store8(buf, pos + 16, t2)
+                elif n_words == 4:
                     store8(buf, pos, t0)
                     store8(buf, pos + 8, t1)
                     store8(buf, pos + 16, t2)
@@ -256,10 +262,8 @@ def _write_fast(buf, prefix, prefix_off, counts, ends, range_, values, pow10, po
                 else:
                     for w in range(n_words):
                         store8(buf, pos + 8 * w, line[w])
-                buf[pos + start_stop - 2] = digits2[2 * s_lo]
-                buf[pos + start_stop - 1] = digits2[2 * s_lo + 1]
-                buf[pos + end_stop - 2] = digits2[2 * e_lo]
-                buf[pos + end_stop - 1] = digits2[2 * e_lo + 1]
+                store2(buf, pos + start_stop - 2, load2(digits2, 2 * s_lo))
+                store2(buf, pos + end_stop - 2, load2(digits2, 2 * e_lo))
                 pos += line_len
                 prev_end = e
                 row += 1
