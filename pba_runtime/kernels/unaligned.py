@@ -32,66 +32,56 @@ from numba.extending import intrinsic
 
 __all__ = ["load8", "store8", "load2", "store2"]
 
-_I64P = ir.IntType(64).as_pointer()
-_I16P = ir.IntType(16).as_pointer()
+_UINT = {2: types.uint16, 8: types.uint64}
 
 
 def _byte_array(a: types.Type) -> bool:
     return isinstance(a, types.Array) and a.dtype == types.uint8 and a.ndim == 1 and a.layout == "C"
 
 
-def _address(context, builder, aryty, ary, i, ptr=_I64P):  # pragma: no cover - compiled
+def _address(context, builder, aryty, ary, i, width):  # pragma: no cover - compiled
     data = context.make_array(aryty)(context, builder, ary).data
-    return builder.bitcast(builder.gep(data, [i]), ptr)
+    return builder.bitcast(builder.gep(data, [i]), ir.IntType(8 * width).as_pointer())
 
 
-@intrinsic
-def load8(typingctx, a, i):
-    """The eight bytes ``a[i:i + 8]`` as a ``uint64`` (``a``: a C-contiguous ``uint8`` array)."""
-    if not (_byte_array(a) and isinstance(i, types.Integer)):
-        return None
+def _load(width: int):
+    """The intrinsic ``load<width>``: ``width`` bytes at any offset as one unsigned integer."""
+    uint = _UINT[width]
 
-    def codegen(context, builder, signature, args):  # pragma: no cover - compiled
-        return builder.load(_address(context, builder, signature.args[0], args[0], args[1]), align=1)
+    def load(typingctx, a, i):
+        if not (_byte_array(a) and isinstance(i, types.Integer)):
+            return None
 
-    return types.uint64(a, i), codegen
+        def codegen(context, builder, signature, args):  # pragma: no cover - compiled
+            return builder.load(_address(context, builder, signature.args[0], args[0], args[1], width), align=1)
 
+        return uint(a, i), codegen
 
-@intrinsic
-def store8(typingctx, a, i, v):
-    """Write the ``uint64`` ``v``'s eight bytes to ``a[i:i + 8]`` (``a``: a C-contiguous ``uint8`` array)."""
-    if not (_byte_array(a) and a.mutable and isinstance(i, types.Integer) and isinstance(v, types.Integer)):
-        return None
-
-    def codegen(context, builder, signature, args):  # pragma: no cover - compiled
-        value = context.cast(builder, args[2], signature.args[2], types.uint64)
-        builder.store(value, _address(context, builder, signature.args[0], args[0], args[1]), align=1)
-        return context.get_dummy_value()
-
-    return types.void(a, i, v), codegen
+    load.__name__ = load.__qualname__ = f"load{width}"
+    load.__doc__ = f"The {width} bytes ``a[i:i + {width}]`` as a ``{uint}`` (``a``: a C-contiguous ``uint8`` array)."
+    return intrinsic(load)
 
 
-@intrinsic
-def load2(typingctx, a, i):
-    """The two bytes ``a[i:i + 2]`` as a ``uint16`` (``a``: a C-contiguous ``uint8`` array)."""
-    if not (_byte_array(a) and isinstance(i, types.Integer)):
-        return None
+def _store(width: int):
+    """The intrinsic ``store<width>``: an unsigned integer's ``width`` bytes written at any offset."""
+    uint = _UINT[width]
 
-    def codegen(context, builder, signature, args):  # pragma: no cover - compiled
-        return builder.load(_address(context, builder, signature.args[0], args[0], args[1], _I16P), align=1)
+    def store(typingctx, a, i, v):
+        if not (_byte_array(a) and a.mutable and isinstance(i, types.Integer) and isinstance(v, types.Integer)):
+            return None
 
-    return types.uint16(a, i), codegen
+        def codegen(context, builder, signature, args):  # pragma: no cover - compiled
+            value = context.cast(builder, args[2], signature.args[2], uint)
+            builder.store(value, _address(context, builder, signature.args[0], args[0], args[1], width), align=1)
+            return context.get_dummy_value()
+
+        return types.void(a, i, v), codegen
+
+    store.__name__ = store.__qualname__ = f"store{width}"
+    store.__doc__ = (f"Write the ``{uint}`` ``v``'s {width} bytes to ``a[i:i + {width}]`` (``a``: a C-contiguous "
+                     "``uint8`` array).")
+    return intrinsic(store)
 
 
-@intrinsic
-def store2(typingctx, a, i, v):
-    """Write the ``uint16`` ``v``'s two bytes to ``a[i:i + 2]`` (``a``: a C-contiguous ``uint8`` array)."""
-    if not (_byte_array(a) and a.mutable and isinstance(i, types.Integer) and isinstance(v, types.Integer)):
-        return None
-
-    def codegen(context, builder, signature, args):  # pragma: no cover - compiled
-        value = context.cast(builder, args[2], signature.args[2], types.uint16)
-        builder.store(value, _address(context, builder, signature.args[0], args[0], args[1], _I16P), align=1)
-        return context.get_dummy_value()
-
-    return types.void(a, i, v), codegen
+load8, store8 = _load(8), _store(8)
+load2, store2 = _load(2), _store(2)
