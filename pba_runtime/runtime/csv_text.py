@@ -224,11 +224,13 @@ def _write_fast(buf, prefix, prefix_off, counts, ends, range_, values, pow10, po
       full: only their last two digits differ from that line's) is that line, the *template*, with the
       last two digits of both numbers put in. The template is kept as up to 8 words (``uint64``, the
       machine's byte order: ``little``, else no shortcut) that are only read here: each row stores them
-      and then its four digit bytes, so no row's work waits on the row before's;
+      (at least three: a line of up to 24 bytes is three stores) and then its two pairs of digits, two
+      bytes a store, so no row's work waits on the row before's;
     * otherwise a value equal to the row before's (zeros, which differ in sign, and nan never reach that
       test) copies that row's text: most rows of a sliding max or min.
 
-    A line's last word may write up to 7 bytes past it (the caller's bound has room).
+    A row's word stores may reach past its line: to 24 bytes from its start for a shorter line, else up to 7
+    bytes (the caller's bound keeps :data:`_SLACK` bytes of room after the last line).
     """
     pos = 0
     row = 0
@@ -250,15 +252,12 @@ def _write_fast(buf, prefix, prefix_off, counts, ends, range_, values, pow10, po
             if same_part and n_words and v == prev and e == prev_end + 1 and s_lo < 99 and e_lo < 99:
                 s_lo += 1
                 e_lo += 1
-                if n_words <= 3:  # most lines: three or four stores of words held in registers
+                if n_words <= 4:  # most lines: three or four stores of words held in registers
                     store8(buf, pos, t0)
                     store8(buf, pos + 8, t1)
                     store8(buf, pos + 16, t2)
-                elif n_words == 4:
-                    store8(buf, pos, t0)
-                    store8(buf, pos + 8, t1)
-                    store8(buf, pos + 16, t2)
-                    store8(buf, pos + 24, t3)
+                    if n_words == 4:
+                        store8(buf, pos + 24, t3)
                 else:
                     for w in range(n_words):
                         store8(buf, pos + 8 * w, line[w])
