@@ -509,3 +509,28 @@ def test_generators_without_timestamps_give_the_same_keys_and_values(source):
     for a, b in zip(with_ts, without):
         assert np.array_equal(a.keys, b.keys) and np.array_equal(a.values, b.values)
         assert a.timestamps is not None and b.timestamps is None
+
+
+def test_slots_run_the_coordinators_pba_runtime_whatever_the_working_directory(tmp_path):
+    """A forkserver imports the modules it preloads (the slot's) on a path of its own, which begins with the
+    working directory: Python 3.11 does not give it the parent's ``sys.path``. A ``pba_runtime`` in the
+    directory a job runs from (another checkout) would then be the slots' code, and the coordinator's the one
+    it imported. The job starts its forkserver on the coordinator's path instead."""
+    decoy = tmp_path / "cwd" / "pba_runtime" / "runtime"
+    decoy.mkdir(parents=True)
+    (decoy.parent / "__init__.py").write_text("")
+    (decoy / "__init__.py").write_text("")
+    (decoy / "slot.py").write_text("def slot_main(*args, **kwargs):\n    raise SystemExit('the decoy slot ran')\n")
+    script = tmp_path / "script" / "run.py"
+    script.parent.mkdir()
+    script.write_text(
+        "import pba_runtime as pr\n"
+        "from pba_runtime.runtime import Debs14Source, Job\n"
+        "if __name__ == '__main__':\n"
+        "    s = Job(Debs14Source(plugs=2, tuples=2_000), pr.CountWindow(range=10, slide=1), 'max', 'sba',\n"
+        "            parallelism=2, start_method='forkserver').run()\n"
+        "    print('windows', s['windows'])\n")
+    proc = subprocess.run([sys.executable, str(script)], cwd=tmp_path / "cwd", capture_output=True, text=True,
+                          timeout=240)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert f"windows {2_000 - 2 * 9}" in proc.stdout

@@ -86,6 +86,25 @@ log = logging.getLogger("pba_runtime")
 DEFAULT_QUEUE_SIZE = 4
 
 
+def _forkserver_path_env() -> dict[str, str]:
+    """The environment under which a forkserver started now imports what it preloads (the slot's modules)
+    from where this process imports them.
+
+    A forkserver is a new interpreter (``python -c``), whose ``sys.path`` begins with the working directory,
+    and Python 3.11's forkserver does not apply the parent's path it is given. A ``pba_runtime`` in the
+    working directory (another checkout) would then be the slots' code while the coordinator runs the one it
+    imported (measured: a job run from a checkout with another tree on ``PYTHONPATH`` ran that checkout's
+    slots; a decoy package there killed them). ``PYTHONSAFEPATH`` (Python 3.11+) leaves the working directory
+    out, and ``PYTHONPATH`` puts this process's path first, in its order (the working directory still in it
+    where this process has it).
+
+    >>> env = _forkserver_path_env(); env["PYTHONSAFEPATH"], env["PYTHONPATH"].split(os.pathsep)[0] == os.path.abspath(sys.path[0])
+    ('1', True)
+    """
+    return {"PYTHONSAFEPATH": "1",
+            "PYTHONPATH": os.pathsep.join(os.path.abspath(p) for p in sys.path if isinstance(p, str))}
+
+
 def _context(start_method: str | None, preload_kernels: bool = False, preload: tuple[str, ...] = ()) -> Any:
     method = start_method or ("forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn")
     if method == "fork":
@@ -375,9 +394,13 @@ class _Run:
         if self.grouper is not None:
             capacity = input_ring_capacity(job.batch_size, job.queue_size, job.is_time)
             self.in_rings = [ByteRing.create(capacity, on_wait=self._input_wait) for _ in range(P)]
-        old_env = os.environ.get(WARM_ENV)
+        env = {}
         if isinstance(job.agg_spec, str):  # read by pba_runtime.runtime.preload, if this starts the forkserver
-            os.environ[WARM_ENV] = f"{job.agg_spec}:{job.engine}"
+            env[WARM_ENV] = f"{job.agg_spec}:{job.engine}"
+        if ctx.get_start_method() == "forkserver":
+            env.update(_forkserver_path_env())
+        old_env = {k: os.environ.get(k) for k in env}
+        os.environ.update(env)
         try:
             for i in range(P):
                 q = ctx.Queue(maxsize=job.queue_size)
@@ -389,10 +412,11 @@ class _Run:
                 self.in_qs.append(q)
                 self.procs.append(p)
         finally:
-            if old_env is None:
-                os.environ.pop(WARM_ENV, None)
-            else:
-                os.environ[WARM_ENV] = old_env
+            for k, v in old_env.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
 
     def _await_ready(self) -> None:
         """Wait until every slot is up, its kernels warm (``("ready", slot)``): the stream starts then."""
