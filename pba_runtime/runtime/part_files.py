@@ -61,8 +61,13 @@ __all__ = ["PartWriter", "commit_parts", "prepare_part_dir", "part_files", "ROWS
 #: memory, row groups large enough for readers, and each write short. A slot's output stage writes them
 #: between two batches' results; at 1M rows (30 ns a row, 8.9 B: the same as here) one write took
 #: ~30 ms of CPU and ~120 ms on the shared machine, and the slot's aggregation waited behind it, as it
-#: did for the last one at the end of the stream. At 128K rows a write takes ~5 ms.
-ROWS_PER_GROUP = 1 << 17
+#: did for the last one at the end of the stream. At 128K rows a write takes ~5 ms. At 32K rows (about one
+#: batch of a slot of the default job: each batch's table is written as it comes, not concatenated with the
+#: next ones, and encoded while its arrays are still in the caches) the Parquet job's stream took less CPU:
+#: in-process A/B over 7 rounds (``bench_runtime.py --sinks``, 3 repetitions each, load 1.1-1.6), the CPU
+#: ratio to the job without a sink 0.511-0.584 (median 0.562) -> 0.556-0.606 (0.586), the wall ratio median
+#: 0.574 -> 0.646, better in 6 of the 7 rounds. A row group is then ~10 KB of the default job's results.
+ROWS_PER_GROUP = 1 << 15
 
 SUFFIXES = {"parquet": ".parquet", "arrow": ".arrow"}
 #: How the Parquet parts are encoded: ``key`` and ``value`` plain, ``start`` and ``end`` byte-stream-split
