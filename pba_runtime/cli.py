@@ -40,6 +40,7 @@ from .runtime import Job, UserError
 from .runtime.errors import JobError
 from .runtime.malloc_tuning import keep_freed_memory
 from .runtime.metrics import REASON_TEXT
+from .runtime.slot import STAGED_FORMATS
 from .runtime.sources import DEFAULT_BATCH_SIZE, CsvSource, Debs12Source, Debs14Source, JsonlSource, Source
 
 __all__ = ["main", "build_parser", "parse_duration"]
@@ -206,6 +207,10 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--sink", default="none", metavar="SPEC",
                    help="none (count only, default), csv:PATH or jsonl:PATH (PATH '-' writes stdout), parquet:DIR or "
                         "arrow:DIR (part files, committed at each checkpoint)")
+    g.add_argument("--output-stage", choices=("auto", "on", "off"), default="auto",
+                   help="csv, parquet and arrow sinks: format and write each slot's results on a thread beside its "
+                        "main loop (on), or on the main loop (off); auto: on where the cores give every busy "
+                        "thread one (2 x parallelism + 1)")
     g.add_argument("--late-output", default=None, metavar="PATH",
                    help="file for late tuples (default: beside the sink file, e.g. out.late.csv, or DIR.late.csv "
                         "for parquet/arrow sinks, else late.csv)")
@@ -307,6 +312,9 @@ def _describe(job: Job) -> str:
             alg = f"auto -> {chosen}: {REASON_TEXT.get(why, why)}"
     late = f", lateness {job.allowed_lateness} ms" if job.is_time else ""
     sink = "none" if job.sink_format is None else f"{job.sink_format}:{job.sink_path}"
+    if job.sink_format in STAGED_FORMATS:
+        sink += (" (written on an output thread beside each slot)" if job.output_stage() else
+                 f" (written on the slots' main loops: {job.cores()} cores, too few for an output thread each)")
     engine = _engine_name(job)
     return (f"{PROG}: {what} -> key by -> {kind} W[{w.range}, {w.slide}] {job.agg.name} ({alg}{late}), "
             f"{engine} engine x {job.parallelism} slots -> {sink}")
@@ -381,7 +389,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                   checkpoint_dir=args.checkpoint_dir, checkpoint_every=every_tuples,
                   checkpoint_interval=every_seconds, batch_size=args.batch_size, queue_size=args.queue_size,
                   rate=args.rate, progress=progress, metrics_interval=args.metrics_interval,
-                  profile_dir=args.profile, engine=args.engine)
+                  profile_dir=args.profile, engine=args.engine,
+                  output_stage={"auto": None, "on": True, "off": False}[args.output_stage])
         out = sys.stderr if job.sink_path == "-" else sys.stdout
         banner = None if args.quiet else (lambda: print(_describe(job), file=out, flush=True))
         if threading.current_thread() is threading.main_thread():

@@ -79,10 +79,12 @@ def run(args: list[str]) -> None:
     assert proc.returncode == 0, proc.stderr.decode()
 
 
-@pytest.mark.parametrize("resume_parallelism", ["2", "1"])
-def test_kill_and_resume_count_windows_match_an_uninterrupted_run(tmp_path, resume_parallelism):
+@pytest.mark.parametrize("resume_parallelism, stage", [("2", "auto"), ("1", "auto"), ("2", "on")])
+def test_kill_and_resume_count_windows_match_an_uninterrupted_run(tmp_path, resume_parallelism, stage):
+    """``stage``: the slots' output stages (``auto``: off on 2 cores, the CI machine's; ``on``: the path of
+    machines with cores to spare)."""
     job = ["--source", "debs14", "--keys", "12", "--tuples", "240000", "--window", "count", "--range", "500",
-           "--slide", "1", "--agg", "max", "--batch-size", "4000"]
+           "--slide", "1", "--agg", "max", "--batch-size", "4000", "--output-stage", stage]
     ref, out, ck = tmp_path / "ref.csv", tmp_path / "out.csv", str(tmp_path / "ck")
     run(job + ["-p", "2", "--sink", f"csv:{ref}"])
     durable = job + ["--sink", f"csv:{out}", "--checkpoint-dir", ck, "--checkpoint-every", "20000"]
@@ -134,12 +136,13 @@ def read_parts(directory, fmt: str) -> dict:
     return out
 
 
-@pytest.mark.parametrize("fmt", ["parquet", "arrow"])
-def test_kill_and_resume_part_file_sinks_give_every_window_once(tmp_path, fmt):
+@pytest.mark.parametrize("fmt, stage", [("parquet", "auto"), ("arrow", "auto"), ("parquet", "on")])
+def test_kill_and_resume_part_file_sinks_give_every_window_once(tmp_path, fmt, stage):
     """Part-file sinks commit whole files per checkpoint: after a SIGKILL and --resume the committed parts
-    hold the uninterrupted run's windows, each once, bit for bit; nothing in progress is left behind."""
+    hold the uninterrupted run's windows, each once, bit for bit; nothing in progress is left behind
+    (with the slots' output stages and without)."""
     job = ["--source", "debs14", "--keys", "12", "--tuples", "240000", "--window", "count", "--range", "500",
-           "--slide", "1", "--agg", "mean", "--batch-size", "4000"]
+           "--slide", "1", "--agg", "mean", "--batch-size", "4000", "--output-stage", stage]
     ref, out, ck = tmp_path / "ref", tmp_path / "out", str(tmp_path / "ck")
     run(job + ["-p", "2", "--sink", f"{fmt}:{ref}"])
     durable = job + ["--sink", f"{fmt}:{out}", "--checkpoint-dir", ck, "--checkpoint-every", "20000"]

@@ -276,15 +276,19 @@ def test_spawned_slots_import_the_sink_before_they_are_ready(tmp_path):
     assert summary["reasons"] == {"sba:small_window": 4}
 
 
+@pytest.mark.parametrize("output_stage", [True, False])
 @pytest.mark.parametrize("batch_size", [997, 4096])
-def test_csv_sink_through_the_output_stage_holds_every_keys_windows_exactly(tmp_path, batch_size):
-    """The slots format and send on their output stage while they aggregate the next batch: the file still
-    holds, per key and in order, exactly the windows of the key's stream (max: no rounding), repr-exact."""
+def test_csv_sink_through_the_output_stage_holds_every_keys_windows_exactly(tmp_path, batch_size, output_stage):
+    """The slots format and send on their output stage while they aggregate the next batch (or on their main
+    loop): the file holds, per key and in order, exactly the windows of the key's stream (max: no rounding),
+    repr-exact."""
     src = Debs14Source(plugs=5, tuples=40_000)
     keys, values, _ = Debs14Source(plugs=5, tuples=40_000).take(0, 40_000)
     window = pr.CountWindow(range=50, slide=3)
     out = tmp_path / "out.csv"
-    Job(src, window, "max", "pba", parallelism=2, batch_size=batch_size, sink=f"csv:{out}").run()
+    summary = Job(src, window, "max", "pba", parallelism=2, batch_size=batch_size, sink=f"csv:{out}",
+                  output_stage=output_stage).run()
+    assert summary["output_stage"] is output_stage
     with open(out, newline="") as f:
         rows = list(csv.reader(f))[1:]
     got: dict[int, list] = {}
@@ -323,3 +327,17 @@ def test_sinks_take_a_batchs_columns_instead_of_concatenating_its_parts():
         assert fast.schema == slow.schema and fast.column("key").to_pylist() == slow.column("key").to_pylist()
         for name in ("start", "end", "value"):  # bit for bit (NaN included)
             assert fast.column(name).to_numpy().tobytes() == slow.column(name).to_numpy().tobytes()
+
+
+def test_output_stage_only_where_the_cores_give_every_busy_thread_one(monkeypatch):
+    """Auto: an output stage beside each slot only with cores for each slot's two threads and the coordinator;
+    never without a sink or with JSON lines (formatted by Python); as told otherwise; a bad value is refused."""
+    src, window = Debs14Source(plugs=2, tuples=100), pr.CountWindow(range=4, slide=1)
+    for cores, staged in ((4, False), (5, True)):
+        monkeypatch.setattr(Job, "cores", staticmethod(lambda cores=cores: cores))
+        assert Job(src, window, sink="csv:out.csv", parallelism=2).output_stage() is staged
+        assert Job(src, window, sink="parquet:out", parallelism=2, output_stage=not staged).output_stage() is not staged
+        assert Job(src, window, sink="jsonl:out.jsonl", output_stage=True).output_stage() is False
+        assert Job(src, window).output_stage() is False
+    with pytest.raises(UserError, match="output_stage must be True, False or None"):
+        Job(src, window, sink="csv:out.csv", output_stage="yes")

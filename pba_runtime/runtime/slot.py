@@ -19,10 +19,11 @@ messages from its bounded input queue, in order:
   sink as one ``("out", slot, result_bytes, windows, arrival, late_bytes, late)``;
   a Parquet or Arrow sink's results are written here instead, into the slot's
   own part file (:mod:`~pba_runtime.runtime.part_files`; ``result_bytes`` is ``None``).
-  With a CSV, Parquet or Arrow sink, formatting, writing and sending run on the
-  slot's output stage (:mod:`~pba_runtime.runtime.output_stage`), a thread that
-  overlaps them with the next batch's aggregation (their writers release the
-  GIL) and keeps every message in order.
+  With a CSV, Parquet or Arrow sink and cores to spare (``SlotSpec.staged``:
+  :meth:`pba_runtime.runtime.Job.output_stage`), formatting, writing and sending
+  run on the slot's output stage (:mod:`~pba_runtime.runtime.output_stage`), a
+  thread that overlaps them with the next batch's aggregation (their writers
+  release the GIL) and keeps every message in order; else on the main loop.
 * ``("grouped", keys, bounds, values, timestamps, arrival)``: a batch the coordinator grouped by key
   already (:mod:`~pba_runtime.runtime.key_grouping`: small integer keys): key ``keys[j]``'s tuples are
   ``values[bounds[j] : bounds[j + 1]]``. ``values`` and ``timestamps`` are regions ``(position, length)``
@@ -146,6 +147,9 @@ class SlotSpec:
     log_config : tuple, optional
         The coordinator's :func:`pba_runtime.configure_logging` setting
         (``pba_runtime.logs.current_config()``): the slot logs to the same file.
+    staged : bool
+        Format and write the sink's results on an output stage (a thread of the slot's own) rather than
+        on the main loop (:meth:`pba_runtime.runtime.Job.output_stage`; only for :data:`STAGED_FORMATS`).
     """
 
     index: int
@@ -165,6 +169,7 @@ class SlotSpec:
     ring: str | None = None
     in_ring: str | None = None
     log_config: tuple | None = None
+    staged: bool = False
 
     def host_spec(self) -> HostSpec:
         """The :class:`~pba_runtime.host.HostSpec` of this slot's keys."""
@@ -489,7 +494,7 @@ class TaskSlot:
             self._warm.join()
 
 
-#: Sink formats whose results a slot writes on its output stage: their writers release the GIL (the compiled
+#: Sink formats whose results a slot may write on its output stage: their writers release the GIL (the compiled
 #: CSV writer, pyarrow). JSON lines are formatted by Python: on a thread they would only contend for the GIL.
 STAGED_FORMATS = ("csv", *PART_FORMATS)
 
@@ -541,7 +546,8 @@ def _send(q: Any, msg: Any) -> None:
 
 
 def _run_stream(slot: TaskSlot, in_q: Any, out_q: Any) -> None:
-    """The slot's loop without a sink: each batch's message sent by the main thread."""
+    """The slot's loop without a sink, or with its sink on the main loop: each batch's message made (formatted,
+    or written into the slot's part file) and sent by the main thread."""
     spec = slot.spec
     last_stats = time.monotonic()
     while True:
@@ -635,7 +641,7 @@ def slot_main(spec: SlotSpec, in_q: Any, out_q: Any, states: dict[Any, Any]) -> 
         _put(out_q, ("ready", spec.index), slot)
         slot.start_stream()
         log.info("task slot %d: %s over %s, %d keys restored", spec.index, spec.algorithm, spec.window, len(states))
-        (_run_stream_staged if spec.sink_format in STAGED_FORMATS else _run_stream)(slot, in_q, out_q)
+        (_run_stream_staged if spec.staged and spec.sink_format in STAGED_FORMATS else _run_stream)(slot, in_q, out_q)
         if profiler is not None:
             profiler.disable()
             profiler.dump_stats(spec.profile_path)
