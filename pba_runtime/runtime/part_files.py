@@ -58,8 +58,8 @@ from .errors import JobError, UserError
 __all__ = ["PartWriter", "commit_parts", "prepare_part_dir", "part_files", "ROWS_PER_GROUP", "SUFFIXES"]
 
 #: Rows a slot buffers before it writes them as a row group (Parquet) or record batches (Arrow): bounded
-#: memory, row groups large enough for readers, and each write short. A slot's output stage writes them
-#: between two batches' results; at 1M rows (30 ns a row, 8.9 B: the same as here) one write took
+#: memory, row groups large enough for readers, and each write short. A slot (its main loop or its output
+#: stage) writes them between two batches' results; at 1M rows (30 ns a row, 8.9 B: the same as here) one write took
 #: ~30 ms of CPU and ~120 ms on the shared machine, and the slot's aggregation waited behind it, as it
 #: did for the last one at the end of the stream. At 128K rows a write takes ~5 ms. At 32K rows (about one
 #: batch of a slot of the default job: each batch's table is written as it comes, not concatenated with the
