@@ -149,7 +149,8 @@ class SlotSpec:
         (``pba_runtime.logs.current_config()``): the slot logs to the same file.
     staged : bool
         Format and write the sink's results on an output stage (a thread of the slot's own) rather than
-        on the main loop (:meth:`pba_runtime.runtime.Job.output_stage`; only for :data:`STAGED_FORMATS`).
+        on the main loop (:meth:`pba_runtime.runtime.Job.output_stage`, which sets it only for a sink of
+        :data:`STAGED_FORMATS`).
     """
 
     index: int
@@ -641,7 +642,7 @@ def slot_main(spec: SlotSpec, in_q: Any, out_q: Any, states: dict[Any, Any]) -> 
         _put(out_q, ("ready", spec.index), slot)
         slot.start_stream()
         log.info("task slot %d: %s over %s, %d keys restored", spec.index, spec.algorithm, spec.window, len(states))
-        (_run_stream_staged if spec.staged and spec.sink_format in STAGED_FORMATS else _run_stream)(slot, in_q, out_q)
+        (_run_stream_staged if spec.staged else _run_stream)(slot, in_q, out_q)
         if profiler is not None:
             profiler.disable()
             profiler.dump_stats(spec.profile_path)
