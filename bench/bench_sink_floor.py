@@ -82,7 +82,7 @@ def loop_args(batches: list[list]) -> list[tuple]:
     """Each batch as the compiled loop's arguments (what ``csv_lines_into`` prepares)."""
     out = []
     for parts in batches:
-        prefix, prefix_off = csv_text._blob([f"{k},".encode() for k, _, _ in parts])
+        prefix, prefix_off = csv_text.blob([f"{k},".encode() for k, _, _ in parts])
         counts = np.array([len(e) for _, e, _ in parts], np.int64)
         ends = np.concatenate([e for _, e, _ in parts]).astype(np.int64)
         vals = np.concatenate([r for _, _, r in parts]).astype(np.float64)

@@ -308,9 +308,12 @@ def test_sinks_take_a_batchs_columns_instead_of_concatenating_its_parts():
     rng = np.random.default_rng(2)
     counts = [30, 1, 45, 12]
     ends = np.concatenate([np.arange(100, 100 + n) for n in counts])
-    res = np.concatenate([np.array(SPECIAL), rng.random(len(ends) - len(SPECIAL)) * 100])
+    floats = np.concatenate([np.array(SPECIAL), rng.random(len(ends) - len(SPECIAL)) * 100])
+    ints = (rng.random(len(ends)) * 1e6).astype(np.int64)
     cuts = np.cumsum([0, *counts])
-    for keys in ([7, 3, 12, 40], ["mf01", "a b", "plug-2", "x"]):
+    key_sets = ([7, 3, 12, 40], ["mf01", "a b", "plug-2", "x"], [np.int64(7), 3, np.int32(-12), 40],
+                [True, False, True, 1], [7, "7", 3.5, None])
+    for keys, res in [(keys, floats) for keys in key_sets] + [([7, 3, 12, 40], ints)]:
         plain = [(k, ends[a:b], res[a:b]) for k, a, b in zip(keys, cuts[:-1], cuts[1:])]
         parts = ResultParts(plain)
         parts.columns = (ends, res)
@@ -325,6 +328,8 @@ def test_sinks_take_a_batchs_columns_instead_of_concatenating_its_parts():
             ring.close()
         fast, slow = result_table(parts, 4), result_table(plain, 4)
         assert fast.schema == slow.schema and fast.column("key").to_pylist() == slow.column("key").to_pylist()
+        assert fast.schema.field("key").type == (pa.int64() if all(type(k) in (int, np.int64, np.int32)
+                                                                     for k in keys) else pa.string())
         for name in ("start", "end", "value"):  # bit for bit (NaN included)
             assert fast.column(name).to_numpy().tobytes() == slow.column(name).to_numpy().tobytes()
 
@@ -341,3 +346,15 @@ def test_output_stage_only_where_the_cores_give_every_busy_thread_one(monkeypatc
         assert Job(src, window).output_stage() is False
     with pytest.raises(UserError, match="output_stage must be True, False or None"):
         Job(src, window, sink="csv:out.csv", output_stage="yes")
+
+
+def test_csv_prefixes_of_equal_keys_of_other_types_are_their_own():
+    """``1``, ``True`` and ``1.0`` are one key of a dict but three CSV fields: the cache of a batch's key
+    prefixes keeps them apart."""
+    from pba_runtime.runtime.sinks import ResultParts
+
+    ends, res = np.array([5, 6]), np.array([0.5, 1.5])
+    for keys, first in (((1, 2), b"1,"), ((True, 2), b"True,"), ((1.0, 2), b"1.0,"), ((1, 2), b"1,")):
+        parts = ResultParts([(keys[0], ends[:1], res[:1]), (keys[1], ends[1:], res[1:])])
+        parts.columns = (ends, res)
+        assert format_csv_batch(parts, 4) == first + b"1,5,0.5\n2,2,6,1.5\n" == slow_csv(list(parts), 4)

@@ -52,7 +52,7 @@ from numba import njit
 
 from ..kernels.unaligned import load2, load8, store2, store8
 
-__all__ = ["csv_lines", "csv_lines_into", "float_text", "compile_now"]
+__all__ = ["blob", "csv_lines", "csv_lines_into", "float_text", "compile_now"]
 
 _MAX_K = float(1 << 50)
 #: ``_POW10[d] == 10.0 ** d``, exact for d <= 22
@@ -326,13 +326,19 @@ def _write_fast(buf, prefix, prefix_off, counts, ends, range_, values, pow10, po
     return pos
 
 
-def _blob(items: list[bytes]) -> tuple[np.ndarray, np.ndarray]:
+def blob(items: list[bytes]) -> tuple[np.ndarray, np.ndarray]:
+    """``items`` end to end as one uint8 array, and their offsets (``len(items) + 1``): how the compiled
+    loops take a batch's key prefixes (:func:`csv_lines_into` takes them so too).
+
+    >>> data, off = blob([b"a,", b"bc,"]); data.tobytes(), off.tolist()
+    (b'a,bc,', [0, 2, 5])
+    """
     off = np.zeros(len(items) + 1, np.int64)
     np.cumsum([len(b) for b in items], out=off[1:])
     return np.frombuffer(b"".join(items), np.uint8), off  # read-only, empty or not: one compiled type
 
 
-_WORD_BLOB = _blob(list(_WORDS))
+_WORD_BLOB = blob(list(_WORDS))
 
 
 def _classify(values: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -344,12 +350,13 @@ def _classify(values: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return kind, digits, decimals
 
 
-def csv_lines(prefixes: list[bytes], counts: np.ndarray, ends: np.ndarray, range_: int, values: np.ndarray) -> bytes:
+def csv_lines(prefixes: list[bytes] | tuple[np.ndarray, np.ndarray], counts: np.ndarray, ends: np.ndarray,
+              range_: int, values: np.ndarray) -> bytes:
     """CSV lines ``prefix start,end,value`` of a batch, one per window.
 
     Parameters
     ----------
-    prefixes : list of bytes
+    prefixes : list of bytes, or their :func:`blob`
         Per part (a key's run of rows), the key's CSV field and its comma (quoted as CSV needs).
     counts : array of int
         Rows of each part, in order.
@@ -370,9 +377,11 @@ def csv_lines(prefixes: list[bytes], counts: np.ndarray, ends: np.ndarray, range
     return buf[:n].tobytes()
 
 
-def csv_lines_into(alloc: Callable[[int], np.ndarray], prefixes: list[bytes], counts: np.ndarray, ends: np.ndarray,
-                   range_: int, values: np.ndarray) -> int:
+def csv_lines_into(alloc: Callable[[int], np.ndarray], prefixes: list[bytes] | tuple[np.ndarray, np.ndarray],
+                   counts: np.ndarray, ends: np.ndarray, range_: int, values: np.ndarray) -> int:
     """:func:`csv_lines` written into a buffer of the caller's: returns the bytes written.
+
+    ``prefixes`` may also be their :func:`blob` (a caller that keeps it from batch to batch).
 
     ``alloc(n)`` returns a writable uint8 array of at least ``n`` bytes (``n`` bounds the
     lines' length; called once, or twice when a value needs Python's ``repr``: the second
@@ -391,7 +400,7 @@ def csv_lines_into(alloc: Callable[[int], np.ndarray], prefixes: list[bytes], co
     if len(ends) != int(counts.sum()) or len(values) != len(ends):
         raise ValueError(f"counts must sum to the rows of ends and values ({int(counts.sum())}, {len(ends)}, "
                          f"{len(values)})")
-    prefix, prefix_off = _blob(prefixes)
+    prefix, prefix_off = prefixes if isinstance(prefixes, tuple) else blob(prefixes)
     is_float = values.dtype.kind == "f"
     bound = int(np.dot(np.diff(prefix_off), counts)) + len(ends) * _ROW_BOUND + _SLACK
     if is_float:
@@ -403,14 +412,14 @@ def csv_lines_into(alloc: Callable[[int], np.ndarray], prefixes: list[bytes], co
         kind, digits, decimals = _classify(fvals)
         ivals = np.zeros(0, np.int64)
         slow = np.flatnonzero(kind == _REPR)
-        extra, extra_off = _blob([repr(x).encode() for x in fvals[slow].tolist()])
+        extra, extra_off = blob([repr(x).encode() for x in fvals[slow].tolist()])
         bound += len(extra)
     else:
         fvals = np.zeros(0, np.float64)
         ivals = np.ascontiguousarray(values, dtype=np.int64)
         kind = np.zeros(0, np.uint8)
         digits = decimals = np.zeros(0, np.int64)
-        extra, extra_off = _blob([])
+        extra, extra_off = blob([])
     words, word_off = _WORD_BLOB
     return _write(alloc(bound), prefix, prefix_off, counts, ends, np.int64(range_), is_float, fvals, ivals, kind,
                   digits, decimals, words, word_off, extra, extra_off, _POW10U, _DIGITS2)
