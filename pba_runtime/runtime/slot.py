@@ -63,6 +63,7 @@ A slot can run in-process, which is how the unit below is checked:
 from __future__ import annotations
 
 import cProfile
+import gc
 import importlib
 import logging
 import multiprocessing
@@ -95,6 +96,17 @@ from .sinks import PART_FORMATS, ResultParts, format_csv_batch, format_late, for
 __all__ = ["SlotSpec", "TaskSlot", "slot_main", "make_operator"]
 
 log = logging.getLogger("pba_runtime")
+
+#: Why a slot hands every object of its start-up to the garbage collector's permanent generation
+#: (``gc.freeze()``) before it says it is ready: those objects (the forkserver's modules, numba's kernels,
+#: pyarrow: ~0.1-1M of them) live as long as the slot, but many were still in the young generations when the
+#: forkserver forked it, so a collection in the stream walked them all and wrote to every page they are on,
+#: pages the slot shares with its forkserver until it writes them (copy on write). Where one landed depended
+#: on how many objects a tree's start-up happened to allocate: in one checkout the default job's Arrow sink
+#: spent 70 ms of each slot's CPU and ~6,000 page faults in the first batch's ``result_table`` (the first call
+#: that allocated enough to start a collection), its formatting 14.8 -> 30-37 ns a tuple; the same commit in
+#: another checkout did not. Frozen, the stream's collections see only the stream's own objects.
+FREEZE_NOTE = "gc.freeze() before the stream"
 
 #: Seconds between statistics reports of a slot.
 STATS_INTERVAL = 1.0
@@ -219,6 +231,7 @@ class TaskSlot:
         self.late = 0
         self._cpu0 = time.process_time()
         self._rusage = Rusage("process")
+        self._gc0 = [g["collections"] for g in gc.get_stats()]
         self._is_time = isinstance(spec.window, pr.TimeWindow)
         self._range = spec.window.range
         self._slide = spec.window.slide
@@ -437,6 +450,7 @@ class TaskSlot:
         self.clock = PhaseClock()
         self._cpu0 = time.process_time()
         self._rusage = Rusage("process")
+        self._gc0 = [g["collections"] for g in gc.get_stats()]
 
     def finish_parts(self, next_epoch: int | None = None) -> list[str]:
         """Close the slot's part file (part-file sinks): its name, for the checkpoint (or the end) to commit."""
@@ -473,6 +487,8 @@ class TaskSlot:
                 "engines": dict(engines), "pool_tasks": self.pool.tasks, "calls": self.calls,
                 "largest_piece": self.largest_piece, "split_min": self._split_min(),
                 "clock": clock, "rusage": rusage,
+                "gc": {"frozen": gc.get_freeze_count(),  # objects of the slot's start-up (FREEZE_NOTE)
+                       "collections": [g["collections"] - c for g, c in zip(gc.get_stats(), self._gc0)]},
                 "cpu_s": time.process_time() - self._cpu0}
 
     def _split_min(self) -> dict[str, int]:
@@ -639,6 +655,7 @@ def slot_main(spec: SlotSpec, in_q: Any, out_q: Any, states: dict[Any, Any]) -> 
             importlib.import_module("pba_runtime.runtime.csv_text").compile_now()
         if slot._warm is not None:  # the stream starts when every slot is ready (its kernels loaded)
             slot._warm.join()
+        gc.freeze()  # see FREEZE_NOTE
         _put(out_q, ("ready", spec.index), slot)
         slot.start_stream()
         log.info("task slot %d: %s over %s, %d keys restored", spec.index, spec.algorithm, spec.window, len(states))
