@@ -232,6 +232,7 @@ class TaskSlot:
         self._cpu0 = time.process_time()
         self._rusage = Rusage("process")
         self._gc0 = [g["collections"] for g in gc.get_stats()]
+        self.frozen = False  # slot_main freezes the start-up's objects before the stream
         self._is_time = isinstance(spec.window, pr.TimeWindow)
         self._range = spec.window.range
         self._slide = spec.window.slide
@@ -487,7 +488,7 @@ class TaskSlot:
                 "engines": dict(engines), "pool_tasks": self.pool.tasks, "calls": self.calls,
                 "largest_piece": self.largest_piece, "split_min": self._split_min(),
                 "clock": clock, "rusage": rusage,
-                "gc": {"frozen": gc.get_freeze_count(),  # objects of the slot's start-up (FREEZE_NOTE)
+                "gc": {"frozen": self.frozen,  # the objects of the slot's start-up (FREEZE_NOTE)
                        "collections": [g["collections"] - c for g, c in zip(gc.get_stats(), self._gc0)]},
                 "cpu_s": time.process_time() - self._cpu0}
 
@@ -656,6 +657,7 @@ def slot_main(spec: SlotSpec, in_q: Any, out_q: Any, states: dict[Any, Any]) -> 
         if slot._warm is not None:  # the stream starts when every slot is ready (its kernels loaded)
             slot._warm.join()
         gc.freeze()  # see FREEZE_NOTE
+        slot.frozen = True
         _put(out_q, ("ready", spec.index), slot)
         slot.start_stream()
         log.info("task slot %d: %s over %s, %d keys restored", spec.index, spec.algorithm, spec.window, len(states))
