@@ -185,8 +185,8 @@ def test_part_writer_rolls_whole_files_in_row_groups(tmp_path, fmt):
     if fmt == "parquet":
         meta = pq.ParquetFile(path).metadata
         assert meta.num_row_groups == 2  # 12 rows, then 8
-        columns = [meta.row_group(0).column(i) for i in range(4)]  # Snappy-compressed pages
-        assert all(c.compression == "SNAPPY" for c in columns)
+        columns = [meta.row_group(0).column(i) for i in range(4)]  # LZ4-compressed pages
+        assert all(c.compression == "LZ4" for c in columns)
         assert [("BYTE_STREAM_SPLIT" in c.encodings, "PLAIN" in c.encodings) for c in columns] == [
             (False, True), (True, False), (True, False), (False, True)]  # start and end byte-stream-split
         # statistics for end only (a time range's filter): end's min and max in the first row group

@@ -72,36 +72,35 @@ ROWS_PER_GROUP = 1 << 15
 SUFFIXES = {"parquet": ".parquet", "arrow": ".arrow"}
 #: How the Parquet parts are encoded: ``key`` and ``value`` plain, ``start`` and ``end`` byte-stream-split
 #: (each value's eight bytes go to eight streams, so the high bytes, constant between consecutive windows, form
-#: long runs), every page compressed with Snappy (the codec every Parquet reader has, and Spark's, pyarrow's and
-#: DuckDB's default; byte-stream-split integers need Parquet format 2.11 readers: pyarrow >= 16, parquet-java
-#: >= 1.14, as Spark 4 ships); min/max statistics for ``end`` only, the column a reader filters a time range
-#: on: every row group of a part holds every key of its slot (each batch brings them all), so the key's
-#: statistics would skip nothing, and ``start`` is ``end`` minus the range; the column writers take 64K values
-#: at a time (pyarrow's default, 1,024, checks the page size after each; a page may pass its 1 MB target by one
-#: such batch); data pages of version 2 (their levels, here none, are not compressed with the values).
-#: Measured on batches shaped as a slot's of the default job (46 batches of 42 keys x ~780 windows, 1.55M rows,
-#: each batch one row group, thread CPU, medians of 5, pyarrow 26), ns and bytes a row, one column at a time:
+#: long runs), every page compressed with LZ4 (``LZ4_RAW``, which pyarrow, pandas, polars, DuckDB and Spark
+#: read; byte-stream-split integers need Parquet format 2.11 readers: pyarrow >= 16, parquet-java >= 1.14, as
+#: Spark 4 ships); min/max statistics for ``end`` only, the column a reader filters a time range on: every row
+#: group of a part holds every key of its slot (each batch brings them all), so the key's statistics would skip
+#: nothing, and ``start`` is ``end`` minus the range; the column writers take 64K values at a time (pyarrow's
+#: default, 1,024, checks the page size after each; a page may pass its 1 MB target by one such batch); data
+#: pages of version 2 (their levels, here none, are not compressed with the values). Measured on batches shaped
+#: as a slot's of the default job (46 batches of 42 keys x ~780 windows, 1.55M rows, each batch one row group,
+#: thread CPU, medians of 5, pyarrow 26), ns and bytes a row, one column at a time:
 #:
-#: ===========  =================  ================  ============  ===============
-#: column       as here, Snappy    as here, LZ4      plain, none   other
-#: ===========  =================  ================  ============  ===============
-#: ``key``      1.73, 0.39 B       2.10, 0.05 B      3.65, 8 B     dictionary 4.1
-#: ``start``    2.78, 0.41 B       3.13, 0.09 B      3.79, 8 B     delta 5.2, dictionary 16-19
-#: ``end``      2.92 (+0.6 stats)  3.02              3.71          delta 5.2
-#: ``value``    1.69, 0.41 B       2.07, 0.07 B      3.60, 8 B     dictionary 5.6, byte-stream-split 3.1
-#: ===========  =================  ================  ============  ===============
+#: ===========  =================  ================  ============  ===============================
+#: column       as here, LZ4       Snappy            plain, none   other
+#: ===========  =================  ================  ============  ===============================
+#: ``key``      2.10, 0.05 B       1.73, 0.39 B      3.65, 8 B     dictionary 4.1
+#: ``start``    3.13, 0.09 B       2.78, 0.41 B      3.79, 8 B     delta 5.2, dictionary 16-19
+#: ``end``      3.02 (+0.6 stats)  2.92              3.71          delta 5.2
+#: ``value``    2.07, 0.07 B       1.69, 0.41 B      3.60, 8 B     dictionary 5.6, byte-stream-split 3.1
+#: ===========  =================  ================  ============  ===============================
 #:
 #: Every column of a row group costs ~0.4 ns a row besides (~26 us a row group of four columns, whatever its
-#: rows: pyarrow's column writers, their metadata). The whole part: 8.8-9.3 ns and 1.6 bytes a row with
-#: Snappy, 10.1 ns and 0.28 bytes with LZ4 (the codec until then: LZ4 files are 6x smaller, at ~1.3 ns a row
-#: more). In the job, fresh ``pba-run`` processes against LZ4 (``bench_runtime_versions.py --sinks``, 8
-#: rounds, load 0.6-1.6, on a noisy host): the slots' Parquet 17.5 -> 15.8 ns a tuple, the CPU ratio to the
-#: job without a sink 0.63x -> 0.67x, the wall ratio 0.64x -> 0.73x. Before (earlier rounds): plain ``start``
-#: and ``end`` with LZ4 19.6 ns a row against 18.8 byte-stream-split (then with version-1 pages); delta-encoded
-#: 21.7-30.2 (``DeltaBitPackEncode`` was a third of the slots' Parquet thread in a profile of the job);
-#: version-2 pages took the writer from 10.7 to 10.1 ns a row, the same bytes. pyarrow, pandas, polars, DuckDB
-#: and Spark read these parts (checked here: Spark 4 read a part's rows and sums as pyarrow did).
-PARQUET_OPTIONS = {"use_dictionary": False, "compression": "snappy", "write_statistics": ["end"],
+#: rows: pyarrow's column writers, their metadata). The whole part: 10.1 ns and 0.28 bytes a row; with Snappy
+#: 8.8-9.3 ns and 1.6 bytes, but in the job no cheaper (fresh ``pba-run`` processes, 8 rounds, load 0.2-1.5:
+#: the slots' Parquet 16.0 ns a tuple with LZ4, 15.8 with Snappy, the stream 56.2 and 56.3), so LZ4's 6x smaller
+#: files stay. Before: plain ``start`` and ``end`` with LZ4 19.6 ns a row against 18.8 byte-stream-split (then
+#: with version-1 pages); delta-encoded 21.7-30.2 (``DeltaBitPackEncode`` was a third of the slots' Parquet
+#: thread in a profile of the job); version-2 pages took the writer from 10.7 to 10.1 ns a row, the same bytes.
+#: pyarrow, pandas, polars, DuckDB and Spark read these parts (checked here: Spark 4 read a part's rows and sums
+#: as pyarrow did).
+PARQUET_OPTIONS = {"use_dictionary": False, "compression": "lz4", "write_statistics": ["end"],
                    "column_encoding": {"start": "BYTE_STREAM_SPLIT", "end": "BYTE_STREAM_SPLIT"},
                    "write_batch_size": 1 << 16, "data_page_version": "2.0"}
 #: Bytes a part's writer gathers before it writes them to the file. pyarrow's Parquet writer writes each page
