@@ -358,3 +358,21 @@ def test_csv_prefixes_of_equal_keys_of_other_types_are_their_own():
         parts = ResultParts([(keys[0], ends[:1], res[:1]), (keys[1], ends[1:], res[1:])])
         parts.columns = (ends, res)
         assert format_csv_batch(parts, 4) == first + b"1,5,0.5\n2,2,6,1.5\n" == slow_csv(list(parts), 4)
+
+
+def test_csv_prefixes_of_many_keys_or_unhashable_keys_are_not_cached(monkeypatch):
+    """A batch of more keys than the prefix cache takes, or with an unhashable key, is written from its keys
+    directly, the same bytes; a tuple of prefixes is prefixes, not a blob."""
+    from pba_runtime.runtime import sinks
+    from pba_runtime.runtime.csv_text import csv_lines
+    from pba_runtime.runtime.sinks import ResultParts
+
+    ends, res = np.array([5, 6, 7]), np.array([0.5, 1.5, 2.5])
+    monkeypatch.setattr(sinks, "PREFIX_CACHE_KEYS", 2)
+    sinks._cached_prefix_blob.cache_clear()
+    for keys in ((1, 2, 3), (1, [2], "x")):
+        parts = ResultParts([(k, ends[i:i + 1], res[i:i + 1]) for i, k in enumerate(keys)])
+        parts.columns = (ends, res)
+        assert format_csv_batch(parts, 4) == slow_csv(list(parts), 4)
+    assert sinks._cached_prefix_blob.cache_info().currsize == 0
+    assert csv_lines((b"a,", b"b,"), np.array([1, 2]), ends, 4, res) == b"a,1,5,0.5\nb,2,6,1.5\nb,3,7,2.5\n"

@@ -400,7 +400,8 @@ def csv_lines_into(alloc: Callable[[int], np.ndarray], prefixes: list[bytes] | t
     if len(ends) != int(counts.sum()) or len(values) != len(ends):
         raise ValueError(f"counts must sum to the rows of ends and values ({int(counts.sum())}, {len(ends)}, "
                          f"{len(values)})")
-    prefix, prefix_off = prefixes if isinstance(prefixes, tuple) else blob(prefixes)
+    is_blob = isinstance(prefixes, tuple) and len(prefixes) == 2 and isinstance(prefixes[0], np.ndarray)
+    prefix, prefix_off = prefixes if is_blob else blob(prefixes)
     is_float = values.dtype.kind == "f"
     bound = int(np.dot(np.diff(prefix_off), counts)) + len(ends) * _ROW_BOUND + _SLACK
     if is_float:

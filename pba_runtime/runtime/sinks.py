@@ -167,12 +167,32 @@ def _csv_prefix(key: Any) -> bytes:
     return (_csv_field(key) + ",").encode()
 
 
-@functools.lru_cache(maxsize=256)
-def _csv_prefixes(keys: tuple, types: tuple) -> tuple[np.ndarray, np.ndarray]:
-    """The CSV fields of ``keys`` with their commas, as one blob and its offsets (what the compiled writer
-    takes), by the keys and their ``types`` (``1``, ``True`` and ``1.0`` are equal keys of a dict, but not one
-    CSV field). A slot's batches bring mostly the same keys in the same order: its ~42 keys' prefixes and blob
-    took ~15 us a batch of the default job's, ~0.4 ns a row."""
+#: A batch of at most this many keys has its CSV prefixes cached (:func:`_prefix_blob`); larger ones (a
+#: high-cardinality stream) would fill the cache with batches that never recur.
+PREFIX_CACHE_KEYS = 4096
+
+
+def _prefix_blob(keys: tuple) -> tuple[np.ndarray, np.ndarray]:
+    """The CSV fields of a batch's ``keys`` with their commas, as one blob and its offsets (what the compiled
+    writer takes, :func:`pba_runtime.runtime.csv_text.blob`). A slot's batches bring mostly the same keys in
+    the same order, so a batch of up to :data:`PREFIX_CACHE_KEYS` keys is cached by its keys and their types
+    (``1``, ``True`` and ``1.0`` are one key of a dict, but not one CSV field): the default job's ~42 keys'
+    prefixes and blob took ~15 us a batch, ~0.4 ns a row."""
+    from .csv_text import blob
+
+    if len(keys) <= PREFIX_CACHE_KEYS:
+        try:
+            return _cached_prefix_blob(keys, tuple(map(type, keys)))
+        except TypeError:  # an unhashable key
+            pass
+    try:
+        return blob([_csv_prefix(k) for k in keys])
+    except TypeError:
+        return blob([(_csv_field(k) + ",").encode() for k in keys])
+
+
+@functools.lru_cache(maxsize=16)
+def _cached_prefix_blob(keys: tuple, types: tuple) -> tuple[np.ndarray, np.ndarray]:
     from .csv_text import blob
 
     return blob([_csv_prefix(k) for k in keys])
@@ -315,15 +335,14 @@ def _result_schema(key_type: Any, value_type: Any) -> Any:
 def _table_of_columns(parts: Any, columns: tuple[np.ndarray, np.ndarray], range_: int) -> Any:
     """:func:`result_table` of a slot's :class:`ResultParts` whose ``columns`` hold scalar numbers: the same
     table with a batch's Python done once, not once a part (the checks of every part's type, the schema): ~57 ->
-    ~15 us a batch of the default job's 42 keys x ~780 windows, ~1.3 ns a row."""
+    ~44 us a batch of the default job's 42 keys x ~780 windows, ~0.4 ns a row."""
     import pyarrow as pa
 
     ends, values = columns
     keys = [k for k, _, _ in parts]
     counts = [len(e) for _, e, _ in parts]
-    if set(map(type, keys)) <= {int}:  # bools are not ints here, as in result_table
-        key_col = _arrow_numbers(np.repeat(np.array(keys, dtype=np.int64), counts))
-    elif all(isinstance(k, (int, np.integer)) and not isinstance(k, bool) for k in keys):
+    if set(map(type, keys)) <= {int} or all(isinstance(k, (int, np.integer)) and not isinstance(k, bool)
+                                           for k in keys):  # bools are not ints here, as in result_table
         key_col = _arrow_numbers(np.repeat(np.array(keys, dtype=np.int64), counts))
     else:
         key_col = _arrow_repeated_strings([str(k) for k in keys], counts)
@@ -345,8 +364,6 @@ def format_csv_batch(parts: list, range_: int, ring: Any = None) -> bytes | tupl
     the lines are written into it and their region ``(position, length)`` is
     returned; bytes are returned when they cannot fit in the ring.
     """
-    from .csv_text import blob, csv_lines, csv_lines_into
-
     columns = getattr(parts, "columns", None)
     if columns is None or columns[1].ndim != 1 or columns[1].dtype.kind not in "fi":  # not a slot's scalars
         parts = [p for p in parts if len(p[1])]
@@ -360,11 +377,9 @@ def format_csv_batch(parts: list, range_: int, ring: Any = None) -> bytes | tupl
         columns = _columns(parts)
     elif not parts:
         return b""
-    keys = tuple([k for k, _, _ in parts])
-    try:
-        prefixes = _csv_prefixes(keys, tuple(map(type, keys)))
-    except TypeError:  # an unhashable key
-        prefixes = blob([(_csv_field(k) + ",").encode() for k in keys])
+    from .csv_text import csv_lines, csv_lines_into
+
+    prefixes = _prefix_blob(tuple([k for k, _, _ in parts]))
     counts = np.fromiter((len(e) for _, e, _ in parts), np.int64, len(parts))
     ends, values = columns
     if ring is not None:
