@@ -296,10 +296,7 @@ def result_table(parts: list, range_: int) -> Any:
         ends = columns[0]
     else:
         ends = np.concatenate([np.asarray(e, dtype=np.int64) for _, e, _ in parts]) if parts else np.empty(0, np.int64)
-    if keys and all(isinstance(k, (int, np.integer)) and not isinstance(k, bool) for k in keys):
-        key_col = _arrow_numbers(np.repeat(np.array(keys, dtype=np.int64), counts))
-    else:
-        key_col = _arrow_repeated_strings([str(k) for k in keys], counts)
+    key_col = _key_column(keys, counts)
     results = [r for _, _, r in parts]
     from_numpy = True  # no null can be in the value column
     if results and all(isinstance(r, np.ndarray) and r.ndim == 1 and r.dtype.kind in "fiu" for r in results):
@@ -314,41 +311,44 @@ def result_table(parts: list, range_: int) -> Any:
             value_col = pa.array(rows, type=pa.list_(pa.float64()))
         except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError):
             value_col = pa.array(rows)
-    # Fields that cannot hold a null are declared so: the Parquet writer then encodes no definition levels
-    # (the default job's parts: 29.4 -> 22.6 ns a row)
-    schema = pa.schema([pa.field("key", key_col.type, nullable=False), pa.field("start", pa.int64(), nullable=False),
-                        pa.field("end", pa.int64(), nullable=False),
-                        pa.field("value", value_col.type, nullable=not from_numpy)])
+    return _table(key_col, ends, range_, value_col, value_nullable=not from_numpy)
+
+
+def _key_column(keys: list, counts: list[int]) -> Any:
+    """The ``key`` column: each key repeated over its windows, int64 when every key is an int (bools are not),
+    else strings."""
+    if keys and (set(map(type, keys)) <= {int}
+                 or all(isinstance(k, (int, np.integer)) and not isinstance(k, bool) for k in keys)):
+        return _arrow_numbers(np.repeat(np.array(keys, dtype=np.int64), counts))
+    return _arrow_repeated_strings([str(k) for k in keys], counts)
+
+
+def _table(key_col: Any, ends: np.ndarray, range_: int, value_col: Any, value_nullable: bool = False) -> Any:
+    """The result table ``key, start, end, value`` of its columns (``start`` is ``end - range_``)."""
+    import pyarrow as pa
+
     return pa.Table.from_arrays([key_col, _arrow_numbers(ends - range_), _arrow_numbers(ends), value_col],
-                                schema=schema)
+                                schema=_result_schema(key_col.type, value_col.type, value_nullable))
 
 
 @functools.lru_cache(maxsize=64)
-def _result_schema(key_type: Any, value_type: Any) -> Any:
-    """The result table's schema for keys of ``key_type`` and scalar values of ``value_type`` (none nullable)."""
+def _result_schema(key_type: Any, value_type: Any, value_nullable: bool) -> Any:
+    """The result table's schema. Fields that cannot hold a null are declared so: the Parquet writer then
+    encodes no definition levels (the default job's parts: 29.4 -> 22.6 ns a row)."""
     import pyarrow as pa
 
     return pa.schema([pa.field("key", key_type, nullable=False), pa.field("start", pa.int64(), nullable=False),
-                      pa.field("end", pa.int64(), nullable=False), pa.field("value", value_type, nullable=False)])
+                      pa.field("end", pa.int64(), nullable=False),
+                      pa.field("value", value_type, nullable=value_nullable)])
 
 
 def _table_of_columns(parts: Any, columns: tuple[np.ndarray, np.ndarray], range_: int) -> Any:
     """:func:`result_table` of a slot's :class:`ResultParts` whose ``columns`` hold scalar numbers: the same
     table with a batch's Python done once, not once a part (the checks of every part's type, the schema): ~57 ->
     ~44 us a batch of the default job's 42 keys x ~780 windows, ~0.4 ns a row."""
-    import pyarrow as pa
-
     ends, values = columns
-    keys = [k for k, _, _ in parts]
-    counts = [len(e) for _, e, _ in parts]
-    if set(map(type, keys)) <= {int} or all(isinstance(k, (int, np.integer)) and not isinstance(k, bool)
-                                           for k in keys):  # bools are not ints here, as in result_table
-        key_col = _arrow_numbers(np.repeat(np.array(keys, dtype=np.int64), counts))
-    else:
-        key_col = _arrow_repeated_strings([str(k) for k in keys], counts)
-    value_col = _arrow_numbers(values)
-    return pa.Table.from_arrays([key_col, _arrow_numbers(ends - range_), _arrow_numbers(ends), value_col],
-                                schema=_result_schema(key_col.type, value_col.type))
+    key_col = _key_column([k for k, _, _ in parts], [len(e) for _, e, _ in parts])
+    return _table(key_col, ends, range_, _arrow_numbers(values))
 
 
 def format_csv_batch(parts: list, range_: int, ring: Any = None) -> bytes | tuple[int, int]:

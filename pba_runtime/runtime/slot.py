@@ -232,7 +232,7 @@ class TaskSlot:
         self._cpu0 = time.process_time()
         self._rusage = Rusage("process")
         self._gc0 = [g["collections"] for g in gc.get_stats()]
-        self.frozen = False  # slot_main freezes the start-up's objects before the stream
+        self.frozen = False  # freeze_startup() sets it
         self._is_time = isinstance(spec.window, pr.TimeWindow)
         self._range = spec.window.range
         self._slide = spec.window.slide
@@ -453,6 +453,12 @@ class TaskSlot:
         self._rusage = Rusage("process")
         self._gc0 = [g["collections"] for g in gc.get_stats()]
 
+    def freeze_startup(self) -> None:
+        """Hand every object allocated so far to the garbage collector's permanent generation (FREEZE_NOTE):
+        :func:`slot_main` calls it once the slot is up, before it says it is ready."""
+        gc.freeze()
+        self.frozen = True
+
     def finish_parts(self, next_epoch: int | None = None) -> list[str]:
         """Close the slot's part file (part-file sinks): its name, for the checkpoint (or the end) to commit."""
         return [] if self.parts is None else self.parts.roll(next_epoch)
@@ -656,8 +662,7 @@ def slot_main(spec: SlotSpec, in_q: Any, out_q: Any, states: dict[Any, Any]) -> 
             importlib.import_module("pba_runtime.runtime.csv_text").compile_now()
         if slot._warm is not None:  # the stream starts when every slot is ready (its kernels loaded)
             slot._warm.join()
-        gc.freeze()  # see FREEZE_NOTE
-        slot.frozen = True
+        slot.freeze_startup()
         _put(out_q, ("ready", spec.index), slot)
         slot.start_stream()
         log.info("task slot %d: %s over %s, %d keys restored", spec.index, spec.algorithm, spec.window, len(states))
