@@ -202,6 +202,20 @@ def test_part_writer_rolls_whole_files_in_row_groups(tmp_path, fmt):
         commit_parts(str(tmp_path), [f"part-000009-0000.{fmt}"])
 
 
+def test_a_batch_past_the_row_group_size_is_written_as_it_comes_as_one_row_group(tmp_path):
+    """A slot's batch is never split or held back: the default job's ~32,750 rows a batch are each a group."""
+    w = PartWriter(str(tmp_path), "parquet", slot=0, epoch=1, rows_per_group=10, durable=False)
+    w.write(table(3))
+    w.write(table(25))  # 28 rows buffered: both written, as one group
+    w.write(table(12))  # past 10 on its own: written at once
+    assert w.rows_written == 40
+    w.write(table(4))
+    assert w.rows_written == 40  # held until 10 rows or the roll
+    names = w.roll()
+    meta = pq.ParquetFile(tmp_path / f".{names[0]}.inprogress").metadata
+    assert [meta.row_group(i).num_rows for i in range(meta.num_row_groups)] == [28, 12, 4]
+
+
 @pytest.mark.parametrize("durable", [True, False])
 def test_a_part_is_fsynced_only_when_a_checkpoint_will_name_it(tmp_path, monkeypatch, durable):
     """With checkpoints a closed part must survive a crash (fsync); without, it is flushed only, as the CSV file."""

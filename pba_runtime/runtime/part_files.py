@@ -6,7 +6,8 @@ sinks write, as Flink's ``FileSink`` does, *part files* into a directory:
 * Each task slot writes its own results (in parallel; nothing crosses a queue)
   into an *in-progress* part, a hidden file ``.part-EEEEEE-SSSS.parquet.inprogress``
   (``E``: the epoch, the id of the checkpoint that will commit it; ``S``: the slot),
-  in row groups of up to :data:`ROWS_PER_GROUP` rows (:class:`PartWriter`).
+  its batches' rows buffered until they reach :data:`ROWS_PER_GROUP`, then written as one row group
+  (:class:`PartWriter`).
 * At a checkpoint barrier the slot closes its part (flushed and fsynced) and
   names it in its barrier payload, then starts the next epoch's part at its
   next result.
@@ -57,17 +58,21 @@ from .errors import JobError, UserError
 
 __all__ = ["PartWriter", "commit_parts", "prepare_part_dir", "part_files", "ROWS_PER_GROUP", "SUFFIXES"]
 
-#: Rows a slot buffers before it writes them as a row group (Parquet) or record batches (Arrow): bounded
-#: memory, row groups large enough for readers, and each write short. A slot (its main loop or its output
-#: stage) writes them between two batches' results; at 1M rows (30 ns a row, 8.9 B: the same as here) one write took
-#: ~30 ms of CPU and ~120 ms on the shared machine, and the slot's aggregation waited behind it, as it
-#: did for the last one at the end of the stream. At 128K rows a write takes ~5 ms. At 32K rows (about one
-#: batch of a slot of the default job: each batch's table is written as it comes, not concatenated with the
-#: next ones, and encoded while its arrays are still in the caches) the Parquet job's stream took less CPU:
-#: in-process A/B over 7 rounds (``bench_runtime.py --sinks``, 3 repetitions each, load 1.1-1.6), the CPU
-#: ratio to the job without a sink 0.511-0.584 (median 0.562) -> 0.556-0.606 (0.586), the wall ratio median
-#: 0.574 -> 0.646, better in 6 of the 7 rounds. A row group is then ~10 KB of the default job's results.
-ROWS_PER_GROUP = 1 << 15
+#: Rows a slot buffers before it writes them as a row group (Parquet) or record batches of up to this many rows
+#: (Arrow): bounded memory, row groups large enough for readers, and each write short. A slot (its main loop or
+#: its output stage) writes them between two batches' results; at 1M rows (30 ns a row, 8.9 B: the same as here)
+#: one write took ~30 ms of CPU and ~120 ms on the shared machine, and the slot's aggregation waited behind it,
+#: as it did for the last one at the end of the stream. At 128K rows a write takes ~5 ms; 32K rows took the
+#: Parquet job's CPU ratio to the job without a sink from 0.562 to 0.586 (in-process A/B, 7 rounds of 3
+#: repetitions, load 1.1-1.6). 16K: a slot's batch of the default job brings ~32,750 rows, just under 32K, so at
+#: 32K every row group held two batches, the first no longer in the caches; now each batch is written as it
+#: comes, as its own row group (a batch is never split). Fresh ``pba-run`` processes against 32K
+#: (``bench_runtime_versions.py --sinks``, 8 and 12 rounds, load 0.1-2.1; the 12 in
+#: ``bench/results/runtime_sinks_versions_rowgroup16k.json``): the slots' Parquet 14.1 -> 13.5 and
+#: 15.6 -> 14.6 ns a tuple (medians; the rounds' pairs scatter +-7 ns), the CPU ratio 0.63x -> 0.67x and 0.60x
+#: -> 0.63x; alone (one slot's batches, thread CPU, medians of 9) the same batches in pairs cost 0.3 ns a row
+#: more, and Arrow's record batches of 16K rows 11.8 ns a row against 12.3 at 32K.
+ROWS_PER_GROUP = 1 << 14
 
 SUFFIXES = {"parquet": ".parquet", "arrow": ".arrow"}
 #: How the Parquet parts are encoded: ``key`` and ``value`` plain, ``start`` and ``end`` byte-stream-split
@@ -137,7 +142,8 @@ class PartWriter:
     epoch : int
         The epoch of the first part: the id of the checkpoint resumed from, plus 1.
     rows_per_group : int
-        Rows buffered before they are written as one row group / record batch.
+        Rows buffered before they are written: one Parquet row group (a batch is never split), or Arrow record
+        batches of up to this many rows.
     durable : bool
         Fsync each part when it is closed: a checkpoint names it, so it must survive a crash. A job
         without checkpoints (``False``) only flushes its parts, as the CSV sink only flushes its file.
