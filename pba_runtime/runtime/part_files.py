@@ -96,9 +96,9 @@ SUFFIXES = {"parquet": ".parquet", "arrow": ".arrow"}
 #: ``value``    2.07, 0.07 B       1.69, 0.41 B      3.60, 8 B     dictionary 5.6, byte-stream-split 3.1
 #: ===========  =================  ================  ============  ===============================
 #:
-#: Every column of a row group costs ~0.4 ns a row besides (~26 us a row group of four columns, whatever its
-#: rows: pyarrow's column writers, their metadata). The whole part: 10.1 ns and 0.28 bytes a row; with Snappy
-#: 8.8-9.3 ns and 1.6 bytes, but in the job no cheaper (fresh ``pba-run`` processes, 8 rounds, load 0.2-1.5:
+#: Each row group costs ~26-27 us besides, whatever its rows (pyarrow's four column writers, their metadata, the
+#: call; measured with 16-row groups): ~0.8 ns a row at a slot's batch of ~32.7K rows. The whole part: 10.1 ns
+#: and 0.28 bytes a row; with Snappy 8.8-9.3 ns and 1.6 bytes, but in the job no cheaper (fresh ``pba-run`` processes, 8 rounds, load 0.2-1.5:
 #: the slots' Parquet 16.0 ns a tuple with LZ4, 15.8 with Snappy, the stream 56.2 and 56.3), so LZ4's 6x smaller
 #: files stay. Before: plain ``start`` and ``end`` with LZ4 19.6 ns a row against 18.8 byte-stream-split (then
 #: with version-1 pages); delta-encoded 21.7-30.2 (``DeltaBitPackEncode`` was a third of the slots' Parquet

@@ -345,7 +345,8 @@ def _result_schema(key_type: Any, value_type: Any, value_nullable: bool) -> Any:
 def _table_of_columns(parts: Any, columns: tuple[np.ndarray, np.ndarray], range_: int) -> Any:
     """:func:`result_table` of a slot's :class:`ResultParts` whose ``columns`` hold scalar numbers: the same
     table with a batch's Python done once, not once a part (the checks of every part's type, the schema): ~57 ->
-    ~44 us a batch of the default job's 42 keys x ~780 windows, ~0.4 ns a row."""
+    ~44 us a batch of the default job's 42 keys x ~780 windows (~1.3 ns a row; the key column ~12 us of that,
+    ``start`` ~6)."""
     ends, values = columns
     key_col = _key_column([k for k, _, _ in parts], [len(e) for _, e, _ in parts])
     return _table(key_col, ends, range_, _arrow_numbers(values))
