@@ -97,14 +97,14 @@ SUFFIXES = {"parquet": ".parquet", "arrow": ".arrow"}
 #: ===========  =================  ================  ============  ===============================
 #:
 #: Each row group costs ~26-27 us besides, whatever its rows (pyarrow's four column writers, their metadata, the
-#: call; measured with 16-row groups): ~0.8 ns a row at a slot's batch of ~32.7K rows. The whole part: 10.1 ns
-#: and 0.28 bytes a row; with Snappy 8.8-9.3 ns and 1.6 bytes, but in the job no cheaper (fresh ``pba-run`` processes, 8 rounds, load 0.2-1.5:
-#: the slots' Parquet 16.0 ns a tuple with LZ4, 15.8 with Snappy, the stream 56.2 and 56.3), so LZ4's 6x smaller
-#: files stay. Before: plain ``start`` and ``end`` with LZ4 19.6 ns a row against 18.8 byte-stream-split (then
-#: with version-1 pages); delta-encoded 21.7-30.2 (``DeltaBitPackEncode`` was a third of the slots' Parquet
-#: thread in a profile of the job); version-2 pages took the writer from 10.7 to 10.1 ns a row, the same bytes.
-#: pyarrow, pandas, polars, DuckDB and Spark read these parts (checked here: Spark 4 read a part's rows and sums
-#: as pyarrow did).
+#: call; measured with 16-row groups): ~0.8 ns a row at a slot's batch of ~32.7K rows. The whole part: 10.1 ns and
+#: 0.28 bytes a row; with Snappy 8.8-9.3 ns and 1.6 bytes, but in the job no cheaper (fresh ``pba-run`` processes, 8
+#: rounds, load 0.2-1.5: the slots' Parquet 16.0 ns a tuple with LZ4, 15.8 with Snappy, the stream 56.2 and 56.3),
+#: so LZ4's 6x smaller files stay. Before: plain ``start`` and ``end`` with LZ4 19.6 ns a row against 18.8
+#: byte-stream-split (then with version-1 pages); delta-encoded 21.7-30.2 (``DeltaBitPackEncode`` was a third of the
+#: slots' Parquet thread in a profile of the job); version-2 pages took the writer from 10.7 to 10.1 ns a row, the
+#: same bytes. pyarrow, pandas, polars, DuckDB and Spark read these parts (checked here: Spark 4 read a part's rows
+#: and sums as pyarrow did).
 PARQUET_OPTIONS = {"use_dictionary": False, "compression": "lz4", "write_statistics": ["end"],
                    "column_encoding": {"start": "BYTE_STREAM_SPLIT", "end": "BYTE_STREAM_SPLIT"},
                    "write_batch_size": 1 << 16, "data_page_version": "2.0"}
