@@ -47,7 +47,7 @@ def test_default_job_prints_the_summary(tmp_path):
     assert m["reasons"] == {"sba:small_window": 84} and m["worker_tasks"] == 0
     assert m["startup_s"] > 0 and "s start-up before: processes, kernels" in out  # the stream's clock starts after
     assert m["windows"] == 200_000 - 84 * 1023
-    # each slot's start-up objects were frozen before the stream (slot.FREEZE_NOTE); its collections since counted
+    # each slot's start-up objects were frozen before the stream (TaskSlot.freeze_startup); its collections since counted
     assert all(s["gc"]["frozen"] is True and len(s["gc"]["collections"]) == 3 for s in m["slots"].values())
     assert proc.stderr == ""  # no progress bar when stderr is not a terminal
 

@@ -187,8 +187,8 @@ def _prefix_blob(keys: tuple) -> tuple[np.ndarray, np.ndarray]:
             pass
     try:
         return blob([_csv_prefix(k) for k in keys])
-    except TypeError:
-        return blob([(_csv_field(k) + ",").encode() for k in keys])
+    except TypeError:  # an unhashable key: the prefix uncached
+        return blob([_csv_prefix.__wrapped__(k) for k in keys])
 
 
 @functools.lru_cache(maxsize=16)

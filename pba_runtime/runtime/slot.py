@@ -97,17 +97,6 @@ __all__ = ["SlotSpec", "TaskSlot", "slot_main", "make_operator"]
 
 log = logging.getLogger("pba_runtime")
 
-#: Why a slot hands every object of its start-up to the garbage collector's permanent generation
-#: (``gc.freeze()``) before it says it is ready: those objects (the forkserver's modules, numba's kernels,
-#: pyarrow: ~0.1-1M of them) live as long as the slot, but many were still in the young generations when the
-#: forkserver forked it, so a collection in the stream walked them all and wrote to every page they are on,
-#: pages the slot shares with its forkserver until it writes them (copy on write). Where one landed depended
-#: on how many objects a tree's start-up happened to allocate: in one checkout the default job's Arrow sink
-#: spent 70 ms of each slot's CPU and ~6,000 page faults in the first batch's ``result_table`` (the first call
-#: that allocated enough to start a collection), its formatting 14.8 -> 30-37 ns a tuple; the same commit in
-#: another checkout did not. Frozen, the stream's collections see only the stream's own objects.
-FREEZE_NOTE = "gc.freeze() before the stream"
-
 #: Seconds between statistics reports of a slot.
 STATS_INTERVAL = 1.0
 #: Seconds a blocked queue operation waits before checking that the coordinator is alive.
@@ -454,8 +443,18 @@ class TaskSlot:
         self._gc0 = [g["collections"] for g in gc.get_stats()]
 
     def freeze_startup(self) -> None:
-        """Hand every object allocated so far to the garbage collector's permanent generation (FREEZE_NOTE):
-        :func:`slot_main` calls it once the slot is up, before it says it is ready."""
+        """Hand every object allocated so far to the garbage collector's permanent generation (``gc.freeze()``):
+        :func:`slot_main` calls it once the slot is up, before it says it is ready.
+
+        Those objects (the forkserver's modules, numba's kernels, pyarrow: ~0.1-1M of them) live as long as the
+        slot, but many were still in the young generations when the forkserver forked it, so a collection in
+        the stream walked them all and wrote to every page they are on, pages the slot shares with its
+        forkserver until it writes them (copy on write). Where one landed depended on how many objects a tree's
+        start-up happened to allocate: in one checkout the default job's Arrow sink spent 70 ms of each slot's
+        CPU and ~6,000 page faults in the first batch's ``result_table`` (the first call that allocated enough
+        to start a collection), its formatting 14.8 -> 30-37 ns a tuple; the same commit in another checkout
+        did not. Frozen, the stream's collections see only the stream's own objects.
+        """
         gc.freeze()
         self.frozen = True
 
@@ -494,7 +493,7 @@ class TaskSlot:
                 "engines": dict(engines), "pool_tasks": self.pool.tasks, "calls": self.calls,
                 "largest_piece": self.largest_piece, "split_min": self._split_min(),
                 "clock": clock, "rusage": rusage,
-                "gc": {"frozen": self.frozen,  # the objects of the slot's start-up (FREEZE_NOTE)
+                "gc": {"frozen": self.frozen,  # the objects of the slot's start-up (freeze_startup)
                        "collections": [g["collections"] - c for g, c in zip(gc.get_stats(), self._gc0)]},
                 "cpu_s": time.process_time() - self._cpu0}
 
