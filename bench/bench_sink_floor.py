@@ -15,7 +15,13 @@ them:
 * ``parquet`` and ``arrow``: a slot's part-file writer (``sinks.result_table`` and
   ``part_files.PartWriter``: the table, the encoding, the write);
 * ``csv_reference``: the readable per-line formatter (``sinks.format_results``), on every tenth batch: the
-  slow reference the compiled writer is tested against, for scale.
+  slow reference the compiled writer is tested against, for scale;
+* ``parquet_table``: the Parquet piece's table alone (``sinks.result_table``), and ``parquet_writer``: its
+  writer alone (pyarrow's ``ParquetWriter`` with ``part_files.PARQUET_OPTIONS`` on tables built beforehand):
+  the two halves of ``parquet``;
+* ``parquet_snappy``, ``parquet_no_stats``, ``parquet_snappy_no_stats`` and ``parquet_uncompressed``: that writer
+  with Snappy instead of LZ4, without the ``end`` column's statistics, with both, and without compression:
+  what pyarrow's writer costs with the cheapest options it has (:data:`PARQUET_VARIANTS`).
 
 The input is the default job's own results for one slot: the DEBS'14-like stream (84 plugs, 6M tuples),
 ``W[1024, 1]`` max per plug (``pr.replay``, SBA), the even plugs (a slot's half), cut into the batches a
@@ -44,11 +50,17 @@ import numpy as np
 import pba_runtime as pr
 from pba_runtime.runtime import Debs14Source, csv_text
 from pba_runtime.runtime.byte_ring import ByteRing, ring_capacity
-from pba_runtime.runtime.part_files import PartWriter
+from pba_runtime.runtime.part_files import PARQUET_OPTIONS, WRITE_BUFFER, PartWriter
 from pba_runtime.runtime.sinks import FileSink, ResultParts, format_csv_batch, format_results, result_table
 
 WINDOW = pr.CountWindow(range=1024, slide=1)
-PIECES = ("csv_loop", "csv_batch", "file_write", "parquet", "arrow", "csv_reference")
+#: The Parquet writer's options changed from the slots' own (``part_files.PARQUET_OPTIONS``), each timed as a piece.
+PARQUET_VARIANTS = {"parquet_writer": {}, "parquet_snappy": {"compression": "snappy"},
+                    "parquet_no_stats": {"write_statistics": False},
+                    "parquet_snappy_no_stats": {"compression": "snappy", "write_statistics": False},
+                    "parquet_uncompressed": {"compression": "none"}}
+PIECES = ("csv_loop", "csv_batch", "file_write", "parquet", "arrow", "csv_reference", "parquet_table",
+          *PARQUET_VARIANTS)
 
 
 def slot_batches(tuples: int, batch_size: int) -> list[list]:
@@ -143,9 +155,31 @@ def time_pieces(batches: list[list], texts: list[bytes], repeats: int, tmp: str)
             "".join(format_results("csv", k, e, r, WINDOW.range) for k, e, r in parts).encode()
         return ref_rows
 
+    def parquet_table() -> int:
+        for parts in batches:
+            result_table(parts, WINDOW.range)
+        return rows
+
+    tables = [result_table(parts, WINDOW.range) for parts in batches]
+
+    def parquet_writer(change: dict) -> int:  # as PartWriter writes a row group a batch, other options
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        path = os.path.join(tmp, "variant.parquet")
+        stream = pa.output_stream(path, buffer_size=WRITE_BUFFER)
+        writer = pq.ParquetWriter(stream, tables[0].schema, **{**PARQUET_OPTIONS, **change})
+        for table in tables:
+            writer.write_table(table, row_group_size=table.num_rows)
+        writer.close()
+        stream.close()
+        os.remove(path)
+        return rows
+
     cases = {"csv_loop": csv_loop, "csv_batch": csv_batch, "file_write": file_write,
              "parquet": lambda: part_file("parquet"), "arrow": lambda: part_file("arrow"),
-             "csv_reference": csv_reference}
+             "csv_reference": csv_reference, "parquet_table": parquet_table,
+             **{name: (lambda change=change: parquet_writer(change)) for name, change in PARQUET_VARIANTS.items()}}
     out: dict[str, list[float]] = {k: [] for k in cases}
     try:
         for fn in cases.values():  # compile, load, warm the page cache's free pages
