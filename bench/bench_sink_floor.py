@@ -46,6 +46,8 @@ from pathlib import Path
 
 import exp_common as C
 import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
 
 import pba_runtime as pr
 from pba_runtime.runtime import Debs14Source, csv_text
@@ -54,7 +56,8 @@ from pba_runtime.runtime.part_files import PARQUET_OPTIONS, WRITE_BUFFER, PartWr
 from pba_runtime.runtime.sinks import FileSink, ResultParts, format_csv_batch, format_results, result_table
 
 WINDOW = pr.CountWindow(range=1024, slide=1)
-#: The Parquet writer's options changed from the slots' own (``part_files.PARQUET_OPTIONS``), each timed as a piece.
+#: pyarrow's Parquet writer alone, timed as a piece under each entry: what it changes from the slots' options
+#: (``part_files.PARQUET_OPTIONS``; ``parquet_writer`` changes nothing).
 PARQUET_VARIANTS = {"parquet_writer": {}, "parquet_snappy": {"compression": "snappy"},
                     "parquet_no_stats": {"write_statistics": False},
                     "parquet_snappy_no_stats": {"compression": "snappy", "write_statistics": False},
@@ -163,9 +166,6 @@ def time_pieces(batches: list[list], texts: list[bytes], repeats: int, tmp: str)
     tables = [result_table(parts, WINDOW.range) for parts in batches]
 
     def parquet_writer(change: dict) -> int:  # as PartWriter writes a row group a batch, other options
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-
         path = os.path.join(tmp, "variant.parquet")
         stream = pa.output_stream(path, buffer_size=WRITE_BUFFER)
         writer = pq.ParquetWriter(stream, tables[0].schema, **{**PARQUET_OPTIONS, **change})
