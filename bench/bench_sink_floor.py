@@ -21,7 +21,7 @@ them:
   the two halves of ``parquet``;
 * ``parquet_snappy``, ``parquet_no_stats``, ``parquet_snappy_no_stats`` and ``parquet_uncompressed``: that writer
   with Snappy instead of LZ4, without the ``end`` column's statistics, with both, and without compression:
-  what pyarrow's writer costs with the cheapest options it has (:data:`PARQUET_VARIANTS`).
+  what pyarrow's writer costs with the cheapest of its options measured (:data:`PARQUET_VARIANTS`).
 
 The input is the default job's own results for one slot: the DEBS'14-like stream (84 plugs, 6M tuples),
 ``W[1024, 1]`` max per plug (``pr.replay``, SBA), the even plugs (a slot's half), cut into the batches a

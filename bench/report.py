@@ -974,7 +974,7 @@ def sink_floor_section(sf: dict) -> list[str]:
             "parquet_writer": "pyarrow's Parquet writer alone, with the slots' options (the second half)",
             "parquet_snappy": "that writer with Snappy instead of LZ4",
             "parquet_no_stats": "that writer without the end column's min/max statistics",
-            "parquet_snappy_no_stats": "that writer with Snappy and no statistics: the cheapest options it has",
+            "parquet_snappy_no_stats": "that writer with Snappy and no statistics: the cheapest options measured",
             "parquet_uncompressed": "that writer without compression (8 bytes a value to the file)"}
     out += table(["piece", "ns a row", "what"],
                  [[k, f"{v['median']:.1f} [{v['min']:.1f}-{v['max']:.1f}]", what.get(k, "")]
@@ -995,7 +995,7 @@ def sink_floor_section(sf: dict) -> list[str]:
         if "parquet_snappy_no_stats" in pieces and "parquet_table" in pieces and "parquet" in jobs:
             cheapest = pieces["parquet_table"]["median"] + pieces["parquet_snappy_no_stats"]["median"]
             in_job = jobs["parquet"] - t - pieces["parquet"]["median"]  # what the job adds to the piece alone
-            out += [f"With the cheapest options pyarrow's writer has (Snappy, no statistics), the Parquet part "
+            out += [f"With the cheapest of pyarrow's writer options measured (Snappy, no statistics), the Parquet part "
                     f"alone would take **{cheapest:.1f} ns** a row (its table and that writer) against "
                     f"{pieces['parquet']['median']:.1f} with the slots' options; the job adds {in_job:.1f} ns to "
                     f"the part alone (the other stages slow down beside it), so those options would leave the "

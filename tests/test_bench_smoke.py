@@ -321,4 +321,4 @@ def test_sink_floor_bench_smoke_and_report(tmp_path):
     assert not list(tmp_path.glob("tmp*"))  # the bench's files are gone
     text = report.main(["--results", str(tmp_path), "--out", str(tmp_path / "B.md")]).read_text()
     assert "What a sink's pieces cost alone" in text and "leaves a sink" in text
-    assert "cheapest options pyarrow's writer has" in text  # the writer's options against the budget
+    assert "cheapest of pyarrow's writer options measured" in text  # the writer's options against the budget
