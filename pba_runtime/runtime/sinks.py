@@ -300,7 +300,7 @@ def result_table(parts: list, range_: int) -> Any:
     results = [r for _, _, r in parts]
     from_numpy = True  # no null can be in the value column
     if results and all(isinstance(r, np.ndarray) and r.ndim == 1 and r.dtype.kind in "fiu" for r in results):
-        value_col = _arrow_numbers(columns[1] if columns is not None else np.concatenate(results))
+        value_col = _arrow_numbers(np.concatenate(results))  # (a slot's scalar columns returned above)
     elif results and all(isinstance(r, np.ndarray) and r.ndim == 2 and r.dtype.kind == "f" for r in results):
         flat = np.concatenate(results)
         value_col = pa.FixedSizeListArray.from_arrays(_arrow_numbers(flat.reshape(-1)), flat.shape[1])
