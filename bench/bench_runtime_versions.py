@@ -1,8 +1,9 @@
 """``pba-run``'s default job, with and without sinks, in this tree against an older one, side by side.
 
 Each configuration runs ``python -m pba_runtime.cli`` in a fresh process
-(``--metrics-json``), interleaved over rounds (the machine is shared and
-noisy); medians and the spread (min-max) are reported, for
+(``--metrics-json``), interleaved over rounds, each round in its own shuffled order (the machine is shared
+and noisy, and a fixed order would favour whichever runs first or second); medians and the spread (min-max)
+are reported, for
 
 * the stream's tuples/s from the summary (in this tree the stream starts
   when every slot is ready; in older trees it included the slots' kernel
@@ -27,8 +28,9 @@ same round (median [min-max] over the rounds).
 ``--job`` compares the default job only (no sink, and with a CSV sink), each new run also as a ratio to
 the old tree's run of the same round; ``--base <tree>`` adds a third, older tree to it (no sink: the issue's
 baseline beside the current main), each new run also as a ratio to the base tree's of the same round.
-``--json`` writes the raw runs with the 1-min load average of each round
-(``{"tuples", "rounds", "loadavg_per_round", "runs"}``).
+``--json`` writes the raw runs with the 1-min load average of each round and each tree's commit
+(``{"tuples", "rounds", "configs", "commits", "loadavg_per_round", "runs"}``). An old tree at the new
+tree's commit is the pairing's own spread: what "new over old" reads when nothing changed.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import statistics
 import subprocess
 import sys
@@ -82,6 +85,19 @@ def run_once(tree: str, args: list[str], tuples: int, tmp: str) -> dict:
             "stages_ns": stages_ns(t, tuples), "rusage": m.get("rusage")}
 
 
+def tree_commit(tree: str) -> str | None:
+    """The commit a tree (a checkout or worktree) is at, abbreviated, with ``+`` if its runtime code
+    (``pba_runtime/``, what the runs measure) has changes; ``None`` outside git."""
+    try:
+        head = subprocess.run(["git", "-C", tree, "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                              check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", tree, "status", "--porcelain", "--untracked-files=no", "--", "pba_runtime"],
+                               capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return head + ("+" if dirty else "")
+
+
 def stages_ns(t: dict, tuples: int) -> dict[str, float]:
     """CPU ns a tuple of each stage, from a summary's ``time_s`` (slots: both together): the coordinator's
     source loop phases, its sink thread and its other threads (queue feeders), the slots' phases (their
@@ -122,8 +138,8 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         for _, tree, args in configs:  # untimed: numba's cache of each tree, the page cache
             run_once(trees[tree], args, min(a.tuples, 200_000), tmp)
-        for r in range(a.rounds):
-            for name, tree, args in configs:
+        for r in range(a.rounds):  # each round in its own shuffled order: no configuration always runs first
+            for name, tree, args in random.Random(r).sample(configs, len(configs)):
                 runs[name].append(run_once(trees[tree], args, a.tuples, tmp))
                 print(f"round {r + 1}: {name}: {runs[name][-1]['rate'] / 1e6:.2f}M tuples/s", file=sys.stderr)
             loads.append(list(os.getloadavg()))
@@ -170,8 +186,9 @@ def main(argv: list[str] | None = None) -> int:
                                        for n in names))
     print(f"1-min load average per round: {[round(x[0], 1) for x in loads]}")
     if a.json:
+        commits = {name: tree_commit(path) for name, path in trees.items()}
         Path(a.json).write_text(json.dumps({"tuples": a.tuples, "rounds": a.rounds, "configs": [c[0] for c in configs],
-                                            "loadavg_per_round": loads, "runs": runs}, indent=1))
+                                            "commits": commits, "loadavg_per_round": loads, "runs": runs}, indent=1))
     return 0
 
 

@@ -234,6 +234,30 @@ def test_report_renders_the_streaming_sweep(tmp_path):
     assert f"{q:.1f}x" in row and ("**met**" in row) == (q >= 10)
 
 
+def test_report_renders_the_default_job_versions(tmp_path):
+    """The default job's versions run: the 3x goal judged against the issue's tree, and an old tree at the new
+    one's commit named for what it is (the pairing's noise, not a speed-up)."""
+    import bench_runtime_versions as V
+    import report
+
+    def run(rate: float) -> dict:
+        return {"rate": rate, "coordinator_cpu": 0.1, "slots_cpu": 0.1}
+
+    names = ["base default, no sink", "old default, no sink", "new default, no sink"]
+    rj = {"tuples": 6_000_000, "rounds": 3, "configs": names, "commits": {"old": "abc1234", "new": "abc1234",
+          "base": "5c60fb6"}, "loadavg_per_round": [[0.5, 0, 0]] * 3,
+          "runs": {names[0]: [run(10e6), run(12e6), run(10e6)], names[1]: [run(33e6), run(30e6), run(30e6)],
+                   names[2]: [run(36e6), run(30e6), run(30e6)]}}
+    (tmp_path / "runtime_job_versions.json").write_text(json.dumps(rj))
+    text = report.main(["--results", str(tmp_path), "--out", str(tmp_path / "B.md")]).read_text()
+    assert "interleaved in a shuffled order" in text and "Trees: old abc1234, new abc1234, base 5c60fb6." in text
+    goal = next(line for line in text.splitlines() if line.startswith("| the default job >= 3x"))
+    assert "3.00 [2.50-3.60]x" in goal and "**met**" in goal  # new over base, round by round: 3.6, 2.5, 3.0
+    assert "| (the same commit run twice: the pairing's noise) | 1.00 [1.00-1.09]x |" in text
+    assert V.tree_commit(str(BENCH.parent)) is None or len(V.tree_commit(str(BENCH.parent)).rstrip("+")) >= 7
+    assert V.tree_commit(str(tmp_path)) is None  # not a git tree
+
+
 # --------------------------------------------------------------------------- helpers
 def test_timed_inserts_times_window_completing_inserts():
     import pba_runtime as pr
