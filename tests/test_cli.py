@@ -30,6 +30,31 @@ def test_help_shows_examples():
     assert "examples:" in proc.stdout and "--checkpoint-dir" in proc.stdout and "--resume" in proc.stdout
 
 
+def test_the_command_exits_with_mains_code_its_collector_frozen(tmp_path):
+    """``entry`` (the ``pba-run`` command) exits with :func:`main`'s code, its objects frozen out of the
+    shutdown collection; ``main`` called in a process leaves that process's collector alone."""
+    import gc
+
+    code = ("import atexit, gc, sys\n"
+            "atexit.register(lambda: print('frozen', gc.get_freeze_count() > 0))\n"
+            "from pba_runtime.cli import entry\n"
+            "sys.argv = ['pba-run', '--window', 'count', '--range', '0']\n"
+            "entry()\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "range must be" in proc.stderr and "frozen True" in proc.stdout
+    out, metrics = tmp_path / "out.csv", tmp_path / "m.json"
+    args = f"'--tuples', '5000', '--range', '16', '-q', '--sink', 'csv:{out}', '--metrics-json', '{metrics}'"
+    proc = subprocess.run([sys.executable, "-c", code.replace("'--window', 'count', '--range', '0'", args)],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    windows = json.loads(metrics.read_text())["windows"]
+    assert "frozen True" in proc.stdout and windows > 3000
+    assert len(out.read_text().splitlines()) == 1 + windows  # the header and every window: written in full
+    before = gc.get_freeze_count()
+    assert main(["--window", "count", "--range", "0"]) == 2
+    assert gc.get_freeze_count() == before
+
+
 def test_default_job_prints_the_summary(tmp_path):
     metrics = tmp_path / "m.json"
     # the default job with fewer tuples (the full one is `pba-run` with no arguments)
