@@ -254,7 +254,8 @@ def test_report_renders_the_default_job_versions(tmp_path):
     goal = next(line for line in text.splitlines() if line.startswith("| the default job >= 3x"))
     assert "3.00 [2.50-3.60]x" in goal and "**met**" in goal  # new over base, round by round: 3.6, 2.5, 3.0
     assert "| (the same commit run twice: the pairing's noise) | 1.00 [1.00-1.09]x |" in text
-    assert V.tree_commit(str(BENCH.parent)) is None or len(V.tree_commit(str(BENCH.parent)).rstrip("+")) >= 7
+    here = V.tree_commit(str(BENCH.parent))
+    assert here is None or len(here.rstrip("+")) >= 7
     assert V.tree_commit(str(tmp_path)) is None  # not a git tree
 
 

@@ -71,7 +71,10 @@ __all__ = ["PartWriter", "commit_parts", "prepare_part_dir", "part_files", "ROWS
 #: ``bench/results/runtime_sinks_versions_rowgroup16k.json``): the slots' Parquet 14.1 -> 13.5 and
 #: 15.6 -> 14.6 ns a tuple (medians; the rounds' pairs scatter +-7 ns), the CPU ratio 0.63x -> 0.67x and 0.60x
 #: -> 0.63x; alone (one slot's batches, thread CPU, medians of 9) the same batches in pairs cost 0.3 ns a row
-#: more, and Arrow's record batches of 16K rows 11.8 ns a row against 12.3 at 32K.
+#: more, and Arrow's record batches of 16K rows 11.8 ns a row against 12.3 at 32K. Larger groups of whole
+#: batches (zero-copy chunks, one ``write_table``) save the writer alone ~0.6 ns a row (4 batches a group: 9.53
+#: -> 8.95) but not the job, which then holds several batches' tables: fresh 12M-tuple ``pba-run`` processes,
+#: 8 rounds, load ~1.6, the stream-CPU ratio to no sink 0.630 (16K), 0.629 (64K), 0.623 (128K), 0.588 (256K).
 ROWS_PER_GROUP = 1 << 14
 
 SUFFIXES = {"parquet": ".parquet", "arrow": ".arrow"}
