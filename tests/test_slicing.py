@@ -44,7 +44,7 @@ def test_time_slices_equal_the_numpy_reference(case):
     assert starts.tolist() == starts_ref.tolist()
 
 
-@pytest.mark.parametrize("agg", ["max", "min", "sum", "mean"])
+@pytest.mark.parametrize("agg", ["max", "min", "sum", "mean", "moment_sketch"])
 @settings(max_examples=60, deadline=None)
 @given(case=time_batches(), seed=st.integers(0, 2**32 - 1))
 def test_fold_equals_reduce_segments(agg, case, seed):
@@ -53,9 +53,12 @@ def test_fold_equals_reduce_segments(agg, case, seed):
         return
     rng = np.random.default_rng(seed)
     vals = rng.choice([0.0, -0.0, 1.5, -2.0, 1e12, 1e-3, np.nan, np.inf, -np.inf], size=len(ts))
+    if agg == "moment_sketch":  # values >= 0 (its logarithms); 23 columns: folded a tuple at a time
+        vals = np.abs(vals)
     engine = pr.kernels.resolve_engine(pr.get_aggregation(agg), "compiled")
     kernel = engine.kernel
-    P = kernel.lift(vals, None)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        P = kernel.lift(vals, None)
     G = (ts - off) // s
     S0 = int(G[0])
     width = int(G[-1]) - S0 + 1
@@ -64,8 +67,12 @@ def test_fold_equals_reduce_segments(agg, case, seed):
         slicing.fold_scalar(read_only(P), G, S0, fast, engine.ops[0])
     else:
         slicing.fold_columns(read_only(P), G, S0, fast, engine._ops_array)
+        by_column = kernel.identity_array(width)  # each column alone, folded in the same order: the same bits
+        for k, op in enumerate(engine._ops_array):
+            slicing.fold_scalar(read_only(P)[:, k], G, S0, by_column[:, k], int(op))
+        np.testing.assert_array_equal(fast, by_column)
     starts = np.insert(np.flatnonzero(np.diff(G)) + 1, 0, 0)
-    with np.errstate(invalid="ignore"):  # inf + -inf: NaN, as the fold gives
+    with np.errstate(invalid="ignore", over="ignore"):  # inf + -inf: NaN, as the fold gives
         slow[G[starts] - S0] = kernel.reduce_segments(P, starts)
     if agg in ("max", "min"):
         np.testing.assert_array_equal(fast, slow)
@@ -73,7 +80,7 @@ def test_fold_equals_reduce_segments(agg, case, seed):
         np.testing.assert_allclose(fast, slow, rtol=1e-12, atol=0, equal_nan=True)
 
 
-@pytest.mark.parametrize("agg", ["max", "sum", "mean", "std", "argmax"])
+@pytest.mark.parametrize("agg", ["max", "sum", "mean", "std", "argmax", "moment_sketch"])
 @pytest.mark.parametrize("window", [pr.TimeWindow(range=60, slide=10), pr.TimeWindow(range=65, slide=10, offset=3),
                                     pr.TimeWindow(range=7, slide=7)])
 def test_compiled_time_batches_equal_numpy_through_random_splits(agg, window):
@@ -82,6 +89,8 @@ def test_compiled_time_batches_equal_numpy_through_random_splits(agg, window):
     steps = rng.choice([0, 1, 2, 5, 200], size=n, p=[0.2, 0.4, 0.3, 0.09, 0.01])
     ts = np.cumsum(steps).astype(np.int64) - 500
     x = rng.normal(size=n)
+    if agg == "moment_sketch":  # values >= 0 (its logarithms); 23 columns, folded a tuple at a time
+        x = np.abs(x)
     x[rng.integers(0, n, 10)] = np.nan
     ref_ends, ref = pr.sliding_aggregate(x, window=window, agg=agg, timestamps=ts, algorithm="sba", engine="numpy")
     for algorithm in ("sba", "pba"):

@@ -32,7 +32,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from .compiled import _JIT, ADD, FMAX, MAX, MIN, MUL, c_add, c_fmax, c_fmin, c_max, c_min, c_mul
+from .compiled import _JIT, ADD, COLUMNS_ROW_MIN, FMAX, MAX, MIN, MUL, c_add, c_fmax, c_fmin, c_max, c_min, c_mul
 from .read_only import read_only
 
 __all__ = ["time_slices", "fold_scalar", "fold_columns"]
@@ -117,6 +117,59 @@ def fold_scalar(P, G, S0, dense, op):
 
 @njit(**_JIT)
 def fold_columns(P, G, S0, dense, ops):
-    """:func:`fold_scalar` for vector partials whose column ``k`` combines by ``ops[k]``."""
-    for k in range(P.shape[1]):
-        _fold_op(P[:, k], G, S0, dense[:, k], ops[k])
+    """:func:`fold_scalar` for vector partials whose column ``k`` combines by ``ops[k]``.
+
+    Narrow partials (``mean``'s two sums) are folded a column at a time, a strided pass each. From
+    :data:`~.compiled.COLUMNS_ROW_MIN` columns a pass per column would read every cache line of ``P``
+    once per column (``moment_sketch``: 23), so the tuples are walked once instead, and in each tuple
+    every run of columns with one combine (as :func:`~.compiled.merge_columns` walks its rows). Each
+    value is folded in the same order either way (the same bits). Measured on 1M ``moment_sketch``
+    partials in ~660K slices (thread CPU, 5 repetitions): 0.27 s a column at a time, 0.018 s by tuples;
+    ``moment_sketch`` over a time window, the whole batch, 0.50 -> 0.19 s.
+    """
+    K = P.shape[1]
+    if K < COLUMNS_ROW_MIN:
+        for k in range(K):
+            _fold_op(P[:, k], G, S0, dense[:, k], ops[k])
+        return
+    n = P.shape[0]
+    i = 0
+    while i < n:
+        g = G[i]
+        row = g - S0
+        for k in range(K):
+            dense[row, k] = P[i, k]
+        i += 1
+        while i < n and G[i] == g:
+            k0 = 0
+            while k0 < K:
+                k1 = k0 + 1
+                while k1 < K and ops[k1] == ops[k0]:
+                    k1 += 1
+                _fold_row_op(P, i, dense, row, k0, k1, ops[k0])
+                k0 = k1
+            i += 1
+
+
+@njit(inline="always", cache=True)
+def _fold_row(P, i, dense, row, k0, k1, comb):
+    """``dense[row, k] = comb(dense[row, k], P[i, k])`` for the columns ``[k0, k1)`` (2-D indexing: a row
+    view would cost numba a reference count)."""
+    for k in range(k0, k1):
+        dense[row, k] = comb(dense[row, k], P[i, k])
+
+
+@njit(inline="always", cache=True)
+def _fold_row_op(P, i, dense, row, k0, k1, op):
+    if op == ADD:
+        _fold_row(P, i, dense, row, k0, k1, c_add)
+    elif op == MAX:
+        _fold_row(P, i, dense, row, k0, k1, c_max)
+    elif op == MIN:
+        _fold_row(P, i, dense, row, k0, k1, c_min)
+    elif op == MUL:
+        _fold_row(P, i, dense, row, k0, k1, c_mul)
+    elif op == FMAX:
+        _fold_row(P, i, dense, row, k0, k1, c_fmax)
+    else:
+        _fold_row(P, i, dense, row, k0, k1, c_fmin)
