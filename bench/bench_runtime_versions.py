@@ -1,6 +1,7 @@
 """``pba-run``'s default job, with and without sinks, in this tree against an older one, side by side.
 
-Each configuration runs ``python -m pba_runtime.cli`` in a fresh process
+Each configuration runs the tree's command in a fresh process (``python -m pba_runtime``, as ``pba-run``
+runs it; ``python -m pba_runtime.cli`` in trees before ``pba_runtime/__main__.py``)
 (``--metrics-json``), interleaved over rounds, each round in its own shuffled order (the machine is shared
 and noisy, and a fixed order would favour whichever runs first or second); medians and the spread (min-max)
 are reported, for
@@ -71,7 +72,8 @@ SINK_CONFIGS = [(f"{tree} {sink}", tree, [] if sink == "no sink" else ["--sink",
 def run_once(tree: str, args: list[str], tuples: int, tmp: str) -> dict:
     metrics = os.path.join(tmp, "m.json")
     env = dict(os.environ, PYTHONPATH=tree)
-    cmd = [sys.executable, "-m", "pba_runtime.cli", "--no-progress", "-q", "--tuples", str(tuples),
+    command = "pba_runtime" if os.path.exists(os.path.join(tree, "pba_runtime", "__main__.py")) else "pba_runtime.cli"
+    cmd = [sys.executable, "-m", command, "--no-progress", "-q", "--tuples", str(tuples),
            "--metrics-json", metrics] + [a.format(tmp=tmp) for a in args]
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, env=env, cwd=tmp, capture_output=True, text=True, timeout=300)

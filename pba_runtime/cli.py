@@ -22,7 +22,6 @@ Examples
 from __future__ import annotations
 
 import argparse
-import gc
 import json
 import logging
 import math
@@ -435,22 +434,5 @@ def main(argv: Sequence[str] | None = None) -> int:
             signal.signal(signal.SIGTERM, old_term)
 
 
-def entry() -> None:
-    """The ``pba-run`` command: :func:`main` on ``sys.argv``, then exit with its code.
-
-    Before the interpreter exits, every object left is handed to the garbage collector's permanent
-    generation (``gc.freeze()``), so the collection that interpreter shutdown runs does not walk the
-    modules' objects (numba's, llvmlite's, pyarrow's, numpy's): measured on ``pba-run --tuples 1000``, 8
-    fresh runs each, the command took 1.05 s (median; 0.82 s of CPU) with that collection and 0.85 s (0.62 s)
-    without it; the default job, 6 runs each, 1.04 -> 0.91 s. The job is over by then: its files are closed and its
-    processes, queues and shared memory released by :meth:`Job.run`; ``atexit`` handlers (logging's flush)
-    still run. Only the command does this: :func:`main` called in a process (tests, notebooks) leaves its
-    collector alone.
-    """
-    code = main()
-    gc.freeze()
-    sys.exit(code)
-
-
-if __name__ == "__main__":  # pragma: no cover
-    entry()
+if __name__ == "__main__":  # pragma: no cover - the command is ``pba-run`` or ``python -m pba_runtime``
+    sys.exit(main())

@@ -15,7 +15,7 @@ import pytest
 
 from pba_runtime.cli import main
 
-CLI = [sys.executable, "-m", "pba_runtime.cli"]
+CLI = [sys.executable, "-m", "pba_runtime"]
 
 
 @pytest.fixture(autouse=True)
@@ -37,7 +37,7 @@ def test_the_command_exits_with_mains_code_its_collector_frozen(tmp_path):
 
     code = ("import atexit, gc, sys\n"
             "atexit.register(lambda: print('frozen', gc.get_freeze_count() > 0))\n"
-            "from pba_runtime.cli import entry\n"
+            "from pba_runtime.__main__ import entry\n"
             "sys.argv = ['pba-run', '--window', 'count', '--range', '0']\n"
             "entry()\n")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)

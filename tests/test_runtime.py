@@ -205,7 +205,7 @@ def test_jsonl_from_stdin(tmp_path):
                     for i in range(300))
     out = tmp_path / "out.csv"
     proc = subprocess.run(
-        [sys.executable, "-m", "pba_runtime.cli", "--source", "jsonl:-", "--window", "time", "--range", "100",
+        [sys.executable, "-m", "pba_runtime", "--source", "jsonl:-", "--window", "time", "--range", "100",
          "--slide", "50", "--agg", "count", "--sink", f"csv:{out}", "-p", "2", "--no-progress", "--quiet"],
         input=lines.encode(), capture_output=True, timeout=60)
     assert proc.returncode == 0, proc.stderr.decode()

@@ -17,7 +17,7 @@ import pytest
 
 pytestmark = pytest.mark.timeout(120)
 
-CLI = [sys.executable, "-m", "pba_runtime.cli", "--no-progress", "--quiet"]
+CLI = [sys.executable, "-m", "pba_runtime", "--no-progress", "--quiet"]
 #: How long orphans may take to go (they go in well under a second; a loaded machine is slower).
 GONE_TIMEOUT = 20.0
 
@@ -101,6 +101,38 @@ def test_task_slots_exit_when_the_coordinator_is_killed_mid_stream(tmp_path):
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+        kill_session(sid)
+
+
+def test_the_command_starts_its_forkserver_before_it_imports_numpy():
+    code = ("import multiprocessing.forkserver as fs, os, sys\n"
+            "from pba_runtime import forkserver\n"
+            "assert forkserver.start_early(['--agg', 'sum'])\n"
+            "pid = fs._forkserver._forkserver_pid\n"
+            "assert 'numpy' not in sys.modules and pid is not None\n"
+            "assert not forkserver.start_early([])  # one runs already\n"
+            "forkserver.stop()  # at once, in the middle of its imports\n"
+            "assert fs._forkserver._forkserver_pid is None and not os.path.exists(f'/proc/{pid}')\n"
+            "print('ok')\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and proc.stdout == "ok\n", proc.stderr
+
+
+@pytest.mark.parametrize("args", [["--range", "0"], ["--tuples", "2000", "--range", "16"]])
+def test_the_commands_early_forkserver_ends_with_the_command(args, tmp_path):
+    """The command starts its job's forkserver before it parses its arguments in full
+    (pba_runtime/forkserver.py): with a user error (exit 2, no job) or after a job, its forkserver is gone
+    when it exits (waited for, even in the middle of its imports); the rest of its session soon after."""
+    err = tmp_path / "stderr"
+    with open(err, "w") as f:  # a file, not a pipe: the forkserver inherits the command's stderr
+        proc = subprocess.Popen(CLI + args, stdout=subprocess.DEVNULL, stderr=f, start_new_session=True)
+    sid = proc.pid
+    try:
+        proc.wait(timeout=120)
+        assert proc.returncode == (2 if args[-1] == "0" else 0), err.read_text()
+        assert [p for p in session_pids(sid) if "forkserver" in _cmdline(p)] == []
+        wait_session_gone(sid, "processes of the command")
+    finally:
         kill_session(sid)
 
 

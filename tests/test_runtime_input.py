@@ -150,7 +150,7 @@ def test_stdin_source_with_nul_keys(tmp_path):
     import sys
 
     lines = "".join(json.dumps({"key": k, "value": 1.0}) + "\n" for k in NUL_KEYS)
-    proc = subprocess.run([sys.executable, "-m", "pba_runtime.cli", "--source", "jsonl:-", "--range", "1",
+    proc = subprocess.run([sys.executable, "-m", "pba_runtime", "--source", "jsonl:-", "--range", "1",
                            "--agg", "count", "--sink", "jsonl:-", "-q", "--no-progress"],
                           input=lines.encode(), capture_output=True, timeout=60, check=False)
     assert proc.returncode == 0, proc.stderr.decode()

@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-CLI = [sys.executable, "-m", "pba_runtime.cli", "--no-progress", "--quiet"]
+CLI = [sys.executable, "-m", "pba_runtime", "--no-progress", "--quiet"]
 
 
 def wait_gone(pgid: int, timeout: float = 15.0) -> None:

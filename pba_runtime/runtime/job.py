@@ -49,6 +49,7 @@ from typing import Any, TextIO
 import pba_runtime as pr
 
 from .. import logs
+from ..forkserver import WARM_ENV, path_env, preload_modules
 from ..host import KeyedHost
 from .byte_ring import ByteRing, input_ring_capacity, ring_capacity
 from .checkpoint import (
@@ -64,7 +65,6 @@ from .errors import JobError, UserError
 from .metrics import JobMetrics, PhaseClock
 from .part_files import commit_parts, prepare_part_dir
 from .partitioning import Partitioner, compact_keys, key_array, slot_of, split_by_slot
-from .preload import WARM_ENV
 from .sinks import (
     LATE_COLUMNS,
     PART_FORMATS,
@@ -73,7 +73,6 @@ from .sinks import (
     late_format_for,
     late_path_for,
     parse_sink_spec,
-    sink_modules,
 )
 from .slot import POLL, STAGED_FORMATS, SlotSpec, slot_main
 from .sources import DEFAULT_BATCH_SIZE, Source
@@ -86,38 +85,14 @@ log = logging.getLogger("pba_runtime")
 DEFAULT_QUEUE_SIZE = 4
 
 
-def _forkserver_path_env() -> dict[str, str]:
-    """The environment under which a forkserver started now imports what it preloads (the slot's modules)
-    from where this process imports them.
-
-    A forkserver is a new interpreter (``python -c``), whose ``sys.path`` begins with the working directory,
-    and Python 3.11's forkserver does not apply the parent's path it is given. A ``pba_runtime`` in the
-    working directory (another checkout) would then be the slots' code while the coordinator runs the one it
-    imported (measured: a job run from a checkout with another tree on ``PYTHONPATH`` ran that checkout's
-    slots; a decoy package there killed them). ``PYTHONSAFEPATH`` (Python 3.11+) leaves the working directory
-    out, and ``PYTHONPATH`` puts this process's path first, in its order (the working directory still in it
-    where this process has it).
-
-    >>> env = _forkserver_path_env(); env["PYTHONSAFEPATH"], env["PYTHONPATH"].split(os.pathsep)[0] == os.path.abspath(sys.path[0])
-    ('1', True)
-    """
-    return {"PYTHONSAFEPATH": "1",
-            "PYTHONPATH": os.pathsep.join(os.path.abspath(p) for p in sys.path if isinstance(p, str))}
-
-
-def _context(start_method: str | None, preload_kernels: bool = False, preload: tuple[str, ...] = ()) -> Any:
+def _context(start_method: str | None, compiled: bool = False, sink_format: str | None = None) -> Any:
     method = start_method or ("forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn")
     if method == "fork":
         raise UserError("start_method 'fork' is not supported (worker threads and fork do not mix); "
                         "use 'forkserver' or 'spawn'")
     ctx = multiprocessing.get_context(method)
-    if method == "forkserver":
-        # the compiled kernels' module imports numba (~0.25 s) and preload warms the job's merge (~0.35 s):
-        # once in the forkserver, not in every slot
-        modules = ["pba_runtime.runtime.slot", *preload]
-        if preload_kernels:
-            modules += ["pba_runtime.kernels.compiled", "pba_runtime.runtime.preload"]
-        ctx.set_forkserver_preload(modules)
+    if method == "forkserver":  # what it imports once, not in every slot (if this process starts it)
+        ctx.set_forkserver_preload(preload_modules(compiled, sink_format))
     return ctx
 
 
@@ -244,7 +219,7 @@ class Job:
         self._output_stage = output_stage
         self._check_operator()
         self._ctx = _context(start_method, self._slot_spec(0).host_spec().engine_name() == "compiled",
-                             tuple(sink_modules(self.sink_format)))
+                             self.sink_format)
         self.metrics = JobMetrics(parallelism)
 
     # ------------------------------------------------------------------ description
@@ -433,7 +408,7 @@ class _Run:
         if isinstance(job.agg_spec, str):  # read by pba_runtime.runtime.preload, if this starts the forkserver
             env[WARM_ENV] = f"{job.agg_spec}:{job.engine}"
         if ctx.get_start_method() == "forkserver":
-            env.update(_forkserver_path_env())
+            env.update(path_env())
         old_env = {k: os.environ.get(k) for k in env}
         os.environ.update(env)
         try:

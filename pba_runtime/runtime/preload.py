@@ -5,20 +5,21 @@ module in :func:`multiprocessing.set_forkserver_preload`, after numba's compiled
 kernels. On import, in the forkserver, it loads the job's compiled merge from
 numba's disk cache (:func:`pba_runtime.kernels.warm`, ~0.3-0.4 s), named by
 the environment variable :data:`WARM_ENV` (``"AGGREGATION:ENGINE"``) that the
-job sets while the forkserver starts. Without it (or under ``spawn``, or when
-this process's forkserver was already running) a slot warms its kernels
-itself, as before. Any failure here is silent: the slot's first merge raises
-it where the job reports it.
+job (or the ``pba-run`` command, which starts the server before its job:
+:mod:`pba_runtime.forkserver`) sets while the forkserver starts. Without it
+(or under ``spawn``) a slot warms its kernels itself; a slot whose merge is
+another than the one loaded here loads its own after the fork, numba's
+first dispatch in the process already paid. Any failure here is silent: the
+slot's first merge raises it where the job reports it.
 """
 
 from __future__ import annotations
 
 import os
 
-__all__ = ["WARM_ENV", "warm_from_env"]
+from ..forkserver import WARM_ENV
 
-#: ``"AGGREGATION:ENGINE"`` of the merge to warm (built-in aggregations only).
-WARM_ENV = "PBA_RUNTIME_PRELOAD_WARM"
+__all__ = ["WARM_ENV", "warm_from_env"]
 
 
 def warm_from_env() -> bool:

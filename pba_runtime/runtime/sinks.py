@@ -60,7 +60,7 @@ import numpy as np
 from .errors import JobError, UserError
 
 __all__ = ["FORMATS", "TEXT_FORMATS", "PART_FORMATS", "parse_sink_spec", "format_results", "format_late",
-           "format_csv_batch", "result_table", "ResultParts", "sink_modules", "header", "FileSink",
+           "format_csv_batch", "result_table", "ResultParts", "header", "FileSink",
            "late_path_for", "late_format_for"]
 
 #: Formats of sinks that append to one file (or stdout).
@@ -82,21 +82,6 @@ _FALLOC_FL_KEEP_SIZE = 1
 
 RESULT_COLUMNS = ("key", "start", "end", "value")
 LATE_COLUMNS = ("key", "timestamp", "value")
-
-
-def sink_modules(fmt: str | None) -> list[str]:
-    """The modules a task slot of a sink in format ``fmt`` imports to write it (pyarrow's, and numba's for the
-    compiled CSV writer, take ~0.2-0.5 s: a job's forkserver preloads them, and a slot imports them, and
-    loads the CSV writer's compiled loops, before it says it is ready).
-
-    Examples
-    --------
-    >>> sink_modules("parquet"), sink_modules("jsonl")
-    (['pyarrow', 'pyarrow.compute', 'pyarrow.parquet'], [])
-    """
-    arrow = ["pyarrow", "pyarrow.compute"]
-    return {"csv": ["pba_runtime.runtime.csv_text"], "parquet": [*arrow, "pyarrow.parquet"],
-            "arrow": arrow}.get(fmt or "", [])
 
 
 def parse_sink_spec(spec: str) -> tuple[str | None, str | None]:

@@ -82,6 +82,7 @@ import pba_runtime as pr
 
 from ..algorithms.keyed_batch import insert_many_keyed
 from ..batch import COMPILED_SPLIT_MIN, PARALLEL_BATCH_MIN
+from ..forkserver import sink_modules
 from ..host import HostSpec, KeyedHost
 from ..kernels import warm_in_background
 from ..pool import ORPHAN_EXIT_CODE, exit_with_parent
@@ -91,7 +92,7 @@ from .metrics import PhaseClock, Rusage
 from .output_stage import OutputStage
 from .part_files import PartWriter
 from .partitioning import group_runs
-from .sinks import PART_FORMATS, ResultParts, format_csv_batch, format_late, format_results, result_table, sink_modules
+from .sinks import PART_FORMATS, ResultParts, format_csv_batch, format_late, format_results, result_table
 
 __all__ = ["SlotSpec", "TaskSlot", "slot_main", "make_operator"]
 
