@@ -17,8 +17,8 @@ them:
 * ``csv_reference``: the readable per-line formatter (``sinks.format_results``), on every tenth batch: the
   slow reference the compiled writer is tested against, for scale;
 * ``parquet_table``: the Parquet piece's table alone (``sinks.result_table``), and ``parquet_writer``: its
-  writer alone (pyarrow's ``ParquetWriter`` with ``part_files.PARQUET_OPTIONS`` on tables built beforehand):
-  the two halves of ``parquet``;
+  writer alone (the slot's part writer, ``part_files.PartWriter`` with ``part_files.PARQUET_OPTIONS``, on tables
+  built beforehand): the two halves of ``parquet``;
 * ``parquet_snappy``, ``parquet_no_stats``, ``parquet_snappy_no_stats`` and ``parquet_uncompressed``: that writer
   with Snappy instead of LZ4, without the ``end`` column's statistics, with both, and without compression:
   what pyarrow's writer costs with the cheapest of its options measured (:data:`PARQUET_VARIANTS`).
@@ -46,13 +46,11 @@ from pathlib import Path
 
 import exp_common as C
 import numpy as np
-import pyarrow as pa
-import pyarrow.parquet as pq
 
 import pba_runtime as pr
 from pba_runtime.runtime import Debs14Source, csv_text
 from pba_runtime.runtime.byte_ring import ByteRing, ring_capacity
-from pba_runtime.runtime.part_files import PARQUET_OPTIONS, WRITE_BUFFER, PartWriter
+from pba_runtime.runtime.part_files import PartWriter
 from pba_runtime.runtime.sinks import FileSink, ResultParts, format_csv_batch, format_results, result_table
 
 WINDOW = pr.CountWindow(range=1024, slide=1)
@@ -142,11 +140,12 @@ def time_pieces(batches: list[list], texts: list[bytes], repeats: int, tmp: str)
             os.remove(path)
         return rows
 
-    def part_file(fmt: str) -> int:
+    def part_file(fmt: str, tables: list | None = None, options: dict | None = None) -> int:
+        """A slot's part writer over the batches (their tables built here, or ``tables`` built beforehand)."""
         d = tempfile.mkdtemp(dir=tmp)
-        writer = PartWriter(d, fmt, slot=0, epoch=1, durable=False)
-        for parts in batches:
-            writer.write(result_table(parts, WINDOW.range))
+        writer = PartWriter(d, fmt, slot=0, epoch=1, durable=False, parquet_options=options)
+        for table in tables if tables is not None else (result_table(parts, WINDOW.range) for parts in batches):
+            writer.write(table)
         writer.roll()
         for name in os.listdir(d):
             os.remove(os.path.join(d, name))
@@ -165,21 +164,11 @@ def time_pieces(batches: list[list], texts: list[bytes], repeats: int, tmp: str)
 
     tables = [result_table(parts, WINDOW.range) for parts in batches]
 
-    def parquet_writer(change: dict) -> int:  # as PartWriter writes a row group a batch, other options
-        path = os.path.join(tmp, "variant.parquet")
-        stream = pa.output_stream(path, buffer_size=WRITE_BUFFER)
-        writer = pq.ParquetWriter(stream, tables[0].schema, **{**PARQUET_OPTIONS, **change})
-        for table in tables:
-            writer.write_table(table, row_group_size=table.num_rows)
-        writer.close()
-        stream.close()
-        os.remove(path)
-        return rows
-
     cases = {"csv_loop": csv_loop, "csv_batch": csv_batch, "file_write": file_write,
              "parquet": lambda: part_file("parquet"), "arrow": lambda: part_file("arrow"),
              "csv_reference": csv_reference, "parquet_table": parquet_table,
-             **{name: (lambda change=change: parquet_writer(change)) for name, change in PARQUET_VARIANTS.items()}}
+             **{name: (lambda change=change: part_file("parquet", tables, change))
+                for name, change in PARQUET_VARIANTS.items()}}
     out: dict[str, list[float]] = {k: [] for k in cases}
     try:
         for fn in cases.values():  # compile, load, warm the page cache's free pages

@@ -150,15 +150,19 @@ class PartWriter:
     durable : bool
         Fsync each part when it is closed: a checkpoint names it, so it must survive a crash. A job
         without checkpoints (``False``) only flushes its parts, as the CSV sink only flushes its file.
+    parquet_options : dict, optional
+        pyarrow ``ParquetWriter`` options over :data:`PARQUET_OPTIONS` (``bench/bench_sink_floor.py``
+        measures the writer with others; a job keeps these).
     """
 
     def __init__(self, directory: str, fmt: str, slot: int, epoch: int, rows_per_group: int = ROWS_PER_GROUP,
-                 durable: bool = True):
+                 durable: bool = True, parquet_options: dict[str, Any] | None = None):
         if fmt not in SUFFIXES:
             raise ValueError(f"part files are parquet or arrow, got {fmt!r}")
         self.directory, self.fmt, self.slot, self.epoch = directory, fmt, slot, epoch
         self.rows_per_group = rows_per_group
         self.durable = durable
+        self.parquet_options = {**PARQUET_OPTIONS, **(parquet_options or {})}
         self._buffer: list[Any] = []
         self._buffered = 0
         self._writer: Any = None
@@ -208,7 +212,7 @@ class PartWriter:
         if self.fmt == "parquet":
             import pyarrow.parquet as pq
 
-            self._writer = pq.ParquetWriter(self._file, schema, **PARQUET_OPTIONS)
+            self._writer = pq.ParquetWriter(self._file, schema, **self.parquet_options)
         else:
             self._writer = pa.ipc.new_file(self._file, schema)
 
