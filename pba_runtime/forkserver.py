@@ -11,8 +11,9 @@ The ``pba-run`` command therefore starts it first (:func:`start_early`, from :mo
 before it imports anything else of the package (``import pba_runtime`` imports no submodule until a name is
 used), so the server's imports run on another core beside the command's own; the job then forks its slots
 from the server already running. This module imports only the standard library, for that reason. Measured
-on the default job (this machine, 2 cores, 6 fresh commands each, alternated): 0.88-0.96 s a command with
-the server started by the job, 0.71-0.80 s started first; the start-up the summary reports, 0.54-0.59 s ->
+on the default job (this machine, 2 cores): ``bench/bench_runtime_versions.py --job``, 12 rounds against the
+commit before, the command 1.44 s [1.18-1.59] -> 1.08 s [0.87-1.17], the stream unchanged; by hand, quiet, 6
+fresh commands each, alternated, 0.88-0.96 s -> 0.71-0.80 s, the start-up the summary reports 0.54-0.59 s ->
 0.29-0.38 s.
 
 Examples
@@ -91,8 +92,8 @@ def early_job_options(argv: Sequence[str]) -> tuple[str, str, str | None] | None
     """``(aggregation, engine, sink format)`` of the job the ``pba-run`` arguments ``argv`` describe, read
     before the command's own parser (:func:`pba_runtime.cli.build_parser`, whose help lists what the package
     defines, so that building it imports the package); ``None`` for help. The full parser still checks every
-    argument: what this reads only chooses what the forkserver preloads (a wrong guess costs a slot that
-    import after its fork, never a result).
+    argument: what this reads only chooses what the forkserver preloads (a wrong guess costs the slots an
+    import after their fork, never a result).
     """
     parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False, exit_on_error=False)
     parser.add_argument("-h", "--help", action="store_true")
@@ -110,7 +111,8 @@ def early_job_options(argv: Sequence[str]) -> tuple[str, str, str | None] | None
 
 def start_early(argv: Sequence[str]) -> bool:
     """Start this process's forkserver for the job ``pba-run argv`` runs (see the module doc); whether it
-    started one (not where the platform has no forkserver, nor for help, nor when one runs already).
+    started one (not where the platform has no forkserver, nor for help, nor when one runs already, nor when
+    it cannot be started: the job tries again and says why).
     :func:`stop` ends it."""
     options = early_job_options(argv)
     if options is None or "forkserver" not in multiprocessing.get_all_start_methods():
@@ -127,6 +129,8 @@ def start_early(argv: Sequence[str]) -> bool:
     os.environ.update(env)
     try:
         forkserver.ensure_running()  # returns at once: the server imports its modules on its own
+    except OSError:  # no server now: the job starts one when it starts its slots, and reports what fails then
+        return False
     finally:
         for k, v in saved.items():
             if v is None:

@@ -118,6 +118,18 @@ def test_the_command_starts_its_forkserver_before_it_imports_numpy():
     assert proc.returncode == 0 and proc.stdout == "ok\n", proc.stderr
 
 
+def test_a_forkserver_that_cannot_start_early_is_left_to_the_job():
+    code = ("import multiprocessing.forkserver as fs, os\n"
+            "from pba_runtime import forkserver\n"
+            "def refuse():\n    raise OSError('no socket here')\n"
+            "fs.ensure_running = refuse\n"
+            "before = dict(os.environ)\n"
+            "assert not forkserver.start_early([]) and dict(os.environ) == before\n"
+            "print('ok')\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and proc.stdout == "ok\n", proc.stderr
+
+
 @pytest.mark.parametrize("args", [["--range", "0"], ["--tuples", "2000", "--range", "16"]])
 def test_the_commands_early_forkserver_ends_with_the_command(args, tmp_path):
     """The command starts its job's forkserver before it parses its arguments in full
