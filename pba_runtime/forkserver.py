@@ -29,13 +29,15 @@ True
 from __future__ import annotations
 
 import argparse
+import contextlib
 import multiprocessing
 import os
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
-__all__ = ["WARM_ENV", "sink_modules", "preload_modules", "path_env", "early_job_options", "start_early", "stop"]
+__all__ = ["WARM_ENV", "sink_modules", "preload_modules", "path_env", "environ", "early_job_options", "start_early",
+           "stop"]
 
 #: ``"AGGREGATION:ENGINE"`` of the merge the forkserver loads (read by :mod:`pba_runtime.runtime.preload`).
 WARM_ENV = "PBA_RUNTIME_PRELOAD_WARM"
@@ -124,20 +126,35 @@ def start_early(argv: Sequence[str]) -> bool:
     agg, engine, fmt = options
     multiprocessing.get_context("forkserver").set_forkserver_preload(
         preload_modules(engine not in ("numpy", "python"), fmt))
-    env = {**path_env(), WARM_ENV: f"{agg}:{engine}"}
+    try:
+        with environ({**path_env(), WARM_ENV: f"{agg}:{engine}"}):
+            forkserver.ensure_running()  # returns at once: the server imports its modules on its own
+    except OSError:  # no server now: the job starts one when it starts its slots, and reports what fails then
+        return False
+    return True
+
+
+@contextlib.contextmanager
+def environ(env: dict[str, str]) -> Iterator[None]:
+    """This process's environment with ``env`` set, as it was again afterwards: what a process started
+    meanwhile (a forkserver) inherits.
+
+    >>> with environ({"PBA_EXAMPLE": "1"}):
+    ...     os.environ["PBA_EXAMPLE"]
+    '1'
+    >>> "PBA_EXAMPLE" in os.environ
+    False
+    """
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
     try:
-        forkserver.ensure_running()  # returns at once: the server imports its modules on its own
-    except OSError:  # no server now: the job starts one when it starts its slots, and reports what fails then
-        return False
+        yield
     finally:
         for k, v in saved.items():
             if v is None:
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
-    return True
 
 
 def stop() -> None:

@@ -104,8 +104,14 @@ def test_task_slots_exit_when_the_coordinator_is_killed_mid_stream(tmp_path):
         kill_session(sid)
 
 
+def run_snippet(code: str) -> None:
+    """Run ``code`` in a fresh interpreter (its own forkserver, none of this process's imports); it prints ok."""
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and proc.stdout == "ok\n", proc.stderr
+
+
 def test_the_command_starts_its_forkserver_before_it_imports_numpy():
-    code = ("import multiprocessing.forkserver as fs, os, sys\n"
+    run_snippet("import multiprocessing.forkserver as fs, os, sys\n"
             "from pba_runtime import forkserver\n"
             "assert forkserver.start_early(['--agg', 'sum'])\n"
             "pid = fs._forkserver._forkserver_pid\n"
@@ -114,20 +120,16 @@ def test_the_command_starts_its_forkserver_before_it_imports_numpy():
             "forkserver.stop()  # at once, in the middle of its imports\n"
             "assert fs._forkserver._forkserver_pid is None and not os.path.exists(f'/proc/{pid}')\n"
             "print('ok')\n")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0 and proc.stdout == "ok\n", proc.stderr
 
 
 def test_a_forkserver_that_cannot_start_early_is_left_to_the_job():
-    code = ("import multiprocessing.forkserver as fs, os\n"
+    run_snippet("import multiprocessing.forkserver as fs, os\n"
             "from pba_runtime import forkserver\n"
             "def refuse():\n    raise OSError('no socket here')\n"
             "fs.ensure_running = refuse\n"
             "before = dict(os.environ)\n"
             "assert not forkserver.start_early([]) and dict(os.environ) == before\n"
             "print('ok')\n")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0 and proc.stdout == "ok\n", proc.stderr
 
 
 @pytest.mark.parametrize("args", [["--range", "0"], ["--tuples", "2000", "--range", "16"]])

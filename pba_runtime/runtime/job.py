@@ -49,7 +49,7 @@ from typing import Any, TextIO
 import pba_runtime as pr
 
 from .. import logs
-from ..forkserver import WARM_ENV, path_env, preload_modules
+from ..forkserver import WARM_ENV, environ, path_env, preload_modules
 from ..host import KeyedHost
 from .byte_ring import ByteRing, input_ring_capacity, ring_capacity
 from .checkpoint import (
@@ -409,9 +409,7 @@ class _Run:
             env[WARM_ENV] = f"{job.agg_spec}:{job.engine}"
         if ctx.get_start_method() == "forkserver":
             env.update(path_env())
-        old_env = {k: os.environ.get(k) for k in env}
-        os.environ.update(env)
-        try:
+        with environ(env):
             for i in range(P):
                 q = ctx.Queue(maxsize=job.queue_size)
                 ring = self.rings[i].name if self.rings else None
@@ -421,12 +419,6 @@ class _Run:
                 p.start()
                 self.in_qs.append(q)
                 self.procs.append(p)
-        finally:
-            for k, v in old_env.items():
-                if v is None:
-                    os.environ.pop(k, None)
-                else:
-                    os.environ[k] = v
 
     def _await_ready(self) -> None:
         """Wait until every slot is up, its kernels warm (``("ready", slot)``): the stream starts then."""
