@@ -25,7 +25,6 @@ True
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import logging
 
 __all__ = ["keep_freed_memory", "MMAP_THRESHOLD", "TRIM_THRESHOLD"]
@@ -45,7 +44,7 @@ def keep_freed_memory() -> bool:
     """Set glibc's mmap and trim thresholds for this process (see the module doc); ``False`` when the C
     library is not glibc or refuses them (nothing changed then)."""
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        libc = ctypes.CDLL(None)  # the process's own symbols, the C library's among them: no ldconfig subprocess
         mallopt = libc.mallopt
     except (OSError, AttributeError):
         return False

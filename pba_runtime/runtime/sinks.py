@@ -118,10 +118,9 @@ def _fallocate() -> Any:
     if not sys.platform.startswith("linux"):
         return None
     import ctypes
-    import ctypes.util
 
-    try:
-        fn = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True).fallocate
+    try:  # the process's own symbols, the C library's among them (find_library would run ldconfig)
+        fn = ctypes.CDLL(None, use_errno=True).fallocate
     except (OSError, AttributeError):
         return None
     fn.argtypes = (ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64)
