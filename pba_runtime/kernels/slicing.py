@@ -124,7 +124,9 @@ def fold_columns(P, G, S0, dense, ops):
     once per column (``moment_sketch``: 23), so the tuples are walked once instead, and in each tuple
     every run of columns with one combine (as :func:`~.compiled.merge_columns` walks its rows). Each
     value is folded in the same order either way (the same bits). Measured on 1M ``moment_sketch``
-    partials in ~660K slices (thread CPU, 5 repetitions): 0.27 s a column at a time, 0.018 s by tuples;
+    partials in ~660K slices (thread CPU, 5 repetitions): 0.27 s a column at a time, 0.018 s by tuples
+    finding the runs at each tuple, 0.015 s with the runs found once (3 alternated rounds of 9: 18.3-18.6 ms
+    -> 14.5-14.9 ms);
     ``moment_sketch`` over a time window, the whole batch, 0.50 -> 0.19 s.
     """
     K = P.shape[1]
@@ -132,6 +134,13 @@ def fold_columns(P, G, S0, dense, ops):
         for k in range(K):
             _fold_op(P[:, k], G, S0, dense[:, k], ops[k])
         return
+    bounds = np.empty(K + 1, dtype=np.int64)  # the runs of columns with one combine: [bounds[j], bounds[j + 1])
+    runs = 0
+    for k in range(K):
+        if k == 0 or ops[k] != ops[k - 1]:
+            bounds[runs] = k
+            runs += 1
+    bounds[runs] = K
     n = P.shape[0]
     i = 0
     while i < n:
@@ -141,13 +150,9 @@ def fold_columns(P, G, S0, dense, ops):
             dense[row, k] = P[i, k]
         i += 1
         while i < n and G[i] == g:
-            k0 = 0
-            while k0 < K:
-                k1 = k0 + 1
-                while k1 < K and ops[k1] == ops[k0]:
-                    k1 += 1
-                _fold_row_op(P, i, dense, row, k0, k1, ops[k0])
-                k0 = k1
+            for j in range(runs):
+                k0 = bounds[j]
+                _fold_row_op(P, i, dense, row, k0, bounds[j + 1], ops[k0])
             i += 1
 
 
