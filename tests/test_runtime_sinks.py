@@ -21,7 +21,7 @@ from pba_runtime.runtime.byte_ring import ByteRing
 from pba_runtime.runtime.csv_text import csv_lines, float_text
 from pba_runtime.runtime.errors import JobError
 from pba_runtime.runtime.part_files import PartWriter, commit_parts, part_files, prepare_part_dir
-from pba_runtime.runtime.sinks import format_csv_batch, format_results, result_table
+from pba_runtime.runtime.sinks import format_csv_batch, format_results, result_table, sample_parts
 
 SPECIAL = [0.0, -0.0, 2.0, -3.0, 1e16, -1e16, 1e15, 9007199254740993.0, 2.0**63, 1e-5, 1e-4, 9.999999999999999e-05,
            float("nan"), float("inf"), -float("inf"), 5e-324, -5e-324, 2.2250738585072014e-308, 0.1 + 0.2,
@@ -200,6 +200,26 @@ def test_part_writer_rolls_whole_files_in_row_groups(tmp_path, fmt):
     w.close()
     with pytest.raises(JobError, match="it was not written"):
         commit_parts(str(tmp_path), [f"part-000009-0000.{fmt}"])
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "arrow"])
+def test_a_part_writers_warm_up_writes_nothing_and_changes_no_part(tmp_path, fmt):
+    """A slot warms its part writer before its stream on made-up results (pyarrow's first writer and memory):
+    nothing reaches the directory, and the parts written after are those of a writer never warmed."""
+    got = {}
+    for warm in (False, True):
+        d = tmp_path / str(warm)
+        d.mkdir()
+        w = PartWriter(str(d), fmt, slot=0, epoch=1, rows_per_group=10, durable=False)
+        if warm:
+            w.warm(result_table(sample_parts(1000, keys=3), 16))
+            assert os.listdir(d) == [] and w.rows_written == 0
+        w.write(table(12))
+        w.write(table(3, key=2))
+        (name,) = w.roll()
+        got[warm] = (pq.read_table if fmt == "parquet" else lambda p: pa.ipc.open_file(p).read_all())(
+            d / f".{name}.inprogress")
+    assert got[True].equals(got[False]) and got[True].num_rows == 15
 
 
 def test_a_batch_past_the_row_group_size_is_written_as_it_comes_as_one_row_group(tmp_path):

@@ -60,7 +60,7 @@ import numpy as np
 from .errors import JobError, UserError
 
 __all__ = ["FORMATS", "TEXT_FORMATS", "PART_FORMATS", "parse_sink_spec", "format_results", "format_late",
-           "format_csv_batch", "result_table", "ResultParts", "header", "FileSink",
+           "format_csv_batch", "result_table", "ResultParts", "sample_parts", "header", "FileSink",
            "late_path_for", "late_format_for"]
 
 #: Formats of sinks that append to one file (or stdout).
@@ -242,6 +242,22 @@ class ResultParts(list):
     """
 
     columns: tuple[np.ndarray, np.ndarray] | None = None
+
+
+def sample_parts(rows: int, keys: int = 8) -> ResultParts:
+    """Made-up results of ``rows`` windows over ``keys`` int keys, shaped as a slot's batch (float64 values, its
+    ``columns`` set): what a slot writes once before its stream starts (:meth:`PartWriter.warm
+    <pba_runtime.runtime.part_files.PartWriter.warm>`).
+
+    >>> parts = sample_parts(10, keys=3); [(k, len(e)) for k, e, _ in parts], len(parts.columns[0])
+    ([(0, 3), (1, 3), (2, 4)], 10)
+    """
+    ends = np.arange(1, rows + 1, dtype=np.int64)
+    values = np.zeros(rows)
+    cuts = np.linspace(0, rows, keys + 1).astype(np.int64)
+    parts = ResultParts((k, ends[a:b], values[a:b]) for k, (a, b) in enumerate(zip(cuts[:-1], cuts[1:])))
+    parts.columns = (ends, values)
+    return parts
 
 
 def _columns(parts: list) -> tuple[np.ndarray, np.ndarray]:

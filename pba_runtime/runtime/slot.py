@@ -90,9 +90,9 @@ from .byte_ring import ByteRing
 from .malloc_tuning import keep_freed_memory
 from .metrics import PhaseClock, Rusage
 from .output_stage import OutputStage
-from .part_files import PartWriter
+from .part_files import ROWS_PER_GROUP, PartWriter
 from .partitioning import group_runs
-from .sinks import PART_FORMATS, ResultParts, format_csv_batch, format_late, format_results, result_table
+from .sinks import PART_FORMATS, ResultParts, format_csv_batch, format_late, format_results, result_table, sample_parts
 
 __all__ = ["SlotSpec", "TaskSlot", "slot_main", "make_operator"]
 
@@ -459,6 +459,14 @@ class TaskSlot:
         gc.freeze()
         self.frozen = True
 
+    def warm_sink(self) -> None:
+        """Write made-up results of a row group's size once through the part-file sink's table and writer,
+        into memory (:meth:`PartWriter.warm`): :func:`slot_main` calls it before the slot says it is ready, so
+        pyarrow's first-use costs fall in the slot's start-up, not in its stream (nothing without a part-file
+        sink)."""
+        if self.parts is not None:
+            self.parts.warm(result_table(sample_parts(ROWS_PER_GROUP), self._range))
+
     def finish_parts(self, next_epoch: int | None = None) -> list[str]:
         """Close the slot's part file (part-file sinks): its name, for the checkpoint (or the end) to commit."""
         return [] if self.parts is None else self.parts.roll(next_epoch)
@@ -660,6 +668,7 @@ def slot_main(spec: SlotSpec, in_q: Any, out_q: Any, states: dict[Any, Any]) -> 
             importlib.import_module(module)
         if spec.sink_format == "csv":  # its compiled loops, from numba's disk cache, before the stream starts
             importlib.import_module("pba_runtime.runtime.csv_text").compile_now()
+        slot.warm_sink()
         if slot._warm is not None:  # the stream starts when every slot is ready (its kernels loaded)
             slot._warm.join()
         slot.freeze_startup()
