@@ -20,7 +20,9 @@ the top functions by own time are kept in the JSON.
 
 ``--sinks`` measures the sinks instead: the default job (``--algorithm auto``, which
 runs SBA at W[1024, 1]; parallelism 2) with no sink, ``csv:``, ``parquet:`` and
-``arrow:`` interleaved in a shuffled order per repetition; per configuration the median and min-max of tuples/s, each sink's
+``arrow:`` interleaved in a shuffled order per repetition, each run a fresh ``pba-run``
+process of this tree (``python -m pba_runtime``, as users run it; ``--in-process`` runs
+them in this process instead); per configuration the median and min-max of tuples/s, each sink's
 ratio to the run without a sink *of the same repetition* (median and min-max
 over the repetitions), CPU seconds per category, and one cProfile run of each
 sink (``bench/results/runtime_sinks.json``).
@@ -30,7 +32,7 @@ sink (``bench/results/runtime_sinks.json``).
     python bench/bench_runtime.py --sinks    # no sink vs csv vs parquet vs arrow, 6M tuples, 7 repeats
     python bench/bench_runtime.py --stages   # the default job's CPU per stage and process (runtime_stages.json)
 
-The jobs run in this process (their coordinator's source loop and sink thread), so this process tunes its
+Jobs run in this process (all but ``--sinks``'s; their coordinator's source loop and sink thread) tune its
 allocator as ``pba-run`` tunes its own (:mod:`pba_runtime.runtime.malloc_tuning`; ``--glibc-malloc`` leaves
 glibc's thresholds: then the source loop's batch arrays are fresh pages, ~3 faults per 1,000 tuples, and it
 costs ~4-5 ns a tuple more). ``--sinks`` also reports each sink's CPU per stage and process, the CPU ratio to
@@ -51,6 +53,7 @@ import platform
 import pstats
 import random
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -60,6 +63,7 @@ import pba_runtime as pr
 from pba_runtime.runtime import Debs14Source, Job
 
 RESULTS = Path(__file__).resolve().parent / "results"
+TREE = Path(__file__).resolve().parent.parent
 WINDOW = pr.CountWindow(range=1024, slide=1)
 
 
@@ -68,6 +72,22 @@ def run(tuples: int, parallelism: int, *, algorithm: str = "pba", sink: str = "n
     job = Job(Debs14Source(plugs=84, tuples=tuples), WINDOW, "max", algorithm, parallelism=parallelism,
               sink=sink, batch_size=batch_size, profile_dir=profile_dir)
     return job.run()
+
+
+def run_fresh(tuples: int, sink: str, tmp: str, profile_dir: str | None = None) -> dict:
+    """The default job as a fresh ``pba-run`` process of this tree (``python -m pba_runtime``, as users run it):
+    its summary (``--metrics-json``), with the command's wall time added (``command_wall_s``)."""
+    metrics = os.path.join(tmp, "metrics.json")
+    cmd = [sys.executable, "-m", "pba_runtime", "--no-progress", "-q", "--tuples", str(tuples),
+           "--metrics-json", metrics, "--sink", sink] + (["--profile", profile_dir] if profile_dir else [])
+    env = dict(os.environ, PYTHONPATH=str(TREE))
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, env=env, cwd=tmp, capture_output=True, text=True, timeout=600)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed: {proc.stderr}")
+    summary = json.loads(Path(metrics).read_text())
+    summary["command_wall_s"] = time.perf_counter() - t0
+    return summary
 
 
 def categories(summary: dict) -> dict[str, float]:
@@ -131,27 +151,30 @@ def sinks_main(args: argparse.Namespace) -> None:
     sinks = tuple(args.which.split(",")) if args.which else SINKS
     runs: dict[str, list[dict]] = {k: [] for k in sinks}
     load = [list(os.getloadavg())]
-    run(200_000, 2, algorithm="auto")  # warm-up: forkserver, imports
     order = random.Random(0)
     with tempfile.TemporaryDirectory() as tmp:
         def spec(name: str) -> str:
             return "none" if name == "none" else f"{name}:{os.path.join(tmp, 'out.' + name)}"
 
-        for name in sinks:
-            if name != "none":  # warm-up: each sink's modules and compiled loops (numba's cache)
-                run(200_000, 2, algorithm="auto", sink=spec(name))
+        def job(name: str, tuples: int, profile_dir: str | None = None) -> dict:
+            if args.in_process:
+                return run(tuples, 2, algorithm="auto", sink=spec(name), profile_dir=profile_dir)
+            return run_fresh(tuples, spec(name), tmp, profile_dir)
+
+        for name in sinks:  # warm-up: each sink's modules and compiled loops (numba's cache), the page cache
+            job(name, 200_000)
         for rep in range(args.repeats):
             names = list(sinks)
             order.shuffle(names)
             for name in names:
-                s = run(args.tuples, 2, algorithm="auto", sink=spec(name))
+                s = job(name, args.tuples)
                 runs[name].append(s)
                 print(f"[{rep + 1}/{args.repeats}] {name:8s} {s['tuples_per_s'] / 1e6:6.2f} M tuples/s", flush=True)
             load.append(list(os.getloadavg()))
         profiles = {}
         for name in (n for n in sinks if n != "none" and not args.no_profile):
             d = os.path.join(tmp, f"prof-{name}")
-            run(args.tuples, 2, algorithm="auto", sink=spec(name), profile_dir=d)
+            job(name, args.tuples, profile_dir=d)
             profiles[name] = {f[:-5]: top_functions(os.path.join(d, f)) for f in sorted(os.listdir(d))
                               if f.endswith(".prof")}
     results = {}
@@ -174,7 +197,9 @@ def sinks_main(args: argparse.Namespace) -> None:
         }
     out = {"what": "pba-run default job (DEBS'14-like, 84 plugs, count W[1024, 1], max, algorithm auto (SBA), "
                    "parallelism 2): "
-                   "no sink vs csv vs parquet vs arrow, interleaved",
+                   "no sink vs csv vs parquet vs arrow, interleaved, "
+                   + ("in this process" if args.in_process else "each run a fresh pba-run process"),
+           "how": "in-process" if args.in_process else "fresh pba-run processes",
            "tuples": args.tuples, "repeats": args.repeats, "date": time.strftime("%Y-%m-%d %H:%M:%S"),
            "machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0], "platform": platform.platform(),
                        "loadavg_per_repetition": load,
@@ -282,6 +307,9 @@ def main() -> None:
                     help="leave this process's allocator (the in-process coordinator's) as glibc sets it; by default "
                          "it is tuned as pba-run tunes its own (runtime/malloc_tuning.py)")
     ap.add_argument("--no-profile", action="store_true", help="--sinks: skip the cProfile run of each sink")
+    ap.add_argument("--in-process", action="store_true",
+                    help="--sinks: run the jobs in this process (their coordinator here, their slots from one "
+                         "forkserver) instead of as fresh pba-run processes")
     args = ap.parse_args()
     if not args.glibc_malloc:  # the coordinator runs in this process: its allocator as pba-run's
         from pba_runtime.runtime.malloc_tuning import keep_freed_memory

@@ -914,7 +914,9 @@ def runtime_sinks_section(rs: dict) -> list[str]:
     out = ["## pba-run's sinks (issue 18)", "",
            f"`python bench/bench_runtime.py --sinks`: the default job ({rs.get('tuples', 0):,} tuples, 84 keys, "
            "`W[1024, 1]` max, `--algorithm auto` (SBA here), parallelism 2: one result per tuple) with no sink, "
-           f"a CSV, a Parquet and an Arrow IPC sink, interleaved in a shuffled order, {rs.get('repeats')} repetitions; "
+           f"a CSV, a Parquet and an Arrow IPC sink, interleaved in a shuffled order, {rs.get('repeats')} repetitions"
+           + (", each run a fresh `pba-run` process (as users run it)" if rs.get("how") == "fresh pba-run processes"
+              else ", the jobs in the bench's own process") + "; "
            "M tuples/s median [min-max], "
            "and each sink over the run without a sink of the same repetition. 1-min load at each repetition: "
            f"{', '.join(map(str, loads))} (2 cores).", ""]
