@@ -347,3 +347,22 @@ def test_sink_floor_bench_smoke_and_report(tmp_path):
     text = report.main(["--results", str(tmp_path), "--out", str(tmp_path / "B.md")]).read_text()
     assert "What a sink's pieces cost alone" in text and "leaves a sink" in text
     assert "cheapest of pyarrow's writer options measured" in text  # the writer's options against the budget
+
+
+@pytest.mark.slow  # fresh pba-run processes (start-up ~1 s each)
+def test_runtime_sinks_bench_runs_fresh_pba_run_processes(tmp_path):
+    """bench_runtime.py --sinks at a tiny size: each run a fresh ``pba-run`` process of this tree, each sink's
+    ratios to the run without one of the same repetition, the report's goal row from them."""
+    import report
+
+    out = tmp_path / "runtime_sinks.json"
+    subprocess.run([sys.executable, str(BENCH / "bench_runtime.py"), "--sinks", "--repeats", "1", "--tuples",
+                    "100000", "--which", "none,parquet", "--no-profile", "--out", str(out)], check=True,
+                   capture_output=True, timeout=600)
+    res = json.loads(out.read_text())
+    assert res["how"] == "fresh pba-run processes" and set(res["results"]) == {"none", "parquet"}
+    parquet = res["results"]["parquet"]
+    assert parquet["ratio_to_no_sink"]["n"] == 1 and parquet["cpu_ratio_to_no_sink"]["median"] > 0
+    assert parquet["stages_ns_per_tuple_median"]["slots"]["format"] > 0  # the slots wrote the parts
+    text = report.main(["--results", str(tmp_path), "--out", str(tmp_path / "B.md")]).read_text()
+    assert "each run a fresh `pba-run` process" in text and "with a CSV or Parquet sink" in text
