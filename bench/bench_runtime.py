@@ -53,11 +53,12 @@ import platform
 import pstats
 import random
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from bench_runtime_versions import run_summary
 
 import pba_runtime as pr
 from pba_runtime.runtime import Debs14Source, Job
@@ -76,18 +77,9 @@ def run(tuples: int, parallelism: int, *, algorithm: str = "pba", sink: str = "n
 
 def run_fresh(tuples: int, sink: str, tmp: str, profile_dir: str | None = None) -> dict:
     """The default job as a fresh ``pba-run`` process of this tree (``python -m pba_runtime``, as users run it):
-    its summary (``--metrics-json``), with the command's wall time added (``command_wall_s``)."""
-    metrics = os.path.join(tmp, "metrics.json")
-    cmd = [sys.executable, "-m", "pba_runtime", "--no-progress", "-q", "--tuples", str(tuples),
-           "--metrics-json", metrics, "--sink", sink] + (["--profile", profile_dir] if profile_dir else [])
-    env = dict(os.environ, PYTHONPATH=str(TREE))
-    t0 = time.perf_counter()
-    proc = subprocess.run(cmd, env=env, cwd=tmp, capture_output=True, text=True, timeout=600)
-    if proc.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd)} failed: {proc.stderr}")
-    summary = json.loads(Path(metrics).read_text())
-    summary["command_wall_s"] = time.perf_counter() - t0
-    return summary
+    its summary, with the command's wall time (``command_wall_s``; :func:`bench_runtime_versions.run_summary`)."""
+    args = ["--sink", sink] + (["--profile", profile_dir] if profile_dir else [])
+    return run_summary(str(TREE), args, tuples, tmp)
 
 
 def categories(summary: dict) -> dict[str, float]:

@@ -69,19 +69,25 @@ SINK_CONFIGS = [(f"{tree} {sink}", tree, [] if sink == "no sink" else ["--sink",
                 for tree in ("old", "new") for sink in ("no sink", "csv", "parquet", "arrow")]
 
 
-def run_once(tree: str, args: list[str], tuples: int, tmp: str) -> dict:
+def run_summary(tree: str, args: list[str], tuples: int, tmp: str) -> dict:
+    """The default job with ``args`` as a fresh process of ``tree``'s command, in ``tmp``: its summary
+    (``--metrics-json``), with the command's wall time added (``command_wall_s``)."""
     metrics = os.path.join(tmp, "m.json")
     env = dict(os.environ, PYTHONPATH=tree)
     command = "pba_runtime" if os.path.exists(os.path.join(tree, "pba_runtime", "__main__.py")) else "pba_runtime.cli"
     cmd = [sys.executable, "-m", command, "--no-progress", "-q", "--tuples", str(tuples),
-           "--metrics-json", metrics] + [a.format(tmp=tmp) for a in args]
+           "--metrics-json", metrics] + args
     t0 = time.perf_counter()
-    proc = subprocess.run(cmd, env=env, cwd=tmp, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(cmd, env=env, cwd=tmp, capture_output=True, text=True, timeout=600)
     wall = time.perf_counter() - t0
     if proc.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed: {proc.stderr}")
-    m = json.loads(Path(metrics).read_text())
-    t = m["time_s"]
+    return {**json.loads(Path(metrics).read_text()), "command_wall_s": wall}
+
+
+def run_once(tree: str, args: list[str], tuples: int, tmp: str) -> dict:
+    m = run_summary(tree, [a.format(tmp=tmp) for a in args], tuples, tmp)
+    t, wall = m["time_s"], m["command_wall_s"]
     return {"rate": m["tuples_per_s"], "elapsed": m["elapsed_s"], "startup": m.get("startup_s"), "wall": wall,
             "coordinator_cpu": t["coordinator"]["process_cpu"], "slots_cpu": t["slots"]["process_cpu"],
             "stages_ns": stages_ns(t, tuples), "rusage": m.get("rusage")}
