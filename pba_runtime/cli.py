@@ -434,5 +434,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             signal.signal(signal.SIGTERM, old_term)
 
 
-if __name__ == "__main__":  # pragma: no cover - the command is ``pba-run`` or ``python -m pba_runtime``
+# ``python -m pba_runtime.cli``: main alone. The command is ``pba-run`` or ``python -m pba_runtime``
+# (:mod:`pba_runtime.__main__`), which start the job's forkserver before this module's imports; calling it from
+# here would import a layer above this one.
+if __name__ == "__main__":  # pragma: no cover
     sys.exit(main())

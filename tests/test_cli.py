@@ -55,6 +55,21 @@ def test_the_command_exits_with_mains_code_its_collector_frozen(tmp_path):
     assert gc.get_freeze_count() == before
 
 
+def test_python_m_cli_runs_main(tmp_path):
+    """``python -m pba_runtime.cli`` runs :func:`main` (the command without its early forkserver, which
+    ``python -m pba_runtime`` and ``pba-run`` start first): a user error is one line and exit code 2, a job writes
+    every window and exits 0."""
+    cli = [sys.executable, "-m", "pba_runtime.cli"]
+    proc = subprocess.run(cli + ["--agg", "median"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and proc.stderr.startswith("pba-run: error: unknown aggregation 'median'")
+    assert proc.stderr.count("\n") == 1
+    out, metrics = tmp_path / "out.csv", tmp_path / "m.json"
+    proc = subprocess.run(cli + ["--tuples", "3000", "--range", "16", "-q", "--sink", f"csv:{out}", "--metrics-json",
+                                 str(metrics)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert len(out.read_text().splitlines()) == 1 + json.loads(metrics.read_text())["windows"]
+
+
 def test_default_job_prints_the_summary(tmp_path):
     metrics = tmp_path / "m.json"
     # the default job with fewer tuples (the full one is `pba-run` with no arguments)
