@@ -370,6 +370,29 @@ def bench_time(n: int, repeat: int, pool: pr.WorkerPool, python_n: int) -> dict:
                 f"{k} {v['cpu_ms']['median']:.2f} [{v['cpu_ms']['min']:.2f}-{v['cpu_ms']['max']:.2f}]"
                 for k, v in st.items() if isinstance(v, dict) and "cpu_ms" in v)
             + f" (compiled x{st['compiled_vs_numpy_cpu']:.1f} numpy)", flush=True)
+    # a compiled user aggregation: its time windows take the episode path, as there is no fused kernel for it
+    # (compiled per process, it would cost seconds: docs/kernels.md), beside the built-in fused max on the same
+    # |x| and beside its own count windows
+    xa = np.abs(x)
+    cw = pr.CountWindow(range=6_000, slide=1)
+    user_methods = {
+        "builtin_max_time": lambda: pr.sliding_aggregate(xa, window=win, agg="max", timestamps=ts, algorithm="pba",
+                                                         pool=pool, engine="compiled"),
+        "user_absmax_time": lambda: pr.sliding_aggregate(x, window=win, agg=ABSMAX, timestamps=ts, algorithm="pba",
+                                                         pool=pool, engine="compiled"),
+        "builtin_max_count": lambda: pr.sliding_aggregate(xa, window=cw, agg="max", algorithm="pba", pool=pool,
+                                                          engine="compiled"),
+        "user_absmax_count": lambda: pr.sliding_aggregate(x, window=cw, agg=ABSMAX, algorithm="pba", pool=pool,
+                                                          engine="compiled"),
+    }
+    cpu = {}
+    times = _interleaved(user_methods, repeat, cpu=cpu)
+    user = {k: {**_stats(v, n), "cpu_ms": {"median": statistics.median(cpu[k]) * 1e3, "min": min(cpu[k]) * 1e3,
+                                           "max": max(cpu[k]) * 1e3}} for k, v in times.items()}
+    res["user"] = {"agg": "absmax", "count_window": "CountWindow(6000, 1)", **user}
+    print("user absmax against built-in max on |x|, CPU ms per call: " + "  ".join(
+        f"{k} {v['cpu_ms']['median']:.1f} [{v['cpu_ms']['min']:.1f}-{v['cpu_ms']['max']:.1f}]" for k, v in user.items()),
+        flush=True)
     # dense records without gaps, one per slice (where the fused kernel once trailed the episode path)
     n_d = max(n // 2, 1000)
     xd, td = np.random.default_rng(4).normal(size=n_d), np.arange(n_d, dtype=np.int64) * 10

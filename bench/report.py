@@ -904,7 +904,24 @@ def time_kernel_rows(t: dict) -> list[str]:
                [f"Dense records without gaps, one per slice (`{t['dense']['window']}`, {t['dense']['records']:,} "
                 f"records, {t['dense']['agg']}, `insert_many` then `flush`): fused "
                 f"{cell(t['dense']['compiled_pba'])}, episode path {cell(t['dense']['compiled_episodes'])} M records/s: "
-                f"{t['dense']['compiled_vs_episodes']:.2f}x.", ""]))
+                f"{t['dense']['compiled_vs_episodes']:.2f}x.", ""])
+            + ([] if "user" not in t else _time_user_rows(t)))
+
+
+def _time_user_rows(t: dict) -> list[str]:
+    """A compiled user aggregation over time windows (the episode path) beside the built-in fused kernel."""
+    u = t["user"]
+
+    def cell(k):
+        c = u[k]["cpu_ms"]
+        return f"{c['median']:.1f} [{c['min']:.1f}-{c['max']:.1f}]"
+
+    return ([f"A compiled user aggregation, `{u['agg']}`, takes the episode path over time windows (no fused kernel: "
+             "compiled in every process, it would cost seconds; docs/kernels.md), beside the built-in fused `max` on "
+             "the same `|x|`, and both over `" + u["count_window"] + "`. CPU ms a call, median [min-max]:", ""]
+            + table(["aggregation", f"`{t['window']}`", f"`{u['count_window']}`"],
+                    [["built-in `max`", cell("builtin_max_time"), cell("builtin_max_count")],
+                     [f"user `{u['agg']}`", cell("user_absmax_time"), cell("user_absmax_count")]]))
 
 
 def runtime_sinks_section(rs: dict) -> list[str]:

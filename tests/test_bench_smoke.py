@@ -324,6 +324,10 @@ def test_kernels_bench_smoke(tmp_path):
     assert set(res["time"]["aggs"]) == {"max", "sum", "std"}
     assert all({"compiled_pba", "compiled_episodes", "numpy_pba"} <= set(v) for v in res["time"]["aggs"].values())
     assert res["time"]["flush"]["flush_s"] >= 0
+    user = res["time"]["user"]  # a user aggregation over time windows beside the built-in fused max
+    assert {"builtin_max_time", "user_absmax_time", "builtin_max_count", "user_absmax_count"} <= set(user)
+    assert all(0 <= v["cpu_ms"]["min"] <= v["cpu_ms"]["median"] <= v["cpu_ms"]["max"]
+               for v in user.values() if isinstance(v, dict))
     bench_kernels.main(["--smoke", "--time-only", "--out", str(out)])  # the time entry alone, the rest kept
     again = json.loads(out.read_text())
     assert again["builtins"] == res["builtins"] and set(again["time"]["aggs"]) == {"max", "sum", "std"}
