@@ -6,7 +6,7 @@ one. On a machine whose cores the job keeps busy, that is a CPU budget: if the j
 This bench measures the pieces a sink cannot do without, each alone, so that budget can be read against
 them:
 
-* ``csv_loop``: the compiled CSV writer's loop alone (``csv_text._write_fast``), the batch's columns to text;
+* ``csv_loop``: the compiled CSV writer's loop alone (``csv_text.write_float_lines``), the batch's columns to text;
 * ``csv_batch``: ``sinks.format_csv_batch`` as a task slot calls it (the loop and the batch's Python, the
   lines written into a shared-memory ring: ``byte_ring.ByteRing``);
 * ``file_write``: those CSV bytes appended to a file beside the results by the CSV sink's own writer
@@ -114,9 +114,7 @@ def time_pieces(batches: list[list], texts: list[bytes], repeats: int, tmp: str)
 
     def csv_loop() -> int:
         for prefix, prefix_off, counts, ends, vals in args:
-            n = csv_text._write_fast(buf, prefix, prefix_off, counts, ends, np.int64(WINDOW.range), vals,
-                                     csv_text._POW10, csv_text._POW10U, csv_text._DIGITS2, csv_text._LITTLE)
-            assert n >= 0
+            csv_text.write_float_lines(buf, prefix, prefix_off, counts, ends, WINDOW.range, vals)
         return rows
 
     ring = ByteRing.create(ring_capacity(max(len(a[3]) for a in args) * 2, 4))

@@ -18,17 +18,13 @@ template 5.6 (the same batches, medians of 9), and the template as three words w
 bytes (the default job's ~21) with each number's two digits put in as one two-byte store, 3.9-4.0 (eight
 stores a row -> five; medians of 5, two rounds beside the four-word writer's 5.7-5.9).
 
-Floats are written exactly as ``repr`` writes them, so they read back to the same double: the
-shortest decimal that rounds to the value. For ``1e-4 <= |v| < 1e16`` (``repr``'s fixed layout) it is
-found by trying ``d = 0, 1, 2, ...`` decimals: ``k = rint(|v| * 10**d)`` and ``k / 10**d == |v|``
-(both correctly rounded, so the decimal ``k * 10**-d`` parses back to ``v``). The first ``d`` that
-holds is ``repr``'s, as long as the decimals of that length are more than an ulp apart
-(``10**d * ulp(v) <= 1/2``: at most one of them rounds to ``v``, and ``rint`` of the rounded product
-is that one, ``k < 2**50``); the others, and the exponent layouts (``|v| < 1e-4`` or ``>= 1e16``), go
-to ``repr`` itself (rare: values with 16-17 significant digits, huge or tiny ones).
-``nan``, ``inf``, ``-inf``, ``0.0`` and ``-0.0`` are spelled as ``repr`` does. :func:`csv_lines` is
-checked against the readable reference (:func:`pba_runtime.runtime.sinks.format_results`) by the tests,
-for keys that need quoting too.
+Floats are written exactly as ``repr`` writes them, so they read back to the same double: the shortest
+decimal that rounds to the value, in ``repr``'s layout, found in the loop by
+:func:`pba_runtime.kernels.float_repr.put_repr` (Schubfach; ``nan``, ``inf``, ``-0.0`` too). Results of a mean,
+a standard deviation or a sum of fractions need 15-17 digits on most rows: before, those went to Python's
+``repr`` (~500 ns a value) and the CSV sink ran the default job with ``--agg std`` at 1.8M tuples/s against 10.4M
+without a sink. :func:`csv_lines` is checked against the readable reference
+(:func:`pba_runtime.runtime.sinks.format_results`) by the tests, for keys that need quoting too.
 
 Examples
 --------
@@ -50,92 +46,18 @@ from collections.abc import Callable
 import numpy as np
 from numba import njit
 
+from ..kernels.float_repr import DIGITS2, POW10U, REPR_BYTES, G, digit_count, put_digits, put_repr
 from ..kernels.unaligned import load2, load8, store2, store8
 
-__all__ = ["blob", "csv_lines", "csv_lines_into", "float_text", "compile_now"]
+__all__ = ["blob", "csv_lines", "csv_lines_into", "write_float_lines", "float_text", "compile_now"]
 
-_MAX_K = float(1 << 50)
-#: ``_POW10[d] == 10.0 ** d``, exact for d <= 22
-_POW10 = np.array([10.0 ** d for d in range(23)])
-#: kind of a float's text: digits ``k`` with ``d`` decimals, or a fixed word, or Python's repr
-_DIGITS, _NAN, _INF, _NINF, _ZERO, _NZERO, _REPR = 0, 1, 2, 3, 4, 5, 6
-_WORDS = (b"", b"nan", b"inf", b"-inf", b"0.0", b"-0.0")
-
-
-@njit(cache=True, nogil=True)
-def _shortest(values, pow10, kind, digits, decimals):  # pragma: no cover - compiled
-    """Classify every value: ``kind``; for ``_DIGITS`` its decimal ``digits * 10**-decimals`` (of ``|v|``)."""
-    for i in range(values.shape[0]):
-        v = values[i]
-        if v != v:
-            kind[i] = _NAN
-            continue
-        a = abs(v)
-        if a == np.inf:
-            kind[i] = _INF if v > 0 else _NINF
-            continue
-        if a == 0.0:
-            kind[i] = _NZERO if np.signbit(v) else _ZERO
-            continue
-        kind[i] = _REPR
-        if a < 1e-4 or a >= 1e16:
-            continue
-        ulp = np.spacing(a)
-        for d in range(23):
-            scale = pow10[d]
-            if scale * ulp > 0.5:
-                break
-            k = np.rint(a * scale)
-            if k >= _MAX_K:
-                break
-            if k / scale == a:
-                kind[i] = _DIGITS
-                digits[i] = np.int64(k)
-                decimals[i] = d
-                break
-
-
-#: powers of ten as uint64 (``_POW10U[n] == 10**n``), for digit counts
-_POW10U = np.array([10 ** n for n in range(20)], dtype=np.uint64)
-#: "00" ... "99": two digits per division
-_DIGITS2 = np.frombuffer("".join(f"{i:02d}" for i in range(100)).encode(), np.uint8).copy()
-#: most bytes one row's start, end and value take besides the key and Python reprs: two int64, a value of at
-#: most 17 significant digits with up to 22 decimals, a sign, a point, separators and newline
-_ROW_BOUND = 2 * 20 + 2 + 42 + 1
+#: most bytes one row's start, end and value take besides the key: two int64 (20 bytes each), a value
+#: (``repr``: at most :data:`~pba_runtime.kernels.float_repr.REPR_BYTES`), two commas and a newline
+_ROW_BOUND = 2 * 20 + REPR_BYTES + 3
 #: bytes past the last line the writer may touch (it stores a line of up to 32 bytes as three or four words)
 _SLACK = 32
 #: the machine's byte order is little-endian: a word's first byte is its lowest (the slide-1 shortcut's words)
 _LITTLE = sys.byteorder == "little"
-
-
-@njit(cache=True, nogil=True, inline="always")
-def _digit_count(u, pow10u):  # pragma: no cover - compiled
-    """Decimal digits of ``u`` (uint64): two comparisons a digit below 10**8, few branches."""
-    if u < pow10u[4]:
-        return 1 + (u >= pow10u[1]) + (u >= pow10u[2]) + (u >= pow10u[3])
-    if u < pow10u[8]:
-        return 5 + (u >= pow10u[5]) + (u >= pow10u[6]) + (u >= pow10u[7])
-    n = 9
-    while n < 20 and u >= pow10u[n]:
-        n += 1
-    return n
-
-
-@njit(cache=True, nogil=True, inline="always")
-def _put_digits(buf, end, u, n, pow10u, digits2):  # pragma: no cover - compiled
-    """Write the ``n`` lowest decimal digits of ``u`` (uint64, zero-padded) ending before ``end``."""
-    j = end
-    hundred = np.uint64(100)
-    while n >= 2:
-        q = u // hundred
-        r = np.int64(u - q * hundred) * 2
-        buf[j - 2] = digits2[r]
-        buf[j - 1] = digits2[r + 1]
-        u = q
-        j -= 2
-        n -= 2
-    if n == 1:
-        buf[j - 1] = np.uint8(48 + np.int64(u % np.uint64(10)))
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -147,35 +69,17 @@ def _put_int(buf, pos, x, pow10u, digits2):  # pragma: no cover - compiled
         u = np.uint64(-x)
     else:
         u = np.uint64(x)
-    n = _digit_count(u, pow10u)
-    _put_digits(buf, pos + n, u, n, pow10u, digits2)
+    n = digit_count(u, pow10u)
+    put_digits(buf, pos + n, u, n, digits2)
     return pos + n
 
 
-@njit(cache=True, nogil=True, inline="always")
-def _put_decimal(buf, pos, k, d, pow10u, digits2):  # pragma: no cover - compiled
-    """Write the decimal ``k * 10**-d`` (``k`` uint64, ``d`` decimals) at ``pos`` as ``repr`` lays it out: at
-    least one digit before the point, ``.0`` when ``d == 0``; returns the position after it."""
-    if d == 0:
-        pos = _put_int(buf, pos, np.int64(k), pow10u, digits2)
-        buf[pos] = 46  # '.'
-        buf[pos + 1] = 48  # '0'
-        return pos + 2
-    ip = k // pow10u[d]
-    pos = _put_int(buf, pos, np.int64(ip), pow10u, digits2)
-    buf[pos] = 46
-    _put_digits(buf, pos + 1 + d, k - ip * pow10u[d], d, pow10u, digits2)
-    return pos + 1 + d
-
-
 @njit(cache=True, nogil=True)
-def _write(buf, prefix, prefix_off, counts, ends, range_, is_float, fvals, ivals, kind, digits, decimals,
-           words, word_off, extra, extra_off, pow10u, digits2):  # pragma: no cover - compiled
-    """Write the lines into ``buf`` (bytes enough: :func:`_bound`), per row ``prefix[part] start "," end ","
-    value "\n"``; returns their length."""
+def _write_ints(buf, prefix, prefix_off, counts, ends, range_, values, pow10u, digits2):  # pragma: no cover
+    """Write the lines of int64 values into ``buf`` (bytes enough: the caller's bound), per row
+    ``prefix[part] start "," end "," value "\n"``; returns their length."""
     pos = 0
     row = 0
-    n_extra = 0
     for p in range(counts.shape[0]):
         p0, p1 = prefix_off[p], prefix_off[p + 1]
         for _ in range(counts[p]):
@@ -187,25 +91,7 @@ def _write(buf, prefix, prefix_off, counts, ends, range_, is_float, fvals, ivals
             buf[pos] = 44  # ','
             pos = _put_int(buf, pos + 1, e, pow10u, digits2)
             buf[pos] = 44
-            pos += 1
-            if not is_float:
-                pos = _put_int(buf, pos, ivals[row], pow10u, digits2)
-            else:
-                kd = kind[row]
-                if kd == _DIGITS:
-                    if fvals[row] < 0:
-                        buf[pos] = 45
-                        pos += 1
-                    pos = _put_decimal(buf, pos, np.uint64(digits[row]), decimals[row], pow10u, digits2)
-                elif kd == _REPR:
-                    for j in range(extra_off[n_extra], extra_off[n_extra + 1]):
-                        buf[pos] = extra[j]
-                        pos += 1
-                    n_extra += 1
-                else:
-                    for j in range(word_off[kd], word_off[kd + 1]):
-                        buf[pos] = words[j]
-                        pos += 1
+            pos = _put_int(buf, pos + 1, values[row], pow10u, digits2)
             buf[pos] = 10  # '\n'
             pos += 1
             row += 1
@@ -213,10 +99,10 @@ def _write(buf, prefix, prefix_off, counts, ends, range_, is_float, fvals, ivals
 
 
 @njit(cache=True, nogil=True)
-def _write_fast(buf, prefix, prefix_off, counts, ends, range_, values, pow10, pow10u, digits2, little):  # pragma: no cover
-    """:func:`_write` of float values in one pass, each value's shortest decimal found as it is written;
-    returns the length written, or -1 at the first value that needs Python's ``repr`` (the caller then
-    takes the two-pass path). Two shortcuts, each writing the bytes the full path would:
+def _write_fast(buf, prefix, prefix_off, counts, ends, range_, bits, g, pow10u, digits2, little):  # pragma: no cover
+    """The lines of float values (``bits``: their bits, uint64) into ``buf`` in one pass, each value spelled as
+    ``repr`` spells it (:func:`~pba_runtime.kernels.float_repr.put_repr`); returns the length written. Two
+    shortcuts, each writing the bytes the full path would:
 
     * a row of the same part (key) as the row before, with the same value and its window one position
       on (``end`` one more: a count window with slide 1, most rows of the default job), whose ``start``
@@ -226,15 +112,16 @@ def _write_fast(buf, prefix, prefix_off, counts, ends, range_, values, pow10, po
       machine's byte order: ``little``, else no shortcut) that are only read here: each row stores them
       (at least three: a line of up to 24 bytes is three stores) and then its two pairs of digits, two
       bytes a store, so no row's work waits on the row before's;
-    * otherwise a value equal to the row before's (zeros, which differ in sign, and nan never reach that
-      test) copies that row's text: most rows of a sliding max or min.
+    * otherwise a value with the row before's bits (so ``0.0`` and ``-0.0`` differ) copies that row's text:
+      most rows of a sliding max or min.
 
     A row's word stores may reach past its line: to 24 bytes from its start for a shorter line, else up to 7
     bytes (the caller's bound keeps :data:`_SLACK` bytes of room after the last line).
     """
     pos = 0
     row = 0
-    prev = np.nan  # the last value written here (never equal to a value: nan), and where its text is
+    have_prev = False  # a value was written in full here: its bits (prev) and where its text is
+    prev = np.uint64(0)
     prev_lo = prev_hi = 0
     line = np.zeros(8, np.uint64)  # the template: the last line written in full, as words (n_words; 0: none)
     n_words = line_len = 0
@@ -247,9 +134,10 @@ def _write_fast(buf, prefix, prefix_off, counts, ends, range_, values, pow10, po
         same_part = False
         for _ in range(counts[p]):
             e = ends[row]
-            v = values[row]
+            v = bits[row]
             s = e - range_
-            if same_part and n_words and v == prev and e == prev_end + 1 and s_lo < 99 and e_lo < 99:
+            same = have_prev and v == prev
+            if same_part and n_words and same and e == prev_end + 1 and s_lo < 99 and e_lo < 99:
                 s_lo += 1
                 e_lo += 1
                 if n_words <= 4:  # most lines: three or four stores of words held in registers
@@ -280,36 +168,14 @@ def _write_fast(buf, prefix, prefix_off, counts, ends, range_, values, pow10, po
             end_stop = pos - line_lo
             buf[pos] = 44
             pos += 1
-            if v == prev:  # the row before's value (a sliding max or min repeats): its text again
+            if same:  # the row before's value (a sliding max or min repeats): its text again
                 for j in range(prev_lo, prev_hi):
                     buf[pos] = buf[j]
                     pos += 1
             else:
-                a = abs(v)
-                if not (a >= 1e-4 and a < 1e16):  # nan, inf, 0.0, -0.0, the exponent layouts: the two-pass path
-                    return -1
                 prev_lo = pos
-                ulp = np.spacing(a)
-                found = False
-                k = 0.0
-                d = 0
-                for d in range(23):
-                    scale = pow10[d]
-                    if scale * ulp > 0.5:
-                        break
-                    k = np.rint(a * scale)
-                    if k >= _MAX_K:
-                        break
-                    if k / scale == a:
-                        found = True
-                        break
-                if not found:
-                    return -1
-                if v < 0:
-                    buf[pos] = 45
-                    pos += 1
-                pos = _put_decimal(buf, pos, np.uint64(k), d, pow10u, digits2)
-                prev, prev_hi = v, pos
+                pos = put_repr(buf, pos, v, g, pow10u, digits2)
+                prev, prev_hi, have_prev = v, pos, True
             buf[pos] = 10  # '\n'
             pos += 1
             line_len = pos - line_lo
@@ -338,16 +204,13 @@ def blob(items: list[bytes]) -> tuple[np.ndarray, np.ndarray]:
     return np.frombuffer(b"".join(items), np.uint8), off  # read-only, empty or not: one compiled type
 
 
-_WORD_BLOB = blob(list(_WORDS))
-
-
-def _classify(values: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    n = len(values)
-    kind = np.empty(n, np.uint8)
-    digits = np.zeros(n, np.int64)
-    decimals = np.zeros(n, np.int64)
-    _shortest(values, _POW10, kind, digits, decimals)
-    return kind, digits, decimals
+def write_float_lines(buf: np.ndarray, prefix: np.ndarray, prefix_off: np.ndarray, counts: np.ndarray,
+                      ends: np.ndarray, range_: int, values: np.ndarray) -> int:
+    """The compiled loop alone: the lines of float64 ``values`` into ``buf`` (room enough: :func:`csv_lines_into`'s
+    bound), the key prefixes as a :func:`blob`; returns the bytes written (``bench/bench_sink_floor.py`` times it).
+    """
+    return _write_fast(buf, prefix, prefix_off, counts, ends, np.int64(range_), values.view(np.uint64), G, POW10U,
+                       DIGITS2, _LITTLE)
 
 
 def csv_lines(prefixes: list[bytes] | tuple[np.ndarray, np.ndarray], counts: np.ndarray, ends: np.ndarray,
@@ -384,8 +247,7 @@ def csv_lines_into(alloc: Callable[[int], np.ndarray], prefixes: list[bytes] | t
     ``prefixes`` may also be their :func:`blob` (a caller that keeps it from batch to batch).
 
     ``alloc(n)`` returns a writable uint8 array of at least ``n`` bytes (``n`` bounds the
-    lines' length; called once, or twice when a value needs Python's ``repr``: the second
-    buffer is written afresh). A task slot passes a region of its shared-memory ring
+    lines' length; called once). A task slot passes a region of its shared-memory ring
     (:mod:`~pba_runtime.runtime.byte_ring`), so the lines are written where the sink reads them.
 
     Examples
@@ -402,28 +264,12 @@ def csv_lines_into(alloc: Callable[[int], np.ndarray], prefixes: list[bytes] | t
                          f"{len(values)})")
     is_blob = isinstance(prefixes, tuple) and len(prefixes) == 2 and isinstance(prefixes[0], np.ndarray)
     prefix, prefix_off = prefixes if is_blob else blob(prefixes)
-    is_float = values.dtype.kind == "f"
     bound = int(np.dot(np.diff(prefix_off), counts)) + len(ends) * _ROW_BOUND + _SLACK
-    if is_float:
-        fvals = np.ascontiguousarray(values, dtype=np.float64)
-        n = _write_fast(alloc(bound), prefix, prefix_off, counts, ends, np.int64(range_), fvals, _POW10, _POW10U,
-                        _DIGITS2, _LITTLE)
-        if n >= 0:
-            return n
-        kind, digits, decimals = _classify(fvals)
-        ivals = np.zeros(0, np.int64)
-        slow = np.flatnonzero(kind == _REPR)
-        extra, extra_off = blob([repr(x).encode() for x in fvals[slow].tolist()])
-        bound += len(extra)
-    else:
-        fvals = np.zeros(0, np.float64)
-        ivals = np.ascontiguousarray(values, dtype=np.int64)
-        kind = np.zeros(0, np.uint8)
-        digits = decimals = np.zeros(0, np.int64)
-        extra, extra_off = blob([])
-    words, word_off = _WORD_BLOB
-    return _write(alloc(bound), prefix, prefix_off, counts, ends, np.int64(range_), is_float, fvals, ivals, kind,
-                  digits, decimals, words, word_off, extra, extra_off, _POW10U, _DIGITS2)
+    if values.dtype.kind == "f":
+        return write_float_lines(alloc(bound), prefix, prefix_off, counts, ends, range_,
+                                 np.ascontiguousarray(values, dtype=np.float64))
+    return _write_ints(alloc(bound), prefix, prefix_off, counts, ends, np.int64(range_),
+                       np.ascontiguousarray(values, dtype=np.int64), POW10U, DIGITS2)
 
 
 def float_text(values: np.ndarray) -> list[str]:
@@ -435,6 +281,5 @@ def float_text(values: np.ndarray) -> list[str]:
 
 def compile_now() -> None:
     """Compile (or load from numba's cache) both loops: a job's forkserver and slots call it before the stream."""
-    csv_lines([b"0,"], np.array([2]), np.array([1, 2]), 1, np.array([0.5, 2.0]))  # one pass
-    csv_lines([b"0,"], np.array([2]), np.array([1, 2]), 1, np.array([0.5, 1e-9]))  # two passes
+    csv_lines([b"0,"], np.array([3]), np.array([1, 2, 3]), 1, np.array([0.5, 0.5, 1e-9]))
     csv_lines([b"0,"], np.array([1]), np.array([1]), 1, np.array([3]))
