@@ -23,6 +23,7 @@ same round (median [min-max] over the rounds).
     python bench/bench_runtime_versions.py --old /tmp/h18r-old            # 6M tuples, 3 rounds
     python bench/bench_runtime_versions.py --old /tmp/h18r-old --tuples 2000000 --rounds 2
     python bench/bench_runtime_versions.py --old /tmp/before-sinks --sinks --rounds 4
+    python bench/bench_runtime_versions.py --old /tmp/main --sinks --agg std --rounds 6   # another aggregation
     python bench/bench_runtime_versions.py --old /tmp/main --job --rounds 5 --json bench/results/runtime_job_versions.json
     python bench/bench_runtime_versions.py --old /tmp/main --base /tmp/issue-base --job --rounds 5
 
@@ -134,10 +135,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--sinks", action="store_true", help="no sink, csv, parquet, arrow in each tree")
     p.add_argument("--job", action="store_true", help="the default job only, no sink and csv, old against new")
     p.add_argument("--base", default=None, help="with --job: a third, older tree (no sink)")
+    p.add_argument("--agg", default=None, help="the job's aggregation (default: the default job's, max)")
     a = p.parse_args(argv)
     configs = SINK_CONFIGS if a.sinks else JOB_CONFIGS if a.job else CONFIGS
     if a.job and a.base:
         configs = [BASE_CONFIG, *configs]
+    if a.agg:
+        configs = [(name, tree, [*args, "--agg", a.agg]) for name, tree, args in configs]
     loads = [list(os.getloadavg())]
     trees = {"old": str(Path(a.old).resolve()), "new": str(HERE)}
     if a.base:
@@ -195,7 +199,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"1-min load average per round: {[round(x[0], 1) for x in loads]}")
     if a.json:
         commits = {name: tree_commit(path) for name, path in trees.items()}
-        Path(a.json).write_text(json.dumps({"tuples": a.tuples, "rounds": a.rounds, "configs": [c[0] for c in configs],
+        Path(a.json).write_text(json.dumps({"tuples": a.tuples, "rounds": a.rounds, "agg": a.agg or "max",
+                                            "configs": [c[0] for c in configs],
                                             "commits": commits, "loadavg_per_round": loads, "runs": runs}, indent=1))
     return 0
 
