@@ -116,6 +116,9 @@ def test_csv_lines_of_a_slide_1_window_over_many_rows(monkeypatch, little):
         ends = np.arange(first, first + 20_000, dtype=np.int64)
         vals = np.maximum.accumulate(np.round(rng.random(len(ends)) * 100, 3))
         parts.append((key, ends, vals))
+    # a value of 15-17 digits on every row (a mean's, a deviation's): the template up to end, then the value
+    ends = np.arange(95, 20_095, dtype=np.int64)
+    parts.append(("mean", ends, np.sqrt(rng.random(len(ends)) * 100) * rng.choice([1e-5, 1.0, 1e12], len(ends))))
     assert format_csv_batch(parts, 1024) == slow_csv(parts, 1024)
 
 

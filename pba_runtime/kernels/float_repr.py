@@ -218,8 +218,32 @@ def _put_wide(buf, end, u, n, digits2):  # pragma: no cover - compiled
         return
     e8 = np.uint64(100_000_000)
     hi = u // e8
-    put_digits(buf, end, u - hi * e8, 8, digits2)
+    _put8(buf, end, u - hi * e8, digits2)
     put_digits(buf, end - 8, hi, n - 8, digits2)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _put8(buf, end, u, digits2):  # pragma: no cover - compiled
+    """The 8 digits of ``u < 10**8`` ending before ``end``: two halves of four, each two pairs (two divisions
+    deep, not four)."""
+    e4 = np.uint64(10_000)
+    h = np.uint64(100)
+    a = u // e4
+    b = u - a * e4
+    a1 = a // h
+    b1 = b // h
+    i = np.int64(a1) * 2
+    buf[end - 8] = digits2[i]
+    buf[end - 7] = digits2[i + 1]
+    i = np.int64(a - a1 * h) * 2
+    buf[end - 6] = digits2[i]
+    buf[end - 5] = digits2[i + 1]
+    i = np.int64(b1) * 2
+    buf[end - 4] = digits2[i]
+    buf[end - 3] = digits2[i + 1]
+    i = np.int64(b - b1 * h) * 2
+    buf[end - 2] = digits2[i]
+    buf[end - 1] = digits2[i + 1]
 
 
 _WORDS = (b"nan", b"inf", b"-inf", b"0.0", b"-0.0")

@@ -104,16 +104,17 @@ def _write_fast(buf, prefix, prefix_off, counts, ends, range_, bits, g, pow10u, 
     ``repr`` spells it (:func:`~pba_runtime.kernels.float_repr.put_repr`); returns the length written. Two
     shortcuts, each writing the bytes the full path would:
 
-    * a row of the same part (key) as the row before, with the same value and its window one position
-      on (``end`` one more: a count window with slide 1, most rows of the default job), whose ``start``
-      and ``end`` are not multiples of 100 (so neither has crossed one since the last line written in
-      full: only their last two digits differ from that line's) is that line, the *template*, with the
-      last two digits of both numbers put in. The template is kept as up to 8 words (``uint64``, the
-      machine's byte order: ``little``, else no shortcut) that are only read here: each row stores them
-      (at least three: a line of up to 24 bytes is three stores) and then its two pairs of digits, two
-      bytes a store, so no row's work waits on the row before's;
-    * otherwise a value with the row before's bits (so ``0.0`` and ``-0.0`` differ) copies that row's text:
-      most rows of a sliding max or min.
+    * a row of the same part (key) as the row before with its window one position on (``end`` one more: a
+      count window with slide 1, every row of the default job but a key's first), whose ``start`` and
+      ``end`` are not multiples of 100 (so neither has crossed one since the last line written: only their
+      last two digits differ from that line's) is that line, the *template*, with the last two digits of
+      both numbers put in; with the same value (the row before's bits) that is the whole line (most rows of
+      a sliding max or min), else the line up to ``end``'s comma, and the value is written after it. The
+      template is kept as up to 8 words (``uint64``, the machine's byte order: ``little``, else no
+      shortcut) that are only read here: each row stores them (at least three: a line of up to 24 bytes is
+      three stores) and then its two pairs of digits, two bytes a store, so no row's work waits on the row
+      before's;
+    * otherwise a value with the row before's bits (so ``0.0`` and ``-0.0`` differ) copies that row's text.
 
     A row's word stores may reach past its line: to 24 bytes from its start for a shorter line, else up to 7
     bytes (the caller's bound keeps :data:`_SLACK` bytes of room after the last line).
@@ -138,6 +139,7 @@ def _write_fast(buf, prefix, prefix_off, counts, ends, range_, bits, g, pow10u, 
             s = e - range_
             same = have_prev and v == prev
             if same_part and n_words and same and e == prev_end + 1 and s_lo < 99 and e_lo < 99:
+                # the template's whole line, with start's and end's last two digits put in
                 s_lo += 1
                 e_lo += 1
                 if n_words <= 4:  # most lines: three or four stores of words held in registers
@@ -155,19 +157,38 @@ def _write_fast(buf, prefix, prefix_off, counts, ends, range_, bits, g, pow10u, 
                 prev_end = e
                 row += 1
                 continue
-            same_part = True
-            line_lo = pos
-            prev_end = e
-            for j in range(p0, p1):
-                buf[pos] = prefix[j]
+            if same_part and n_words and e == prev_end + 1 and s_lo < 99 and e_lo < 99:
+                # a new value: the template's line up to end's comma (as above), then the value written below
+                s_lo += 1
+                e_lo += 1
+                if n_words <= 4:
+                    store8(buf, pos, t0)
+                    store8(buf, pos + 8, t1)
+                    store8(buf, pos + 16, t2)
+                    if n_words == 4:
+                        store8(buf, pos + 24, t3)
+                else:
+                    for w in range(n_words):
+                        store8(buf, pos + 8 * w, line[w])
+                store2(buf, pos + start_stop - 2, load2(digits2, 2 * s_lo))
+                store2(buf, pos + end_stop - 2, load2(digits2, 2 * e_lo))
+                line_lo = pos
+                pos += end_stop + 1
+                prev_end = e
+            else:
+                same_part = True
+                line_lo = pos
+                prev_end = e
+                for j in range(p0, p1):
+                    buf[pos] = prefix[j]
+                    pos += 1
+                pos = _put_int(buf, pos, s, pow10u, digits2)
+                start_stop = pos - line_lo
+                buf[pos] = 44  # ','
+                pos = _put_int(buf, pos + 1, e, pow10u, digits2)
+                end_stop = pos - line_lo
+                buf[pos] = 44
                 pos += 1
-            pos = _put_int(buf, pos, s, pow10u, digits2)
-            start_stop = pos - line_lo
-            buf[pos] = 44  # ','
-            pos = _put_int(buf, pos + 1, e, pow10u, digits2)
-            end_stop = pos - line_lo
-            buf[pos] = 44
-            pos += 1
             if same:  # the row before's value (a sliding max or min repeats): its text again
                 for j in range(prev_lo, prev_hi):
                     buf[pos] = buf[j]
