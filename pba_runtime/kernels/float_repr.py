@@ -268,7 +268,7 @@ def _put_word(buf, pos, w):  # pragma: no cover - compiled
     return pos + 3
 
 
-@njit(cache=True, nogil=True, inline="always")
+@njit(cache=True, nogil=True)
 def put_repr(buf, pos, bits, g, pow10u, digits2):  # pragma: no cover - compiled
     """Write ``repr`` of the double whose bits are ``bits`` (uint64) at ``pos`` (at most :data:`REPR_BYTES`
     bytes); returns the position after it."""

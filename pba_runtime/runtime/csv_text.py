@@ -121,8 +121,9 @@ def _write_fast(buf, prefix, prefix_off, counts, ends, range_, bits, g, pow10u, 
     """
     pos = 0
     row = 0
-    have_prev = False  # a value was written in full here: its bits (prev) and where its text is
-    prev = np.uint64(0)
+    # the bits of the last value written in full here, and where its text is (at first: bits no row's value
+    # can have before one is written, the first value's complement)
+    prev = ~bits[0] if bits.shape[0] else np.uint64(0)
     prev_lo = prev_hi = 0
     line = np.zeros(8, np.uint64)  # the template: the last line written in full, as words (n_words; 0: none)
     n_words = line_len = 0
@@ -137,7 +138,7 @@ def _write_fast(buf, prefix, prefix_off, counts, ends, range_, bits, g, pow10u, 
             e = ends[row]
             v = bits[row]
             s = e - range_
-            same = have_prev and v == prev
+            same = v == prev
             if same_part and n_words and same and e == prev_end + 1 and s_lo < 99 and e_lo < 99:
                 # the template's whole line, with start's and end's last two digits put in
                 s_lo += 1
@@ -196,7 +197,7 @@ def _write_fast(buf, prefix, prefix_off, counts, ends, range_, bits, g, pow10u, 
             else:
                 prev_lo = pos
                 pos = put_repr(buf, pos, v, g, pow10u, digits2)
-                prev, prev_hi, have_prev = v, pos, True
+                prev, prev_hi = v, pos
             buf[pos] = 10  # '\n'
             pos += 1
             line_len = pos - line_lo
