@@ -72,6 +72,7 @@ def _g(k: int) -> int:
 #: ``G[k - K_MIN] = (g >> 63, g & (2**63 - 1))``: :func:`_g` of every ``k``, two 63-bit halves
 G = np.array([(_g(k) >> 63, _g(k) & ((1 << 63) - 1)) for k in range(K_MIN, _K_MAX + 1)], dtype=np.uint64)
 
+_ZERO_STEPS = (16, 8, 4, 2, 1)
 _MASK63 = np.uint64((1 << 63) - 1)
 _U63 = np.uint64(63)
 
@@ -161,21 +162,11 @@ def shortest(bits, g):  # pragma: no cover - compiled
     else:  # a subnormal
         f, e = _to_decimal(_Q_MIN, t, 0, g)
     # its trailing zeros (f < 10**17: at most 16), 16, 8, 4, 2 and 1 at a time
-    if f % np.uint64(10**16) == np.uint64(0):
-        f //= np.uint64(10**16)
-        e += 16
-    if f % np.uint64(100_000_000) == np.uint64(0):
-        f //= np.uint64(100_000_000)
-        e += 8
-    if f % np.uint64(10_000) == np.uint64(0):
-        f //= np.uint64(10_000)
-        e += 4
-    if f % np.uint64(100) == np.uint64(0):
-        f //= np.uint64(100)
-        e += 2
-    if f % np.uint64(10) == np.uint64(0):
-        f //= np.uint64(10)
-        e += 1
+    for z in _ZERO_STEPS:
+        p = POW10U[z]
+        if f % p == np.uint64(0):
+            f //= p
+            e += z
     return f, e
 
 
