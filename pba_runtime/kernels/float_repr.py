@@ -12,9 +12,13 @@ The digits come from Schubfach (R. Giulietti, "The Schubfach way to render doubl
 Java's ``Double.toString`` since JDK 19): for ``v = c * 2**q`` it takes ``k = floor(log10(2**q))`` (of ``3/4 *
 2**q`` at a power of two, whose lower neighbour is nearer), multiplies ``c`` and the ends of its rounding
 interval by a 126-bit over-approximation ``g`` of ``10**-k`` (:data:`G`, built here from exact integers), and
-keeps the shorter of the two decimals one digit shorter, if either falls inside the interval, or else the
-nearer of the two decimals around ``v`` at that length. Every multiplication is 64 x 64 -> 128 bits, done here
-in 32-bit halves. Exact integers (``c >> mq``) are taken directly.
+keeps the one of the two decimals one digit shorter around ``v`` that falls inside the interval, if only one
+does, or else the nearer of the two decimals around ``v`` at full length; trailing zeros are then dropped. Each
+64 x 64 -> 128-bit product is one machine multiply (:func:`mul_hi`, LLVM's ``i128``). Exact integers (``c >>
+mq``) are taken directly. Java's ``toString`` asks for two digits at least, so its Schubfach tries the shorter
+decimals only from three digits on and scales subnormals below ``c = 3`` by ten; ``repr`` asks for no such thing
+(``5e-324``), so here the shorter decimals are tried from two digits on and no subnormal is scaled. The tests
+check every spelling against ``repr`` and the arithmetic against exact integers (``tests/test_float_repr.py``).
 
 Examples
 --------
@@ -30,8 +34,8 @@ from llvmlite import ir
 from numba import njit, types
 from numba.extending import intrinsic
 
-__all__ = ["G", "K_MIN", "shortest", "mul_hi", "digit_count", "put_digits", "put_repr", "shortest_text", "POW10U", "DIGITS2",
-           "REPR_BYTES"]
+__all__ = ["G", "K_MIN", "POW10U", "DIGITS2", "REPR_BYTES", "flog10pow2", "flog10_three_quarters_pow2", "flog2pow10",
+           "mul_hi", "shortest", "digit_count", "put_digits", "put_repr", "shortest_text", "reprs"]
 
 #: ``POW10U[n] == 10**n`` as uint64
 POW10U = np.array([10**n for n in range(20)], dtype=np.uint64)
@@ -46,25 +50,31 @@ _C_MIN = 1 << 52
 K_MIN, _K_MAX = -324, 292  # the range of k = floor(log10(2**q)) over every q
 
 
+@njit(cache=True, nogil=True)
 def flog10pow2(q: int) -> int:
     """``floor(log10(2**q))`` for ``|q| <= 5456721``, by a multiply and a shift (exact there; the tests check it
     over every exponent a double has)."""
     return (q * 661_971_961_083) >> 41
 
 
+@njit(cache=True, nogil=True)
 def flog10_three_quarters_pow2(q: int) -> int:
     """``floor(log10(3/4 * 2**q))``, as :func:`flog10pow2`."""
     return (q * 661_971_961_083 - 274_743_187_321) >> 41
 
 
+@njit(cache=True, nogil=True)
 def flog2pow10(e: int) -> int:
     """``floor(log2(10**e))`` for ``|e| <= 122684``, as :func:`flog10pow2`."""
     return (e * 913_124_641_741) >> 38
 
 
 def _g(k: int) -> int:
-    """``g = floor(10**-k * 2**-r) + 1`` with ``r = flog2pow10(-k) - 125``: ``2**125 <= g < 2**126``."""
-    e, r = -k, flog2pow10(-k) - 125
+    """``g = floor(10**-k * 2**-r) + 1`` with ``r = flog2pow10(-k) - 125``: ``2**125 <= g < 2**126``. In Python
+    integers (an import calls no compiled code): ``floor(log2(10**e))`` is ``(10**e).bit_length() - 1``, and for
+    ``e < 0`` minus the bits of ``10**-e - 1`` (no power of ten below 1 is a power of two)."""
+    e = -k
+    r = ((10**e).bit_length() - 1 if e >= 0 else -(10**-e - 1).bit_length()) - 125
     num, den = 10 ** max(e, 0) * 2 ** max(-r, 0), 10 ** max(-e, 0) * 2 ** max(r, 0)
     return num // den + 1
 
@@ -105,40 +115,40 @@ def _rop(g1, g0, cp):  # pragma: no cover - compiled
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _to_decimal(q, c, dk, g):  # pragma: no cover - compiled
-    """The shortest decimal ``(f, e)`` (``f * 10**e``) in the rounding interval of ``c * 2**q`` (``c`` uint64),
-    scaled by ``10**dk``."""
+def _to_decimal(q, c, g):  # pragma: no cover - compiled
+    """The shortest decimal ``(f, e)`` (``f * 10**e``, ``f`` maybe with trailing zeros) in the rounding interval
+    of ``c * 2**q`` (``c`` uint64), of those the nearest."""
     out = c & np.uint64(1)  # an even c's interval holds its ends (round half to even reads them back to c)
     cb = c << np.uint64(2)
     cbr = cb + np.uint64(2)
     if c != np.uint64(_C_MIN) or q == _Q_MIN:
         cbl = cb - np.uint64(2)
-        k = (q * 661_971_961_083) >> 41  # flog10pow2(q)
+        k = flog10pow2(q)
     else:  # a power of two: its lower neighbour is half as far
         cbl = cb - np.uint64(1)
-        k = (q * 661_971_961_083 - 274_743_187_321) >> 41  # flog10_three_quarters_pow2(q)
-    h = np.uint64(q + ((-k * 913_124_641_741) >> 38) + 2)  # q + flog2pow10(-k) + 2
+        k = flog10_three_quarters_pow2(q)
+    h = np.uint64(q + flog2pow10(-k) + 2)
     g1 = g[k - K_MIN, 0]
     g0 = g[k - K_MIN, 1]
     vb = _rop(g1, g0, cb << h)
     vbl = _rop(g1, g0, cbl << h)
     vbr = _rop(g1, g0, cbr << h)
     s = vb >> np.uint64(2)
-    if s >= np.uint64(10):  # one digit fewer, if a decimal of that length is inside the interval (Java asks
-        # for two digits at least, so its Schubfach tries this from s >= 100 and scales c < 3 by 10: not repr's)
+    if s >= np.uint64(10):  # one digit fewer, if a decimal of that length is inside the interval (from two
+        # digits on: see the module doc)
         sp10 = (s // np.uint64(10)) * np.uint64(10)
         tp10 = sp10 + np.uint64(10)
         upin = vbl + out <= sp10 << np.uint64(2)
         wpin = (tp10 << np.uint64(2)) + out <= vbr
         if upin != wpin:
-            return (sp10 if upin else tp10), k + dk
+            return (sp10 if upin else tp10), k
     t = s + np.uint64(1)
     uin = vbl + out <= s << np.uint64(2)
     win = (t << np.uint64(2)) + out <= vbr
     if uin != win:
-        return (s if uin else t), k + dk
+        return (s if uin else t), k
     cmp = np.int64(vb) - np.int64((s + t) << np.uint64(1))  # the nearer of s and t (a tie: the even one)
-    return (s if (cmp < 0 or (cmp == 0 and (s & np.uint64(1)) == np.uint64(0))) else t), k + dk
+    return (s if (cmp < 0 or (cmp == 0 and (s & np.uint64(1)) == np.uint64(0))) else t), k
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -156,11 +166,11 @@ def shortest(bits, g):  # pragma: no cover - compiled
             if f << np.uint64(mq) == c:  # an integer: its digits
                 f, e = f, 0
             else:
-                f, e = _to_decimal(-mq, c, 0, g)
+                f, e = _to_decimal(-mq, c, g)
         else:
-            f, e = _to_decimal(-mq, c, 0, g)
+            f, e = _to_decimal(-mq, c, g)
     else:  # a subnormal
-        f, e = _to_decimal(_Q_MIN, t, 0, g)
+        f, e = _to_decimal(_Q_MIN, t, g)
     # its trailing zeros (f < 10**17: at most 16), 16, 8, 4, 2 and 1 at a time
     for z in _ZERO_STEPS:
         p = POW10U[z]
