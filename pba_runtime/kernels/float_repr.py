@@ -34,6 +34,8 @@ from llvmlite import ir
 from numba import njit, types
 from numba.extending import intrinsic
 
+from .unaligned import load2, store2
+
 __all__ = ["G", "K_MIN", "POW10U", "DIGITS2", "REPR_BYTES", "flog10pow2", "flog10_three_quarters_pow2", "flog2pow10",
            "mul_hi", "shortest", "digit_count", "put_digits", "put_repr", "shortest_text", "reprs"]
 
@@ -233,21 +235,10 @@ def _put8(buf, end, u, digits2):  # pragma: no cover - compiled
     b = u - a * e4
     a1 = a // h
     b1 = b // h
-    i = np.int64(a1) * 2
-    buf[end - 8] = digits2[i]
-    buf[end - 7] = digits2[i + 1]
-    i = np.int64(a - a1 * h) * 2
-    buf[end - 6] = digits2[i]
-    buf[end - 5] = digits2[i + 1]
-    i = np.int64(b1) * 2
-    buf[end - 4] = digits2[i]
-    buf[end - 3] = digits2[i + 1]
-    i = np.int64(b - b1 * h) * 2
-    buf[end - 2] = digits2[i]
-    buf[end - 1] = digits2[i + 1]
-
-
-_WORDS = (b"nan", b"inf", b"-inf", b"0.0", b"-0.0")
+    store2(buf, end - 8, load2(digits2, np.int64(a1) * 2))
+    store2(buf, end - 6, load2(digits2, np.int64(a - a1 * h) * 2))
+    store2(buf, end - 4, load2(digits2, np.int64(b1) * 2))
+    store2(buf, end - 2, load2(digits2, np.int64(b - b1 * h) * 2))
 
 
 @njit(cache=True, nogil=True)
