@@ -23,7 +23,7 @@ check every spelling against ``repr`` and the arithmetic against exact integers 
 Examples
 --------
 >>> import numpy as np
->>> [shortest_text(x) for x in (0.1 + 0.2, 2.9501740983680365, 1e16, 1e-05, 5e-324, 123.0, -0.0, float("nan"))]
+>>> reprs(np.array([0.1 + 0.2, 2.9501740983680365, 1e16, 1e-05, 5e-324, 123.0, -0.0, float("nan")]))
 ['0.30000000000000004', '2.9501740983680365', '1e+16', '1e-05', '5e-324', '123.0', '-0.0', 'nan']
 """
 
@@ -37,7 +37,7 @@ from numba.extending import intrinsic
 from .unaligned import load2, store2
 
 __all__ = ["G", "K_MIN", "POW10U", "DIGITS2", "REPR_BYTES", "flog10pow2", "flog10_three_quarters_pow2", "flog2pow10",
-           "mul_hi", "shortest", "digit_count", "put_digits", "put_repr", "shortest_text", "reprs"]
+           "mul_hi", "shortest", "digit_count", "put_digits", "put_repr", "reprs"]
 
 #: ``POW10U[n] == 10**n`` as uint64
 POW10U = np.array([10**n for n in range(20)], dtype=np.uint64)
@@ -325,11 +325,6 @@ def _reprs(bits, g, pow10u, digits2, buf, ends):  # pragma: no cover - compiled
     for i in range(bits.shape[0]):
         pos = put_repr(buf, pos, bits[i], g, pow10u, digits2)
         ends[i] = pos
-
-
-def shortest_text(v: float) -> str:
-    """``repr(v)`` through :func:`put_repr` (tests and examples; the CSV writer calls it in its loop)."""
-    return reprs(np.array([v], dtype=np.float64))[0]
 
 
 def reprs(values: np.ndarray) -> list[str]:

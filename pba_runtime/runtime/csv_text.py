@@ -160,7 +160,8 @@ def _write_fast(buf, prefix, prefix_off, counts, ends, range_, bits, g, pow10u, 
                 continue
             if same_part and n_words and e == prev_end + 1 and s_lo < 99 and e_lo < 99:
                 # a new value: the template's line up to end's comma (the stores above, written out again: as
-                # an inlined helper of both branches they made the loop ~4x slower), then the value below
+                # an inlined helper of both branches they made the loop ~4x slower, and one branch for both rows
+                # cost the default job's loop 3.9 -> 4.35 ns a row), then the value below
                 s_lo += 1
                 e_lo += 1
                 if n_words <= 4:
