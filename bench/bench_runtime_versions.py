@@ -24,6 +24,7 @@ same round (median [min-max] over the rounds).
     python bench/bench_runtime_versions.py --old /tmp/h18r-old --tuples 2000000 --rounds 2
     python bench/bench_runtime_versions.py --old /tmp/before-sinks --sinks --rounds 4
     python bench/bench_runtime_versions.py --old /tmp/main --sinks --agg std --rounds 6   # another aggregation
+    python bench/bench_runtime_versions.py --old /tmp/main --sinks --formats csv,jsonl --rounds 6
     python bench/bench_runtime_versions.py --old /tmp/main --job --rounds 5 --json bench/results/runtime_job_versions.json
     python bench/bench_runtime_versions.py --old /tmp/main --base /tmp/issue-base --job --rounds 5
 
@@ -66,8 +67,13 @@ JOB_CONFIGS = [
     ("new default, csv sink", "new", ["--sink", "csv:{tmp}/new.csv"]),
 ]
 BASE_CONFIG = ("base default, no sink", "base", [])
-SINK_CONFIGS = [(f"{tree} {sink}", tree, [] if sink == "no sink" else ["--sink", f"{sink}:{{tmp}}/{tree}-{sink}"])
-                for tree in ("old", "new") for sink in ("no sink", "csv", "parquet", "arrow")]
+SINK_FORMATS = "csv,parquet,arrow"
+
+
+def sink_configs(formats: str) -> list[tuple[str, str, list[str]]]:
+    """``--sinks``: no sink and each of ``formats`` (comma-separated) in each tree."""
+    return [(f"{tree} {sink}", tree, [] if sink == "no sink" else ["--sink", f"{sink}:{{tmp}}/{tree}-{sink}"])
+            for tree in ("old", "new") for sink in ("no sink", *formats.split(","))]
 
 
 def run_summary(tree: str, args: list[str], tuples: int, tmp: str) -> dict:
@@ -133,11 +139,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--json", default=None, help="also write the raw runs here")
     p.add_argument("--sinks", action="store_true", help="no sink, csv, parquet, arrow in each tree")
+    p.add_argument("--formats", default=SINK_FORMATS, help=f"with --sinks: the sinks (default {SINK_FORMATS})")
     p.add_argument("--job", action="store_true", help="the default job only, no sink and csv, old against new")
     p.add_argument("--base", default=None, help="with --job: a third, older tree (no sink)")
     p.add_argument("--agg", default=None, help="the job's aggregation (default: the default job's, max)")
     a = p.parse_args(argv)
-    configs = SINK_CONFIGS if a.sinks else JOB_CONFIGS if a.job else CONFIGS
+    configs = sink_configs(a.formats) if a.sinks else JOB_CONFIGS if a.job else CONFIGS
     if a.job and a.base:
         configs = [BASE_CONFIG, *configs]
     if a.agg:

@@ -6,16 +6,19 @@ one. On a machine whose cores the job keeps busy, that is a CPU budget: if the j
 This bench measures the pieces a sink cannot do without, each alone, so that budget can be read against
 them:
 
-* ``csv_loop``: the compiled CSV writer's loop alone (``csv_text.write_float_lines``), the batch's columns to text;
-* ``csv_batch``: ``sinks.format_csv_batch`` as a task slot calls it (the loop and the batch's Python, the
+* ``csv_loop``: the compiled CSV writer's loop alone (``text_lines.write_float_lines``), the batch's columns to text;
+* ``csv_batch``: ``sinks.format_batch`` as a task slot calls it (the loop and the batch's Python, the
   lines written into a shared-memory ring: ``byte_ring.ByteRing``);
+* ``jsonl_batch``: the same for the JSON-lines sink (``format_batch("jsonl", ...)``: the one compiled writer with
+  JSON's texts between the numbers, each line ~2.6x a CSV line's bytes);
 * ``file_write``: those CSV bytes appended to a file beside the results by the CSV sink's own writer
   (``sinks.FileSink``: the kernel's copy into the page cache, which the coordinator's sink thread pays for
   every byte), then the file removed;
 * ``parquet`` and ``arrow``: a slot's part-file writer (``sinks.result_table`` and
   ``part_files.PartWriter``: the table, the encoding, the write);
-* ``csv_reference``: the readable per-line formatter (``sinks.format_results``), on every tenth batch: the
-  slow reference the compiled writer is tested against, for scale;
+* ``csv_reference`` and ``jsonl_reference``: the readable per-line formatter (``sinks.format_results``), on
+  every tenth batch: the slow reference the compiled writer is tested against, for scale (what the JSON-lines
+  sink ran before it was compiled);
 * ``parquet_table``: the Parquet piece's table alone (``sinks.result_table``), and ``parquet_writer``: its
   writer alone (the slot's part writer, ``part_files.PartWriter`` with ``part_files.PARQUET_OPTIONS``, on tables
   built beforehand): the two halves of ``parquet``;
@@ -48,10 +51,10 @@ import exp_common as C
 import numpy as np
 
 import pba_runtime as pr
-from pba_runtime.runtime import Debs14Source, csv_text
+from pba_runtime.runtime import Debs14Source, text_lines
 from pba_runtime.runtime.byte_ring import ByteRing, ring_capacity
 from pba_runtime.runtime.part_files import PartWriter
-from pba_runtime.runtime.sinks import FileSink, ResultParts, format_csv_batch, format_results, result_table
+from pba_runtime.runtime.sinks import FileSink, ResultParts, format_batch, format_results, result_table
 
 WINDOW = pr.CountWindow(range=1024, slide=1)
 #: pyarrow's Parquet writer alone, timed as a piece under each entry: what it changes from the slots' options
@@ -60,8 +63,8 @@ PARQUET_VARIANTS = {"parquet_writer": {}, "parquet_snappy": {"compression": "sna
                     "parquet_no_stats": {"write_statistics": False},
                     "parquet_snappy_no_stats": {"compression": "snappy", "write_statistics": False},
                     "parquet_uncompressed": {"compression": "none"}}
-PIECES = ("csv_loop", "csv_batch", "file_write", "parquet", "arrow", "csv_reference", "parquet_table",
-          *PARQUET_VARIANTS)
+PIECES = ("csv_loop", "csv_batch", "jsonl_batch", "file_write", "parquet", "arrow", "csv_reference",
+          "jsonl_reference", "parquet_table", *PARQUET_VARIANTS)
 
 
 def slot_batches(tuples: int, batch_size: int) -> list[list]:
@@ -92,10 +95,10 @@ def rows_of(batches: list[list]) -> int:
 
 
 def loop_args(batches: list[list]) -> list[tuple]:
-    """Each batch as the compiled loop's arguments (what ``csv_lines_into`` prepares)."""
+    """Each batch as the compiled loop's arguments (what ``lines_into`` prepares)."""
     out = []
     for parts in batches:
-        prefix, prefix_off = csv_text.blob([f"{k},".encode() for k, _, _ in parts])
+        prefix, prefix_off = text_lines.blob([f"{k},".encode() for k, _, _ in parts])
         counts = np.array([len(e) for _, e, _ in parts], np.int64)
         ends = np.concatenate([e for _, e, _ in parts]).astype(np.int64)
         vals = np.concatenate([r for _, _, r in parts]).astype(np.float64)
@@ -114,15 +117,15 @@ def time_pieces(batches: list[list], texts: list[bytes], repeats: int, tmp: str)
 
     def csv_loop() -> int:
         for prefix, prefix_off, counts, ends, vals in args:
-            csv_text.write_float_lines(buf, prefix, prefix_off, counts, ends, WINDOW.range, vals)
+            text_lines.write_float_lines(buf, prefix, prefix_off, counts, ends, WINDOW.range, vals)
         return rows
 
-    ring = ByteRing.create(ring_capacity(max(len(a[3]) for a in args) * 2, 4))
+    ring = ByteRing.create(ring_capacity(max(len(a[3]) for a in args) * 2, 4, 96))
     slot_side = ByteRing.attach(ring.name)
 
-    def csv_batch() -> int:  # as a slot formats: into its ring (the coordinator releases each region)
+    def text_batch(fmt: str) -> int:  # as a slot formats: into its ring (the coordinator releases each region)
         for parts in batches:
-            ref = format_csv_batch(parts, WINDOW.range, slot_side)
+            ref = format_batch(fmt, parts, WINDOW.range, slot_side)
             ring.release(ref)
         return rows
 
@@ -150,9 +153,9 @@ def time_pieces(batches: list[list], texts: list[bytes], repeats: int, tmp: str)
         os.rmdir(d)
         return rows
 
-    def csv_reference() -> int:
+    def reference(fmt: str) -> int:
         for parts in every_tenth:
-            "".join(format_results("csv", k, e, r, WINDOW.range) for k, e, r in parts).encode()
+            "".join(format_results(fmt, k, e, r, WINDOW.range) for k, e, r in parts).encode()
         return ref_rows
 
     def parquet_table() -> int:
@@ -162,9 +165,10 @@ def time_pieces(batches: list[list], texts: list[bytes], repeats: int, tmp: str)
 
     tables = [result_table(parts, WINDOW.range) for parts in batches]
 
-    cases = {"csv_loop": csv_loop, "csv_batch": csv_batch, "file_write": file_write,
-             "parquet": lambda: part_file("parquet"), "arrow": lambda: part_file("arrow"),
-             "csv_reference": csv_reference, "parquet_table": parquet_table,
+    cases = {"csv_loop": csv_loop, "csv_batch": lambda: text_batch("csv"), "jsonl_batch": lambda: text_batch("jsonl"),
+             "file_write": file_write, "parquet": lambda: part_file("parquet"), "arrow": lambda: part_file("arrow"),
+             "csv_reference": lambda: reference("csv"), "jsonl_reference": lambda: reference("jsonl"),
+             "parquet_table": parquet_table,
              **{name: (lambda change=change: part_file("parquet", tables, change))
                 for name, change in PARQUET_VARIANTS.items()}}
     out: dict[str, list[float]] = {k: [] for k in cases}
@@ -203,7 +207,7 @@ def main(argv: list[str] | None = None) -> None:
     load = C.LoadLog()
     batches = slot_batches(args.tuples, args.batch_size)
     load.mark("input")
-    texts = [format_csv_batch(parts, WINDOW.range) for parts in batches]
+    texts = [format_batch("csv", parts, WINDOW.range) for parts in batches]
     csv_bytes = sum(map(len, texts))
     rows = rows_of(batches)
     out_dir = args.out.parent

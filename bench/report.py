@@ -985,10 +985,12 @@ def sink_floor_section(sf: dict) -> list[str]:
            f"[min-max]; 1-min load at most {load} (2 cores).", ""]
     what = {"csv_loop": "the compiled CSV writer's loop alone",
             "csv_batch": "the CSV writer as a slot calls it (the loop, the batch's Python, its ring)",
+            "jsonl_batch": "the same writer's JSON lines as a slot calls it",
             "file_write": "those CSV bytes appended to a file by the CSV sink's writer (the kernel's copy into the page cache)",
             "parquet": "a slot's Parquet part writer (table, encoding, write)",
             "arrow": "a slot's Arrow IPC part writer",
             "csv_reference": "the readable per-line formatter (the slow reference), for scale",
+            "jsonl_reference": "its JSON lines (what the JSON-lines sink ran before it was compiled)",
             "parquet_table": "the Parquet part's table alone (the first half of parquet)",
             "parquet_writer": "pyarrow's Parquet writer alone, with the slots' options (the second half)",
             "parquet_snappy": "that writer with Snappy instead of LZ4",

@@ -53,11 +53,12 @@ def sink_modules(fmt: str | None) -> list[str]:
 
     Examples
     --------
-    >>> sink_modules("parquet"), sink_modules("jsonl")
-    (['pyarrow', 'pyarrow.compute', 'pyarrow.parquet'], [])
+    >>> sink_modules("parquet"), sink_modules("jsonl"), sink_modules(None)
+    (['pyarrow', 'pyarrow.compute', 'pyarrow.parquet'], ['pba_runtime.runtime.text_lines'], [])
     """
     arrow = ["pyarrow", "pyarrow.compute"]
-    return {"csv": ["pba_runtime.runtime.csv_text"], "parquet": [*arrow, "pyarrow.parquet"],
+    text = ["pba_runtime.runtime.text_lines"]
+    return {"csv": text, "jsonl": text, "parquet": [*arrow, "pyarrow.parquet"],
             "arrow": arrow}.get(fmt or "", [])
 
 

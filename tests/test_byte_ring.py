@@ -4,6 +4,7 @@ CSV writer writing into it, and a job through small rings writing the bytes of t
 from __future__ import annotations
 
 import csv
+import json
 import os
 import threading
 import time
@@ -15,7 +16,7 @@ import pba_runtime as pr
 from pba_runtime.runtime import Debs14Source, Job
 from pba_runtime.runtime import job as job_module
 from pba_runtime.runtime.byte_ring import ByteRing
-from pba_runtime.runtime.sinks import format_csv_batch, format_results
+from pba_runtime.runtime.sinks import format_batch, format_results
 
 
 def _mine() -> set[str]:
@@ -95,10 +96,11 @@ def test_the_owner_unlinks_and_close_leaves_nothing_in_dev_shm():
     assert _mine() == before
 
 
+@pytest.mark.parametrize("fmt", ["csv", "jsonl"])
 @pytest.mark.parametrize("capacity", [1 << 20, 3000, 10])
-def test_csv_batch_into_the_ring_writes_the_bytes_of_the_reference(capacity):
+def test_text_batch_into_the_ring_writes_the_bytes_of_the_reference(capacity, fmt):
     """Into a ring (large; smaller than the writer's bound, so bytes come back inline; or tiny): the same bytes
-    as the per-line formatter, for the one-pass path, the two-pass path (values that need repr) and vectors."""
+    as the per-line formatter, in CSV and JSON lines, for floats (non-finite ones too), ints and vectors."""
     rng = np.random.default_rng(5)
     batches = [
         [(k, np.arange(100, 140), np.round(rng.random(40) * 100, 3)) for k in (3, 17)],
@@ -111,8 +113,8 @@ def test_csv_batch_into_the_ring_writes_the_bytes_of_the_reference(capacity):
     try:
         for _ in range(3):  # around the ring more than once
             for parts in batches:
-                want = "".join(format_results("csv", k, e, r, 4) for k, e, r in parts).encode()
-                got = format_csv_batch(parts, 4, producer)
+                want = "".join(format_results(fmt, k, e, r, 4) for k, e, r in parts).encode()
+                got = format_batch(fmt, parts, 4, producer)
                 if isinstance(got, tuple):
                     assert bytes(ring.view(got)) == want
                     ring.release(got)
@@ -128,20 +130,28 @@ def _rows(path) -> list:
         return sorted(list(csv.reader(f))[1:], key=lambda r: (int(r[0]), int(r[2])))
 
 
+def _json_rows(path) -> list:
+    with open(path) as f:
+        rows = [json.loads(line) for line in f]
+    return sorted([[str(r["key"]), str(r["start"]), str(r["end"]), repr(r["value"])] for r in rows],
+                  key=lambda r: (int(r[0]), int(r[2])))
+
+
+@pytest.mark.parametrize("fmt", ["csv", "jsonl"])
 @pytest.mark.parametrize("capacity", [None, 150_000, 200])
-def test_a_job_through_its_rings_writes_the_windows_of_the_job_without_them(tmp_path, monkeypatch, capacity):
-    """The CSV sink through rings of the default size, through small ones (the slots wait for room) and through
+def test_a_job_through_its_rings_writes_the_windows_of_the_job_without_them(tmp_path, monkeypatch, capacity, fmt):
+    """A text sink through rings of the default size, through small ones (the slots wait for room) and through
     rings smaller than a batch's lines (sent inline): every key's windows, once, as the per-key reference
     computes them; no ring is left in /dev/shm."""
     if capacity is not None:
-        monkeypatch.setattr(job_module, "ring_capacity", lambda batch_size, queue_size: capacity)
+        monkeypatch.setattr(job_module, "ring_capacity", lambda batch_size, queue_size, row_bytes=48: capacity)
     before = _mine()
     src = Debs14Source(plugs=5, tuples=30_000)
     keys, values, _ = src.take(0, 30_000)
     window = pr.CountWindow(range=40, slide=1)
-    out = tmp_path / "out.csv"
-    summary = Job(src, window, "max", "sba", parallelism=2, batch_size=1500, sink=f"csv:{out}").run()
-    rows = _rows(out)
+    out = tmp_path / f"out.{fmt}"
+    summary = Job(src, window, "max", "sba", parallelism=2, batch_size=1500, sink=f"{fmt}:{out}").run()
+    rows = _rows(out) if fmt == "csv" else _json_rows(out)
     assert len(rows) == summary["windows"] == 30_000 - 5 * 39
     want = []
     for k in np.unique(keys):

@@ -1,9 +1,10 @@
-"""Sinks: the compiled CSV writer against the per-line reference and ``repr``, and the part files of Parquet / Arrow
+"""Sinks: the compiled CSV and JSON-lines writer against the per-line reference and ``repr``, and the part files of Parquet / Arrow
 sinks."""
 
 from __future__ import annotations
 
 import csv
+import json
 import os
 
 import numpy as np
@@ -16,12 +17,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import pba_runtime as pr
-from pba_runtime.runtime import Debs12Source, Debs14Source, Job, UserError, csv_text
+from pba_runtime.runtime import Debs12Source, Debs14Source, Job, UserError, text_lines
 from pba_runtime.runtime.byte_ring import ByteRing
-from pba_runtime.runtime.csv_text import csv_lines, float_text
 from pba_runtime.runtime.errors import JobError
 from pba_runtime.runtime.part_files import PartWriter, commit_parts, part_files, prepare_part_dir
-from pba_runtime.runtime.sinks import format_csv_batch, format_results, result_table, sample_parts
+from pba_runtime.runtime.sinks import format_batch, format_results, result_table, sample_parts
+from pba_runtime.runtime.text_lines import JSONL, float_text, lines
 
 SPECIAL = [0.0, -0.0, 2.0, -3.0, 1e16, -1e16, 1e15, 9007199254740993.0, 2.0**63, 1e-5, 1e-4, 9.999999999999999e-05,
            float("nan"), float("inf"), -float("inf"), 5e-324, -5e-324, 2.2250738585072014e-308, 0.1 + 0.2,
@@ -29,7 +30,15 @@ SPECIAL = [0.0, -0.0, 2.0, -3.0, 1e16, -1e16, 1e15, 9007199254740993.0, 2.0**63,
 
 
 def slow_csv(parts, range_):
-    return "".join(format_results("csv", k, e, r, range_) for k, e, r in parts if len(e)).encode()
+    return slow_text("csv", parts, range_)
+
+
+def slow_text(fmt, parts, range_):
+    return "".join(format_results(fmt, k, e, r, range_) for k, e, r in parts if len(e)).encode()
+
+
+#: the text sinks' formats: one compiled writer, two layouts
+TEXT = pytest.mark.parametrize("fmt", ["csv", "jsonl"])
 
 
 def test_float_text_is_repr_on_edge_values_and_random_bit_patterns():
@@ -54,19 +63,22 @@ def test_float_text_matches_repr(values):
                           st.lists(st.floats(allow_nan=True, allow_infinity=True), min_size=1, max_size=5)),
                 min_size=1, max_size=6),
        st.integers(0, 10**6))
-def test_csv_lines_are_the_per_line_formatters_bytes(parts, range_):
-    """Any keys (quoted where CSV needs), any floats, negative starts: the compiled lines == the reference's."""
+@TEXT
+def test_text_lines_are_the_per_line_formatters_bytes(fmt, parts, range_):
+    """Any keys (quoted where CSV needs, escaped as JSON needs), any floats, negative starts: the compiled lines
+    == the reference's."""
     built = [(k, np.arange(len(v), dtype=np.int64) * 7 - 3, np.array(v)) for k, v in parts]
-    assert format_csv_batch(built, range_) == slow_csv(built, range_)
+    assert format_batch(fmt, built, range_) == slow_text(fmt, built, range_)
     ints = [(k, e, np.arange(len(e), dtype=np.int64) * -(2**40)) for k, e, _ in built]
-    assert format_csv_batch(ints, range_) == slow_csv(ints, range_)
+    assert format_batch(fmt, ints, range_) == slow_text(fmt, ints, range_)
 
 
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.tuples(st.sampled_from([0.5, -2.25, 123.456, 1e-3, 7.0, 0.1 + 0.2, 0.0, -0.0, float("nan"), 1e-9]),
                           st.integers(1, 6)), min_size=1, max_size=12),
        st.integers(1, 4))
-def test_csv_lines_repeat_the_text_of_a_repeated_value_as_the_reference_writes_it(runs, n_keys):
+@TEXT
+def test_text_lines_repeat_the_text_of_a_repeated_value_as_the_reference_writes_it(fmt, runs, n_keys):
     """A sliding max repeats its value from window to window: the writer copies the row before's text. Runs of
     equal values (zeros of either sign and nan among them, which must not be copied for one another), across
     parts, before and after a value that sends the batch to the two-pass path: the reference's bytes."""
@@ -74,7 +86,7 @@ def test_csv_lines_repeat_the_text_of_a_repeated_value_as_the_reference_writes_i
     cuts = np.linspace(0, len(values), n_keys + 1).astype(int)
     parts = [(k, np.arange(cuts[k], cuts[k + 1], dtype=np.int64) + 9, values[cuts[k]:cuts[k + 1]])
              for k in range(n_keys)]
-    assert format_csv_batch(parts, 3) == slow_csv(parts, 3)
+    assert format_batch(fmt, parts, 3) == slow_text(fmt, parts, 3)
 
 
 @settings(max_examples=200, deadline=None)
@@ -84,7 +96,8 @@ def test_csv_lines_repeat_the_text_of_a_repeated_value_as_the_reference_writes_i
                           st.lists(st.sampled_from([2.5, 2.5, 2.5, 99.125, -0.5, 0.1 + 0.2]), min_size=1, max_size=40)),
                 min_size=1, max_size=5),
        st.sampled_from([-3, 0, 1, 3, 10, 96, 1024]))
-def test_csv_lines_of_consecutive_windows_are_the_line_before_incremented(parts, range_):
+@TEXT
+def test_text_lines_of_consecutive_windows_are_the_line_before_incremented(fmt, parts, range_):
     """Slide-1 count windows: a row one position on with the same value is written as the line before with its
     start and end incremented in their text. Carries across 9 -> 10 -> ... (start and end apart), negative and
     zero starts, steps of 0 and more than one, value changes and key changes: the reference's bytes, with and
@@ -93,69 +106,87 @@ def test_csv_lines_of_consecutive_windows_are_the_line_before_incremented(parts,
     for key, first, steps, vals in parts:
         ends = first + np.cumsum(np.array(steps, dtype=np.int64)) - steps[0]
         built.append((key, ends, np.resize(np.array(vals), len(ends))))
-    expected = slow_csv(built, range_)
-    assert format_csv_batch(built, range_) == expected
+    expected = slow_text(fmt, built, range_)
+    assert format_batch(fmt, built, range_) == expected
     ring = ByteRing.create(1 << 16)
     try:
-        ref = format_csv_batch(built, range_, ring)
+        ref = format_batch(fmt, built, range_, ring)
         got = bytes(ring.view(ref)) if isinstance(ref, tuple) else ref
         assert got == expected
     finally:
         ring.close()
 
 
+@TEXT
 @pytest.mark.parametrize("little", [True, False])
-def test_csv_lines_of_a_slide_1_window_over_many_rows(monkeypatch, little):
+def test_text_lines_of_a_slide_1_window_over_many_rows(monkeypatch, little, fmt):
     """The default job's shape: long runs of consecutive windows, a value repeated over most of them, ends
-    crossing 10**k, keys whose lines are longer than the shortcut keeps (64 bytes); every row's bytes as the
+    crossing 10**k, keys whose lines are longer than the shortcut keeps (96 bytes); every row's bytes as the
     reference's, also without the shortcut (a big-endian machine's path)."""
-    monkeypatch.setattr(csv_text, "_LITTLE", little)
+    monkeypatch.setattr(text_lines, "_LITTLE", little)
     rng = np.random.default_rng(3)
     parts = []
-    for key, first in ((46, 1), (7, 9_000), (1234, 99_000), ("k" * 40, 990), ("k" * 70, 5)):
+    for key, first in ((46, 1), (7, 9_000), (1234, 99_000), ("k" * 40, 990), ("k" * 70, 5), (3, 10**15)):
         ends = np.arange(first, first + 20_000, dtype=np.int64)
         vals = np.maximum.accumulate(np.round(rng.random(len(ends)) * 100, 3))
         parts.append((key, ends, vals))
     # a value of 15-17 digits on every row (a mean's, a deviation's): the template up to end, then the value
     ends = np.arange(95, 20_095, dtype=np.int64)
     parts.append(("mean", ends, np.sqrt(rng.random(len(ends)) * 100) * rng.choice([1e-5, 1.0, 1e12], len(ends))))
-    assert format_csv_batch(parts, 1024) == slow_csv(parts, 1024)
+    assert format_batch(fmt, parts, 1024) == slow_text(fmt, parts, 1024)
 
 
+@TEXT
 @pytest.mark.parametrize("range_", [-3, 3, 90, 1024])
-def test_csv_lines_of_a_slide_1_window_across_two_and_three_digits(range_):
+def test_text_lines_of_a_slide_1_window_across_two_and_three_digits(range_, fmt):
     """Consecutive windows whose start or end has one, two or three digits, a negative range (end below
     start) among them: the rows written from the line before's template are the reference's."""
     ends = np.arange(-20, 1_300, dtype=np.int64)
     parts = [(5, ends, np.full(len(ends), 2.5)), ("k", ends + 7, np.full(len(ends), -0.125))]
-    assert format_csv_batch(parts, range_) == slow_csv(parts, range_)
+    assert format_batch(fmt, parts, range_) == slow_text(fmt, parts, range_)
+
+
+def test_json_lines_read_back_to_the_same_doubles():
+    """Random bit patterns (non-finite ones among them) as JSON lines: :mod:`json` reads every line back to the
+    key, the window and the same double (``NaN`` as a NaN)."""
+    rng = np.random.default_rng(11)
+    values = np.concatenate([np.array(SPECIAL), rng.integers(0, 2**64, 50_000, dtype=np.uint64).view(np.float64)])
+    ends = np.arange(len(values), dtype=np.int64) + 10**12
+    text = lines([b'{"key": "k\\u00e9", "start": '], np.array([len(values)]), ends, 7, values, JSONL)
+    rows = [json.loads(line) for line in text.decode().splitlines()]
+    assert [r["key"] for r in rows[:1]] == ["k\u00e9"] and [r["end"] - r["start"] for r in rows] == [7] * len(rows)
+    assert [r["end"] for r in rows] == ends.tolist()
+    got = np.array([r["value"] for r in rows])
+    same = (got.view(np.uint64) == values.view(np.uint64)) | (np.isnan(got) & np.isnan(values))
+    assert same.all()
 
 
 def test_csv_lines_checks_its_lengths():
     with pytest.raises(ValueError, match="counts must sum"):
-        csv_lines([b"1,"], np.array([3]), np.array([1, 2]), 1, np.array([1.0, 2.0]))
+        lines([b"1,"], np.array([3]), np.array([1, 2]), 1, np.array([1.0, 2.0]))
 
 
-@pytest.mark.parametrize("keys", [[7, 3, 12], ["mf01", "a b", "plug-2"]])
-def test_csv_batch_writes_the_bytes_of_the_per_line_formatter(keys):
+@TEXT
+@pytest.mark.parametrize("keys", [[7, 3, 12], ["mf01", "a b", "plug-2"], [True, None, 'q"\\é']])
+def test_text_batch_writes_the_bytes_of_the_per_line_formatter(keys, fmt):
     rng = np.random.default_rng(1)
     parts = [(k, np.arange(10, 10 + n), np.concatenate([np.array(SPECIAL), rng.random(n - len(SPECIAL)) * 100]))
              for k, n in zip(keys, (30, 40, 50))]
     parts.append((keys[0], np.array([], dtype=np.int64), np.array([])))  # a key without windows this batch
-    assert format_csv_batch(parts, 4) == slow_csv(parts, 4)
+    assert format_batch(fmt, parts, 4) == slow_text(fmt, parts, 4)
     ints = [(k, np.arange(5, 9), np.arange(4, dtype=np.int64) * -3) for k in keys]
-    assert format_csv_batch(ints, 5) == slow_csv(ints, 5)
+    assert format_batch(fmt, ints, 5) == slow_text(fmt, ints, 5)
 
 
 def test_csv_batch_quotes_keys_and_falls_back_for_vectors_and_lists():
     quoted = [("a,b", np.array([3]), np.array([1.5])), (' pad', np.array([3]), np.array([2.0])),
               ('q"', np.array([4]), np.array([-0.0]))]
-    assert format_csv_batch(quoted, 3) == slow_csv(quoted, 3) == b'"a,b",0,3,1.5\n pad,0,3,2.0\n"q""",1,4,-0.0\n'
+    assert format_batch("csv", quoted, 3) == slow_csv(quoted, 3) == b'"a,b",0,3,1.5\n pad,0,3,2.0\n"q""",1,4,-0.0\n'
     vectors = [(1, np.array([4, 5]), np.array([[1.0, 2.0], [3.0, 4.5]]))]
-    assert format_csv_batch(vectors, 4) == slow_csv(vectors, 4) == b"1,0,4,1.0;2.0\n1,1,5,3.0;4.5\n"
+    assert format_batch("csv", vectors, 4) == slow_csv(vectors, 4) == b"1,0,4,1.0;2.0\n1,1,5,3.0;4.5\n"
     lists = [(1, np.array([2]), [[1.0, 2.0]])]
-    assert format_csv_batch(lists, 2) == slow_csv(lists, 2)
-    assert format_csv_batch([], 2) == b""
+    assert format_batch("csv", lists, 2) == slow_csv(lists, 2)
+    assert format_batch("csv", [], 2) == b""
 
 
 def test_result_table_columns():
@@ -338,8 +369,8 @@ def test_csv_sink_through_the_output_stage_holds_every_keys_windows_exactly(tmp_
 
 
 def test_sinks_take_a_batchs_columns_instead_of_concatenating_its_parts():
-    """A slot's :class:`ResultParts` with ``columns`` (every part's windows end to end): the CSV bytes and the
-    table are the per-part path's."""
+    """A slot's :class:`ResultParts` with ``columns`` (every part's windows end to end): the CSV and JSON bytes
+    and the table are the per-part path's (JSON lines of keys :mod:`json` writes: numpy's ints it does not)."""
     from pba_runtime.runtime.sinks import ResultParts
 
     rng = np.random.default_rng(2)
@@ -354,15 +385,16 @@ def test_sinks_take_a_batchs_columns_instead_of_concatenating_its_parts():
         plain = [(k, ends[a:b], res[a:b]) for k, a, b in zip(keys, cuts[:-1], cuts[1:])]
         parts = ResultParts(plain)
         parts.columns = (ends, res)
-        assert format_csv_batch(parts, 4) == format_csv_batch(plain, 4) == slow_csv(plain, 4)
-        ring = ByteRing.create(1 << 16)
-        producer = ByteRing.attach(ring.name)
-        try:
-            ref = format_csv_batch(parts, 4, producer)
-            assert bytes(ring.view(ref)) == slow_csv(plain, 4)
-        finally:
-            producer.close()
-            ring.close()
+        for fmt in ("csv",) if any(isinstance(k, np.generic) for k in keys) else ("csv", "jsonl"):
+            assert format_batch(fmt, parts, 4) == format_batch(fmt, plain, 4) == slow_text(fmt, plain, 4)
+            ring = ByteRing.create(1 << 16)
+            producer = ByteRing.attach(ring.name)
+            try:
+                ref = format_batch(fmt, parts, 4, producer)
+                assert bytes(ring.view(ref)) == slow_text(fmt, plain, 4)
+            finally:
+                producer.close()
+                ring.close()
         fast, slow = result_table(parts, 4), result_table(plain, 4)
         assert fast.schema == slow.schema and fast.column("key").to_pylist() == slow.column("key").to_pylist()
         assert fast.schema.field("key").type == (pa.int64() if all(type(k) in (int, np.int64, np.int32)
@@ -373,36 +405,38 @@ def test_sinks_take_a_batchs_columns_instead_of_concatenating_its_parts():
 
 def test_output_stage_only_where_the_cores_give_every_busy_thread_one(monkeypatch):
     """Auto: an output stage beside each slot only with cores for each slot's two threads and the coordinator;
-    never without a sink or with JSON lines (formatted by Python); as told otherwise; a bad value is refused."""
+    never without a sink; as told otherwise; a bad value is refused."""
     src, window = Debs14Source(plugs=2, tuples=100), pr.CountWindow(range=4, slide=1)
     for cores, staged in ((4, False), (5, True)):
         monkeypatch.setattr(Job, "cores", staticmethod(lambda cores=cores: cores))
         assert Job(src, window, sink="csv:out.csv", parallelism=2).output_stage() is staged
         assert Job(src, window, sink="parquet:out", parallelism=2, output_stage=not staged).output_stage() is not staged
-        assert Job(src, window, sink="jsonl:out.jsonl", output_stage=True).output_stage() is False
+        assert Job(src, window, sink="jsonl:out.jsonl", parallelism=2).output_stage() is staged
         assert Job(src, window).output_stage() is False
     with pytest.raises(UserError, match="output_stage must be True, False or None"):
         Job(src, window, sink="csv:out.csv", output_stage="yes")
 
 
-def test_csv_prefixes_of_equal_keys_of_other_types_are_their_own():
-    """``1``, ``True`` and ``1.0`` are one key of a dict but three CSV fields: the cache of a batch's key
-    prefixes keeps them apart."""
+def test_line_prefixes_of_equal_keys_of_other_types_are_their_own():
+    """``1``, ``True`` and ``1.0`` are one key of a dict but three CSV fields (and JSON values): the cache of a
+    batch's key prefixes keeps them apart, and the formats' apart."""
     from pba_runtime.runtime.sinks import ResultParts
 
     ends, res = np.array([5, 6]), np.array([0.5, 1.5])
     for keys, first in (((1, 2), b"1,"), ((True, 2), b"True,"), ((1.0, 2), b"1.0,"), ((1, 2), b"1,")):
         parts = ResultParts([(keys[0], ends[:1], res[:1]), (keys[1], ends[1:], res[1:])])
         parts.columns = (ends, res)
-        assert format_csv_batch(parts, 4) == first + b"1,5,0.5\n2,2,6,1.5\n" == slow_csv(list(parts), 4)
+        assert format_batch("csv", parts, 4) == first + b"1,5,0.5\n2,2,6,1.5\n" == slow_csv(list(parts), 4)
+        assert format_batch("jsonl", parts, 4) == slow_text("jsonl", list(parts), 4)
+    assert format_batch("jsonl", parts, 4).startswith(b'{"key": 1, "start": 1, "end": 5, "value": 0.5}\n')
 
 
-def test_csv_prefixes_of_many_keys_or_unhashable_keys_are_not_cached(monkeypatch):
+def test_line_prefixes_of_many_keys_or_unhashable_keys_are_not_cached(monkeypatch):
     """A batch of more keys than the prefix cache takes, or with an unhashable key, is written from its keys
     directly, the same bytes; a tuple of prefixes is prefixes, not a blob."""
     from pba_runtime.runtime import sinks
-    from pba_runtime.runtime.csv_text import csv_lines
     from pba_runtime.runtime.sinks import ResultParts
+    from pba_runtime.runtime.text_lines import lines
 
     ends, res = np.array([5, 6, 7]), np.array([0.5, 1.5, 2.5])
     monkeypatch.setattr(sinks, "PREFIX_CACHE_KEYS", 2)
@@ -410,6 +444,7 @@ def test_csv_prefixes_of_many_keys_or_unhashable_keys_are_not_cached(monkeypatch
     for keys in ((1, 2, 3), (1, [2], "x")):
         parts = ResultParts([(k, ends[i:i + 1], res[i:i + 1]) for i, k in enumerate(keys)])
         parts.columns = (ends, res)
-        assert format_csv_batch(parts, 4) == slow_csv(list(parts), 4)
+        for fmt in ("csv", "jsonl"):
+            assert format_batch(fmt, parts, 4) == slow_text(fmt, list(parts), 4)
     assert sinks._cached_prefix_blob.cache_info().currsize == 0
-    assert csv_lines((b"a,", b"b,"), np.array([1, 2]), ends, 4, res) == b"a,1,5,0.5\nb,2,6,1.5\nb,3,7,2.5\n"
+    assert lines((b"a,", b"b,"), np.array([1, 2]), ends, 4, res) == b"a,1,5,0.5\nb,2,6,1.5\nb,3,7,2.5\n"

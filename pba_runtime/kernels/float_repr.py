@@ -5,8 +5,8 @@ the one nearest ``v``), in fixed notation when its decimal point falls 4 places 
 right of it (``0.0001``, ``9999999999999998.0``), in exponent notation otherwise (``1e-05``, ``1e+16``,
 ``5e-324``). Results of aggregations (a mean, a standard deviation, a sum of fractions) need 15-17 digits on
 most rows; Python's ``repr`` costs ~500 ns each through the interpreter (numpy's ``astype(str)`` ~880,
-pyarrow's cast to string ~750, and neither spells every value as ``repr``), so the CSV writer
-(:mod:`pba_runtime.runtime.csv_text`) finds the digits here, in machine code with the GIL released.
+pyarrow's cast to string ~750, and neither spells every value as ``repr``), so the text sinks' writer
+(:mod:`pba_runtime.runtime.text_lines`) finds the digits here, in machine code with the GIL released.
 
 The digits come from Schubfach (R. Giulietti, "The Schubfach way to render doubles", 2020; the algorithm of
 Java's ``Double.toString`` since JDK 19): for ``v = c * 2**q`` it takes ``k = floor(log10(2**q))`` (of ``3/4 *

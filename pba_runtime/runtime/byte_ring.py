@@ -61,15 +61,16 @@ _HEADER = 64  # the released position (int64) in its own cache line
 _SLEEP_MIN, _SLEEP_MAX = 0.0002, 0.005
 
 
-def ring_capacity(batch_size: int, queue_size: int) -> int:
+def ring_capacity(batch_size: int, queue_size: int, row_bytes: int = 48) -> int:
     """Bytes of a slot's ring: room for every result message its output queue can hold, and the next batch's
-    bound (the writer reserves ~90 B a row, uses ~25), at least 4 MiB, at most 64 MiB (the pages are
-    reserved up front; a batch whose lines may not fit goes through the queue as before).
+    bound (the writer reserves ~90 B a CSV row, uses ~25; a JSON line ~110 and ~60: ``row_bytes`` 96), at least
+    4 MiB, at most 64 MiB (the pages are reserved up front; a batch whose lines may not fit goes through the
+    queue as before).
 
-    >>> ring_capacity(65_536, 4) // 2**20, ring_capacity(3_000_000, 4) // 2**20
-    (18, 64)
+    >>> ring_capacity(65_536, 4) // 2**20, ring_capacity(65_536, 4, 96) // 2**20, ring_capacity(3_000_000, 4) // 2**20
+    (18, 36, 64)
     """
-    return int(min(64 << 20, max(4 << 20, batch_size * (queue_size + 2) * 48)))
+    return int(min(64 << 20, max(4 << 20, batch_size * (queue_size + 2) * row_bytes)))
 
 
 def input_ring_capacity(batch_size: int, queue_size: int, timestamps: bool) -> int:

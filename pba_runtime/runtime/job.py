@@ -69,6 +69,7 @@ from .sinks import (
     LATE_COLUMNS,
     PART_FORMATS,
     RESULT_COLUMNS,
+    TEXT_FORMATS,
     FileSink,
     late_format_for,
     late_path_for,
@@ -268,8 +269,8 @@ class Job:
 
     def output_stage(self) -> bool:
         """Whether the slots format and write the sink's results on an output stage (a thread beside each
-        slot's main loop): only with a CSV, Parquet or Arrow sink, as the job was told, or else where the
-        cores this process may run on give every busy thread one: each slot's main loop and its stage, and
+        slot's main loop): only with a sink, as the job was told, or else where the cores this process may run
+        on give every busy thread one: each slot's main loop and its stage, and
         the coordinator (``2 * parallelism + 1``).
 
         With fewer cores the stage's thread only takes turns with the others, and its hand-offs cost more than
@@ -325,7 +326,7 @@ class _Run:
         self.procs: list[Any] = []
         self.in_qs: list[Any] = []
         self.out_q: Any = None
-        self.rings: list[ByteRing] = []  # the CSV sink's: one per slot, result bytes without the pipe
+        self.rings: list[ByteRing] = []  # a text sink's: one per slot, result bytes without the pipe
         self.in_rings: list[ByteRing] = []  # one per slot: its grouped input values without the pipe
         self.grouper: Any = None  # a SlotGrouper when the keys are small integers (key_grouping)
         self.sink: FileSink | None = None
@@ -398,8 +399,8 @@ class _Run:
         ctx = job._ctx
         epoch = (0 if ckpt is None else ckpt["id"]) + 1
         self.out_q = ctx.Queue(maxsize=job.queue_size * P)
-        if job.sink_format == "csv":
-            capacity = ring_capacity(job.batch_size, job.queue_size)
+        if job.sink_format in TEXT_FORMATS:
+            capacity = ring_capacity(job.batch_size, job.queue_size, 96 if job.sink_format == "jsonl" else 48)
             self.rings = [ByteRing.create(capacity) for _ in range(P)]
         if self.grouper is not None:
             capacity = input_ring_capacity(job.batch_size, job.queue_size, job.is_time)

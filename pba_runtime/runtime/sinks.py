@@ -6,14 +6,16 @@ Formats (chosen with a sink spec such as ``csv:out.csv``):
   ``start``/``end`` are the window's bounds (``end`` exclusive, as in the
   semantics contract: stream positions for count windows, timestamps for time
   windows). Floats are written as ``repr`` writes them, so they read back
-  exactly. Scalar results are written a batch at a time from its columns in
-  one compiled pass (:func:`format_csv_batch`, :mod:`~pba_runtime.runtime.csv_text`);
-  vector results (``moment_sketch``, ``;``-separated values) and lists
-  (``collect``) through the per-line formatter (:func:`format_results`), the
-  readable slow reference. Both write the same bytes.
+  exactly.
 * ``jsonl``: one object ``{"key": ..., "start": ..., "end": ..., "value": ...}``
   per line; non-finite floats are written as Python's :mod:`json` does
   (``NaN``, ``Infinity``).
+
+  Scalar results of both are written a batch at a time from its columns in
+  one compiled pass (:func:`format_batch`, :mod:`~pba_runtime.runtime.text_lines`);
+  vector results (``moment_sketch``: in CSV ``;``-separated values) and lists
+  (``collect``) through the per-line formatter (:func:`format_results`), the
+  readable slow reference. Both write the same bytes.
 * ``parquet`` and ``arrow`` (Arrow IPC file format): columns ``key``, ``start``,
   ``end``, ``value`` in *part files* of a directory, written by each task slot
   itself (:mod:`pba_runtime.runtime.part_files`): one part per slot per
@@ -39,7 +41,7 @@ Examples
 {"key": "a", "start": 0, "end": 10, "value": NaN}
 >>> print(format_late("csv", "a,b", np.array([5]), np.array([1.25])), end="")
 "a,b",5,1.25
->>> print(format_csv_batch([(7, np.array([3, 4]), np.array([0.5, 2.0]))], 3).decode(), end="")
+>>> print(format_batch("csv", [(7, np.array([3, 4]), np.array([0.5, 2.0]))], 3).decode(), end="")
 7,0,3,0.5
 7,1,4,2.0
 """
@@ -60,7 +62,7 @@ import numpy as np
 from .errors import JobError, UserError
 
 __all__ = ["FORMATS", "TEXT_FORMATS", "PART_FORMATS", "parse_sink_spec", "format_results", "format_late",
-           "format_csv_batch", "result_table", "ResultParts", "sample_parts", "header", "FileSink",
+           "format_batch", "result_table", "ResultParts", "sample_parts", "header", "FileSink",
            "late_path_for", "late_format_for"]
 
 #: Formats of sinks that append to one file (or stdout).
@@ -145,41 +147,44 @@ def _csv_field(x: Any) -> str:
 
 
 @functools.lru_cache(maxsize=1 << 16, typed=True)
-def _csv_prefix(key: Any) -> bytes:
-    """``key``'s CSV field and its comma, encoded: a slot's keys recur batch after batch (each batch's ~40
-    keys took ~3 us each to quote, ~3 ns a row of the default job's CSV)."""
-    return (_csv_field(key) + ",").encode()
+def _line_prefix(fmt: str, key: Any) -> bytes:
+    """What a line of ``key``'s windows holds before ``start``, encoded: ``key``'s CSV field and its comma, or
+    ``{"key": <key in JSON>, "start": ``. A slot's keys recur batch after batch (each batch's ~40 keys took
+    ~3 us each to quote, ~3 ns a row of the default job's CSV)."""
+    if fmt == "csv":
+        return (_csv_field(key) + ",").encode()
+    return ('{"key": ' + json.dumps(key) + ', "start": ').encode()
 
 
-#: A batch of at most this many keys has its CSV prefixes cached (:func:`_prefix_blob`); larger ones (a
+#: A batch of at most this many keys has its line prefixes cached (:func:`_prefix_blob`); larger ones (a
 #: high-cardinality stream) would fill the cache with batches that never recur.
 PREFIX_CACHE_KEYS = 4096
 
 
-def _prefix_blob(keys: tuple) -> tuple[np.ndarray, np.ndarray]:
-    """The CSV fields of a batch's ``keys`` with their commas, as one blob and its offsets (what the compiled
-    writer takes, :func:`pba_runtime.runtime.csv_text.blob`). A slot's batches bring mostly the same keys in
-    the same order, so a batch of up to :data:`PREFIX_CACHE_KEYS` keys is cached by its keys and their types
-    (``1``, ``True`` and ``1.0`` are one key of a dict, but not one CSV field): the default job's ~42 keys'
-    prefixes and blob took ~15 us a batch, ~0.4 ns a row."""
-    from .csv_text import blob
+def _prefix_blob(fmt: str, keys: tuple) -> tuple[np.ndarray, np.ndarray]:
+    """The line prefixes of a batch's ``keys`` (:func:`_line_prefix`), as one blob and its offsets (what the
+    compiled writer takes, :func:`pba_runtime.runtime.text_lines.blob`). A slot's batches bring mostly the same
+    keys in the same order, so a batch of up to :data:`PREFIX_CACHE_KEYS` keys is cached by its keys and their
+    types (``1``, ``True`` and ``1.0`` are one key of a dict, but not one CSV field): the default job's ~42
+    keys' prefixes and blob took ~15 us a batch, ~0.4 ns a row."""
+    from .text_lines import blob
 
     if len(keys) <= PREFIX_CACHE_KEYS:
         try:
-            return _cached_prefix_blob(keys, tuple(map(type, keys)))
+            return _cached_prefix_blob(fmt, keys, tuple(map(type, keys)))
         except TypeError:  # an unhashable key
             pass
     try:
-        return blob([_csv_prefix(k) for k in keys])
+        return blob([_line_prefix(fmt, k) for k in keys])
     except TypeError:  # an unhashable key: the prefix uncached
-        return blob([_csv_prefix.__wrapped__(k) for k in keys])
+        return blob([_line_prefix.__wrapped__(fmt, k) for k in keys])
 
 
 @functools.lru_cache(maxsize=16)
-def _cached_prefix_blob(keys: tuple, types: tuple) -> tuple[np.ndarray, np.ndarray]:
-    from .csv_text import blob
+def _cached_prefix_blob(fmt: str, keys: tuple, types: tuple) -> tuple[np.ndarray, np.ndarray]:
+    from .text_lines import blob
 
-    return blob([_csv_prefix(k) for k in keys])
+    return blob([_line_prefix(fmt, k) for k in keys])
 
 
 def _json_float(x: float) -> str:
@@ -352,18 +357,25 @@ def _table_of_columns(parts: Any, columns: tuple[np.ndarray, np.ndarray], range_
     return _table(key_col, ends, range_, _arrow_numbers(values))
 
 
-def format_csv_batch(parts: list, range_: int, ring: Any = None) -> bytes | tuple[int, int]:
-    """CSV lines of a batch's windows ``[(key, ends, results), ...]``, from its columns in one compiled pass.
+def format_batch(fmt: str, parts: list, range_: int, ring: Any = None) -> bytes | tuple[int, int]:
+    """CSV or JSON lines (``fmt``) of a batch's windows ``[(key, ends, results), ...]``, from its columns in one
+    compiled pass.
 
     Scalar float64 or int64 results (every part of one dtype) go through
-    :func:`pba_runtime.runtime.csv_text.csv_lines` (floats spelled as ``repr``;
-    keys quoted as CSV needs, as :func:`format_results` quotes them); any other
-    batch (vector results, lists) through :func:`format_results`, the readable
-    slow reference, which writes the same bytes.
+    :func:`pba_runtime.runtime.text_lines.lines` (floats spelled as ``repr``;
+    keys quoted as CSV needs or written as :mod:`json` writes them, as
+    :func:`format_results` does); any other batch (vector results, lists)
+    through :func:`format_results`, the readable slow reference, which writes
+    the same bytes.
 
     With ``ring`` (a task slot's :class:`~pba_runtime.runtime.byte_ring.ByteRing`)
     the lines are written into it and their region ``(position, length)`` is
     returned; bytes are returned when they cannot fit in the ring.
+
+    Examples
+    --------
+    >>> print(format_batch("jsonl", [("a", np.array([3]), np.array([0.5]))], 3).decode(), end="")
+    {"key": "a", "start": 0, "end": 3, "value": 0.5}
     """
     columns = getattr(parts, "columns", None)
     if columns is None or columns[1].ndim != 1 or columns[1].dtype.kind not in "fi":  # not a slot's scalars
@@ -372,15 +384,16 @@ def format_csv_batch(parts: list, range_: int, ring: Any = None) -> bytes | tupl
             return b""
         kinds = {r.dtype.kind if isinstance(r, np.ndarray) and r.ndim == 1 else None for _, _, r in parts}
         if len(kinds) != 1 or kinds.pop() not in ("f", "i"):
-            data = "".join(format_results("csv", k, e, r, range_) for k, e, r in parts).encode()
+            data = "".join(format_results(fmt, k, e, r, range_) for k, e, r in parts).encode()
             ref = None if ring is None else ring.put(data)
             return data if ref is None else ref
         columns = _columns(parts)
     elif not parts:
         return b""
-    from .csv_text import csv_lines, csv_lines_into
+    from .text_lines import CSV, JSONL, lines, lines_into
 
-    prefixes = _prefix_blob(tuple([k for k, _, _ in parts]))
+    layout = CSV if fmt == "csv" else JSONL
+    prefixes = _prefix_blob(fmt, tuple([k for k, _, _ in parts]))
     counts = np.fromiter((len(e) for _, e, _ in parts), np.int64, len(parts))
     ends, values = columns
     if ring is not None:
@@ -391,12 +404,12 @@ def format_csv_batch(parts: list, range_: int, ring: Any = None) -> bytes | tupl
             last[0] = np.empty(n, np.uint8) if buf is None else None  # larger than the ring: private memory
             return buf if buf is not None else last[0]
 
-        n = csv_lines_into(alloc, prefixes, counts, ends, range_, values)
+        n = lines_into(alloc, prefixes, counts, ends, range_, values, layout)
         if last[0] is None:
             return ring.commit(n)
         ring.cancel()
         return last[0][:n].tobytes()
-    return csv_lines(prefixes, counts, ends, range_, values)
+    return lines(prefixes, counts, ends, range_, values, layout)
 
 
 def format_late(fmt: str, key: Any, timestamps: np.ndarray, values: np.ndarray) -> str:

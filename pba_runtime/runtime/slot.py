@@ -92,7 +92,7 @@ from .metrics import PhaseClock, Rusage
 from .output_stage import OutputStage
 from .part_files import ROWS_PER_GROUP, PartWriter
 from .partitioning import group_runs
-from .sinks import PART_FORMATS, ResultParts, format_csv_batch, format_late, format_results, result_table, sample_parts
+from .sinks import PART_FORMATS, TEXT_FORMATS, ResultParts, format_batch, format_late, result_table, sample_parts
 
 __all__ = ["SlotSpec", "TaskSlot", "slot_main", "make_operator"]
 
@@ -258,12 +258,10 @@ class TaskSlot:
         n_win, n_late = self._count(parts, late_parts) if counts is None else counts
         out = None
         if fmt is not None and n_win:
-            if fmt == "csv":
-                out = format_csv_batch(parts, self._range, self.ring)
-            elif self.parts is not None:
+            if self.parts is not None:
                 self.parts.write(result_table(parts, self._range))
             else:
-                out = "".join(format_results(fmt, k, e, r, self._range) for k, e, r in parts if len(e)).encode()
+                out = format_batch(fmt, parts, self._range, self.ring)
         late = None
         if n_late:
             late = "".join(format_late(self.spec.late_format, k, t, v) for k, t, v in late_parts).encode()
@@ -527,8 +525,8 @@ class TaskSlot:
 
 
 #: Sink formats whose results a slot may write on its output stage: their writers release the GIL (the compiled
-#: CSV writer, pyarrow). JSON lines are formatted by Python: on a thread they would only contend for the GIL.
-STAGED_FORMATS = ("csv", *PART_FORMATS)
+#: text writer, pyarrow).
+STAGED_FORMATS = (*TEXT_FORMATS, *PART_FORMATS)
 
 
 class _ParentGone(Exception):
@@ -666,8 +664,8 @@ def slot_main(spec: SlotSpec, in_q: Any, out_q: Any, states: dict[Any, Any]) -> 
         slot = TaskSlot(spec, states)
         for module in sink_modules(spec.sink_format):  # preloaded by a forkserver; imported here under spawn
             importlib.import_module(module)
-        if spec.sink_format == "csv":  # its compiled loops, from numba's disk cache, before the stream starts
-            importlib.import_module("pba_runtime.runtime.csv_text").compile_now()
+        if spec.sink_format in TEXT_FORMATS:  # its compiled loops, from numba's disk cache, before the stream starts
+            importlib.import_module("pba_runtime.runtime.text_lines").compile_now()
         slot.warm_sink()
         if slot._warm is not None:  # the stream starts when every slot is ready (its kernels loaded)
             slot._warm.join()
