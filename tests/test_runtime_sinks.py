@@ -73,6 +73,27 @@ def test_text_lines_are_the_per_line_formatters_bytes(fmt, parts, range_):
     assert format_batch(fmt, ints, range_) == slow_text(fmt, ints, range_)
 
 
+@settings(max_examples=100, deadline=None)
+@given(st.integers(0, 4),
+       st.lists(st.tuples(st.one_of(st.integers(-2**63, 2**63 - 1), st.text(max_size=6)), st.integers(1, 5)),
+                min_size=1, max_size=5),
+       st.data())
+@TEXT
+def test_vector_results_are_the_per_line_formatters_bytes(fmt, width, shape, data):
+    """Vector results (a ``moment_sketch``'s rows of floats, any width, non-finite numbers among them), as parts
+    and as a slot's columns: the compiled lines == the reference's (CSV ``;``-joined, JSON lists)."""
+    from pba_runtime.runtime.sinks import ResultParts
+
+    floats = st.floats(allow_nan=True, allow_infinity=True)
+    parts = ResultParts()
+    for key, n in shape:
+        values = np.array(data.draw(st.lists(floats, min_size=n * width, max_size=n * width)), dtype=np.float64)
+        parts.append((key, np.arange(n, dtype=np.int64) + 1000, values.reshape(n, width)))
+    assert format_batch(fmt, list(parts), 3) == slow_text(fmt, parts, 3)
+    parts.columns = (np.concatenate([e for _, e, _ in parts]), np.concatenate([r for _, _, r in parts]))
+    assert format_batch(fmt, parts, 3) == slow_text(fmt, parts, 3)
+
+
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.tuples(st.sampled_from([0.5, -2.25, 123.456, 1e-3, 7.0, 0.1 + 0.2, 0.0, -0.0, float("nan"), 1e-9]),
                           st.integers(1, 6)), min_size=1, max_size=12),
@@ -178,7 +199,7 @@ def test_text_batch_writes_the_bytes_of_the_per_line_formatter(keys, fmt):
     assert format_batch(fmt, ints, 5) == slow_text(fmt, ints, 5)
 
 
-def test_csv_batch_quotes_keys_and_falls_back_for_vectors_and_lists():
+def test_csv_batch_quotes_keys_writes_vectors_and_falls_back_for_lists():
     quoted = [("a,b", np.array([3]), np.array([1.5])), (' pad', np.array([3]), np.array([2.0])),
               ('q"', np.array([4]), np.array([-0.0]))]
     assert format_batch("csv", quoted, 3) == slow_csv(quoted, 3) == b'"a,b",0,3,1.5\n pad,0,3,2.0\n"q""",1,4,-0.0\n'

@@ -11,11 +11,11 @@ Formats (chosen with a sink spec such as ``csv:out.csv``):
   per line; non-finite floats are written as Python's :mod:`json` does
   (``NaN``, ``Infinity``).
 
-  Scalar results of both are written a batch at a time from its columns in
+  Scalar and vector results (``moment_sketch``: in CSV ``;``-separated values,
+  in JSON a list) of both are written a batch at a time from its columns in
   one compiled pass (:func:`format_batch`, :mod:`~pba_runtime.runtime.text_lines`);
-  vector results (``moment_sketch``: in CSV ``;``-separated values) and lists
-  (``collect``) through the per-line formatter (:func:`format_results`), the
-  readable slow reference. Both write the same bytes.
+  lists (``collect``) through the per-line formatter (:func:`format_results`),
+  the readable slow reference. Both write the same bytes.
 * ``parquet`` and ``arrow`` (Arrow IPC file format): columns ``key``, ``start``,
   ``end``, ``value`` in *part files* of a directory, written by each task slot
   itself (:mod:`pba_runtime.runtime.part_files`): one part per slot per
@@ -357,16 +357,27 @@ def _table_of_columns(parts: Any, columns: tuple[np.ndarray, np.ndarray], range_
     return _table(key_col, ends, range_, _arrow_numbers(values))
 
 
+def _text_kind(results: Any) -> tuple | None:
+    """What the compiled writer makes of a part's ``results``: ``("f",)`` or ``("i",)`` (float64 or int64
+    scalars), ``("f", width)`` (float vectors: a ``moment_sketch``'s), else ``None`` (the per-line formatter's)."""
+    if isinstance(results, np.ndarray):
+        if results.ndim == 1 and results.dtype.kind in "fi":
+            return (results.dtype.kind,)
+        if results.ndim == 2 and results.dtype.kind == "f":
+            return ("f", results.shape[1])
+    return None
+
+
 def format_batch(fmt: str, parts: list, range_: int, ring: Any = None) -> bytes | tuple[int, int]:
     """CSV or JSON lines (``fmt``) of a batch's windows ``[(key, ends, results), ...]``, from its columns in one
     compiled pass.
 
-    Scalar float64 or int64 results (every part of one dtype) go through
-    :func:`pba_runtime.runtime.text_lines.lines` (floats spelled as ``repr``;
-    keys quoted as CSV needs or written as :mod:`json` writes them, as
-    :func:`format_results` does); any other batch (vector results, lists)
-    through :func:`format_results`, the readable slow reference, which writes
-    the same bytes.
+    Scalar float64 or int64 results, or float vectors of one width (every part
+    alike) go through :func:`pba_runtime.runtime.text_lines.lines` (floats
+    spelled as ``repr``; keys quoted as CSV needs or written as :mod:`json`
+    writes them, as :func:`format_results` does); any other batch (lists,
+    a mix) through :func:`format_results`, the readable slow reference, which
+    writes the same bytes.
 
     With ``ring`` (a task slot's :class:`~pba_runtime.runtime.byte_ring.ByteRing`)
     the lines are written into it and their region ``(position, length)`` is
@@ -378,12 +389,12 @@ def format_batch(fmt: str, parts: list, range_: int, ring: Any = None) -> bytes 
     {"key": "a", "start": 0, "end": 3, "value": 0.5}
     """
     columns = getattr(parts, "columns", None)
-    if columns is None or columns[1].ndim != 1 or columns[1].dtype.kind not in "fi":  # not a slot's scalars
+    if columns is None or _text_kind(columns[1]) is None:  # not a slot's columns of numbers
         parts = [p for p in parts if len(p[1])]
         if not parts:
             return b""
-        kinds = {r.dtype.kind if isinstance(r, np.ndarray) and r.ndim == 1 else None for _, _, r in parts}
-        if len(kinds) != 1 or kinds.pop() not in ("f", "i"):
+        kinds = {_text_kind(r) for _, _, r in parts}
+        if len(kinds) != 1 or None in kinds:
             data = "".join(format_results(fmt, k, e, r, range_) for k, e, r in parts).encode()
             ref = None if ring is None else ring.put(data)
             return data if ref is None else ref
