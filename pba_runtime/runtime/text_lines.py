@@ -320,7 +320,9 @@ def _write_vectors(buf, prefix, prefix_off, counts, ends, range_, bits, texts, t
     """The lines of vector values (``bits``: their bits, uint64, one row of floats a window) into ``buf``, each
     number spelled as :func:`_write_fast` spells a value, put together as the layout says; returns the length
     written. No shortcut: a vector's numbers rarely repeat from window to window, and they are most of the
-    line."""
+    line. The line's head (prefix, start, end) is :func:`_write_ints`'s, written out: as a helper of both, inlined
+    it took the int loop from ~37-54 to ~46-79 ns a row and called to ~91-131 (medians of 9, alternated, beside a
+    CI run)."""
     pos = 0
     row = 0
     for p in range(counts.shape[0]):
