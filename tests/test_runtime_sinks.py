@@ -1,5 +1,5 @@
-"""Sinks: the compiled CSV and JSON-lines writer against the per-line reference and ``repr``, and the part files of Parquet / Arrow
-sinks."""
+"""Sinks: the compiled text writer (CSV and JSON lines) against the per-line reference and ``repr``, and the part
+files of Parquet / Arrow sinks."""
 
 from __future__ import annotations
 

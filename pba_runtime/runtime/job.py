@@ -271,7 +271,8 @@ class Job:
         """Bytes of a slot's ring a result row of a text sink is given (``byte_ring.ring_capacity``): 48 for a CSV
         line, 96 for a JSON line, and 24 more for each number of a vector result (a ``moment_sketch``'s 23: the
         writer reserves ~25 B a number). A batch whose lines may not fit in the ring goes through the queue,
-        pickled: ``moment_sketch``'s CSV lines did with 48, and its sink thread took 714 ns a tuple.
+        pickled: ``moment_sketch``'s CSV lines did with 48, and the slots' queue threads took 164 ns a tuple
+        (8 with these).
 
         >>> from pba_runtime.runtime import Debs14Source
         >>> w = pr.CountWindow(range=4, slide=1)
@@ -286,8 +287,8 @@ class Job:
     def output_stage(self) -> bool:
         """Whether the slots format and write the sink's results on an output stage (a thread beside each
         slot's main loop): only with a sink, as the job was told, or else where the cores this process may run
-        on give every busy thread one: each slot's main loop and its stage, and
-        the coordinator (``2 * parallelism + 1``).
+        on give every busy thread one: each slot's main loop and its stage, and the coordinator
+        (``2 * parallelism + 1``).
 
         With fewer cores the stage's thread only takes turns with the others, and its hand-offs cost more than
         the overlap gains. Measured on 2 cores (the default job, in-process, 3 repetitions a round): with 2
