@@ -182,7 +182,7 @@ def test_json_lines_read_back_to_the_same_doubles():
     assert same.all()
 
 
-def test_csv_lines_checks_its_lengths():
+def test_lines_checks_its_lengths():
     with pytest.raises(ValueError, match="counts must sum"):
         lines([b"1,"], np.array([3]), np.array([1, 2]), 1, np.array([1.0, 2.0]))
 

@@ -425,12 +425,13 @@ def lines_into(alloc: Callable[[int], np.ndarray], prefixes: list[bytes] | tuple
     is_blob = isinstance(prefixes, tuple) and len(prefixes) == 2 and isinstance(prefixes[0], np.ndarray)
     prefix, prefix_off = prefixes if is_blob else blob(prefixes)
     texts, texts_off = layout.texts
+    prefix_bytes = int(np.dot(np.diff(prefix_off), counts))  # every row's key prefix
     if values.ndim == 2:
-        bound = int(np.dot(np.diff(prefix_off), counts)) + len(ends) * layout.vector_row_bound(values.shape[1]) + _SLACK
+        bound = prefix_bytes + len(ends) * layout.vector_row_bound(values.shape[1]) + _SLACK
         bits = np.ascontiguousarray(values, dtype=np.float64).view(np.uint64)
         return _write_vectors(alloc(bound), prefix, prefix_off, counts, ends, np.int64(range_), bits, texts,
                               texts_off, G, POW10U, DIGITS2)
-    bound = int(np.dot(np.diff(prefix_off), counts)) + len(ends) * layout.row_bound + _SLACK
+    bound = prefix_bytes + len(ends) * layout.row_bound + _SLACK
     if values.dtype.kind == "f":
         return write_float_lines(alloc(bound), prefix, prefix_off, counts, ends, range_,
                                  np.ascontiguousarray(values, dtype=np.float64), layout)
