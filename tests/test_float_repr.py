@@ -16,10 +16,57 @@ from pba_runtime.kernels import float_repr as fr
 
 
 def _same_as_repr(values: np.ndarray) -> None:
-    got = fr.reprs(values)
+    """Both forms of ``put_repr`` (words on a little-endian machine, bytes on any) spell each value as ``repr``."""
     want = [repr(x) for x in values.tolist()]
-    bad = [(x, g, w) for x, g, w in zip(values.tolist(), got, want) if g != w]
-    assert not bad, bad[:10]
+    for little in (True, False):
+        got = fr.reprs(values, little=little)
+        bad = [(x, g, w) for x, g, w in zip(values.tolist(), got, want) if g != w]
+        assert not bad, (little, bad[:10])
+
+
+@numba.njit
+def _ascii8_mismatches(stop):
+    """How many ``x < stop`` whose :func:`fr.ascii8` word is not their eight digits, read digit by digit."""
+    bad = 0
+    for x in range(stop):
+        w = fr.ascii8(np.uint64(x))
+        y = x
+        for i in range(7, -1, -1):  # the last digit is the highest byte
+            if (w >> np.uint64(8 * i)) & np.uint64(0xFF) != np.uint64(48 + y % 10):
+                bad += 1
+                break
+            y //= 10
+    return bad
+
+
+def test_ascii8_spells_every_eight_digit_number():
+    assert _ascii8_mismatches(100_000_000) == 0
+
+
+@numba.njit
+def _digits_at(values, little, buf, ends):
+    pos = 0
+    for i in range(values.shape[0]):
+        n = fr.digit_count(values[i], fr.POW10U)
+        fr.put_digits_at(buf, pos, values[i], n, fr.DIGITS2, little)
+        pos += n
+        ends[i] = pos
+
+
+def test_put_digits_at_writes_each_length_in_place():
+    """Every length 1-17 (and numbers just under and at each power of ten), side by side in one buffer: the word
+    stores' bytes past a number's digits are overwritten by the next one's."""
+    rng = np.random.default_rng(4)
+    values = [10**n - 1 for n in range(1, 18)] + [10**n for n in range(17)] + [0]
+    values += [int(rng.integers(10 ** (n - 1), 10**n)) for n in range(1, 18) for _ in range(200)]
+    rng.shuffle(values)
+    arr = np.array(values, np.uint64)
+    want = "".join(str(v) for v in values)
+    for little in (True, False):
+        buf = np.zeros(len(want) + fr.REPR_SLACK, np.uint8)
+        ends = np.empty(len(values), np.int64)
+        _digits_at(arr, little, buf, ends)
+        assert buf[: ends[-1]].tobytes().decode() == want
 
 
 def test_the_log_formulas_are_exact_over_every_exponent_used():

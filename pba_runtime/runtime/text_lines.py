@@ -51,13 +51,22 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import sys
 from collections.abc import Callable
 
 import numpy as np
 from numba import njit
 
-from ..kernels.float_repr import DIGITS2, POW10U, REPR_BYTES, G, digit_count, put_digits, put_repr
+from ..kernels.float_repr import (
+    DIGITS2,
+    LITTLE,
+    POW10U,
+    REPR_BYTES,
+    G,
+    digit_count,
+    put_digits,
+    put_digits_at,
+    put_repr,
+)
 from ..kernels.unaligned import load2, load8, store2, store8
 
 __all__ = ["Layout", "CSV", "JSONL", "blob", "lines", "lines_into", "write_float_lines", "float_text", "compile_now"]
@@ -125,7 +134,7 @@ _SLACK = 32
 #: words of the slide-1 shortcut's template: lines of up to 96 bytes (a JSON line with a long key and 17 digits)
 _TEMPLATE_WORDS = 12
 #: the machine's byte order is little-endian: a word's first byte is its lowest (the slide-1 shortcut's words)
-_LITTLE = sys.byteorder == "little"
+_LITTLE = LITTLE
 _EXPONENT = np.uint64(0x7FF << 52)
 _MASK63 = np.uint64((1 << 63) - 1)
 
@@ -142,18 +151,19 @@ def _put_text(buf, pos, texts, texts_off, k):  # pragma: no cover - compiled
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _put_float(buf, pos, bits, texts, texts_off, g, pow10u, digits2):  # pragma: no cover - compiled
+def _put_float(buf, pos, bits, texts, texts_off, g, pow10u, digits2, little):  # pragma: no cover - compiled
     """Write the double whose bits are ``bits`` at ``pos``: ``repr``'s text if it is finite, else the layout's
     spelling of ``nan`` or the infinity; returns the position after it."""
     if bits & _MASK63 < _EXPONENT:
-        return put_repr(buf, pos, bits, g, pow10u, digits2)
+        return put_repr(buf, pos, bits, g, pow10u, digits2, little)
     k = _NAN if bits & _MASK63 > _EXPONENT else (_NEG_INF if bits >> np.uint64(63) else _INF)
     return _put_text(buf, pos, texts, texts_off, k)
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _put_int(buf, pos, x, pow10u, digits2):  # pragma: no cover - compiled
-    """Write int ``x`` at ``pos``; returns the position after it."""
+def _put_int(buf, pos, x, pow10u, digits2, little):  # pragma: no cover - compiled
+    """Write int ``x`` at ``pos``; returns the position after it (and ``little``, may write up to
+    :data:`~pba_runtime.kernels.float_repr.REPR_SLACK` bytes past it: :func:`~pba_runtime.kernels.float_repr.put_digits_at`)."""
     if x < 0:
         buf[pos] = 45  # '-'
         pos += 1
@@ -161,13 +171,16 @@ def _put_int(buf, pos, x, pow10u, digits2):  # pragma: no cover - compiled
     else:
         u = np.uint64(x)
     n = digit_count(u, pow10u)
-    put_digits(buf, pos + n, u, n, digits2)
+    if n <= 17:
+        put_digits_at(buf, pos, u, n, digits2, little)
+    else:
+        put_digits(buf, pos + n, u, n, digits2)
     return pos + n
 
 
 @njit(cache=True, nogil=True)
 def _write_ints(buf, prefix, prefix_off, counts, ends, range_, values, texts, texts_off, pow10u,
-                digits2):  # pragma: no cover - compiled
+                digits2, little):  # pragma: no cover - compiled
     """Write the lines of int64 values into ``buf`` (bytes enough: the caller's bound), per row
     ``prefix[part] start between end before_value value end``; returns their length."""
     pos = 0
@@ -179,11 +192,11 @@ def _write_ints(buf, prefix, prefix_off, counts, ends, range_, values, texts, te
                 buf[pos] = prefix[j]
                 pos += 1
             e = ends[row]
-            pos = _put_int(buf, pos, e - range_, pow10u, digits2)
+            pos = _put_int(buf, pos, e - range_, pow10u, digits2, little)
             pos = _put_text(buf, pos, texts, texts_off, _BETWEEN)
-            pos = _put_int(buf, pos, e, pow10u, digits2)
+            pos = _put_int(buf, pos, e, pow10u, digits2, little)
             pos = _put_text(buf, pos, texts, texts_off, _BEFORE_VALUE)
-            pos = _put_int(buf, pos, values[row], pow10u, digits2)
+            pos = _put_int(buf, pos, values[row], pow10u, digits2, little)
             pos = _put_text(buf, pos, texts, texts_off, _END)
             row += 1
     return pos
@@ -279,10 +292,10 @@ def _write_fast(buf, prefix, prefix_off, counts, ends, range_, bits, texts, text
                 for j in range(p0, p1):
                     buf[pos] = prefix[j]
                     pos += 1
-                pos = _put_int(buf, pos, s, pow10u, digits2)
+                pos = _put_int(buf, pos, s, pow10u, digits2, little)
                 start_stop = pos - line_lo
                 pos = _put_text(buf, pos, texts, texts_off, _BETWEEN)
-                pos = _put_int(buf, pos, e, pow10u, digits2)
+                pos = _put_int(buf, pos, e, pow10u, digits2, little)
                 end_stop = pos - line_lo
                 pos = _put_text(buf, pos, texts, texts_off, _BEFORE_VALUE)
             if same:  # the row before's value (a sliding max or min repeats): its text again
@@ -294,7 +307,7 @@ def _write_fast(buf, prefix, prefix_off, counts, ends, range_, bits, texts, text
                 # _put_float written out: inlined here, it cost a row of the full path ~15 ns (110-117 against
                 # 94-96 ns a row of 15-17 digits, medians of 7, alternated, the texts then stored as words)
                 if v & _MASK63 < _EXPONENT:  # finite
-                    pos = put_repr(buf, pos, v, g, pow10u, digits2)
+                    pos = put_repr(buf, pos, v, g, pow10u, digits2, little)
                 else:  # nan or an infinity, as the layout spells it
                     k = _NAN if v & _MASK63 > _EXPONENT else (_NEG_INF if v >> np.uint64(63) else _INF)
                     pos = _put_text(buf, pos, texts, texts_off, k)
@@ -316,7 +329,7 @@ def _write_fast(buf, prefix, prefix_off, counts, ends, range_, bits, texts, text
 
 @njit(cache=True, nogil=True)
 def _write_vectors(buf, prefix, prefix_off, counts, ends, range_, bits, texts, texts_off, g, pow10u,
-                   digits2):  # pragma: no cover - compiled
+                   digits2, little):  # pragma: no cover - compiled
     """The lines of vector values (``bits``: their bits, uint64, one row of floats a window) into ``buf``, each
     number spelled as :func:`_write_fast` spells a value, put together as the layout says; returns the length
     written. No shortcut: a vector's numbers rarely repeat from window to window, and they are most of the
@@ -332,15 +345,15 @@ def _write_vectors(buf, prefix, prefix_off, counts, ends, range_, bits, texts, t
                 buf[pos] = prefix[j]
                 pos += 1
             e = ends[row]
-            pos = _put_int(buf, pos, e - range_, pow10u, digits2)
+            pos = _put_int(buf, pos, e - range_, pow10u, digits2, little)
             pos = _put_text(buf, pos, texts, texts_off, _BETWEEN)
-            pos = _put_int(buf, pos, e, pow10u, digits2)
+            pos = _put_int(buf, pos, e, pow10u, digits2, little)
             pos = _put_text(buf, pos, texts, texts_off, _BEFORE_VALUE)
             pos = _put_text(buf, pos, texts, texts_off, _VECTOR_OPEN)
             for i in range(bits.shape[1]):
                 if i:
                     pos = _put_text(buf, pos, texts, texts_off, _VECTOR_SEP)
-                pos = _put_float(buf, pos, bits[row, i], texts, texts_off, g, pow10u, digits2)
+                pos = _put_float(buf, pos, bits[row, i], texts, texts_off, g, pow10u, digits2, little)
             pos = _put_text(buf, pos, texts, texts_off, _VECTOR_CLOSE)
             pos = _put_text(buf, pos, texts, texts_off, _END)
             row += 1
@@ -430,13 +443,13 @@ def lines_into(alloc: Callable[[int], np.ndarray], prefixes: list[bytes] | tuple
         bound = prefix_bytes + len(ends) * layout.vector_row_bound(values.shape[1]) + _SLACK
         bits = np.ascontiguousarray(values, dtype=np.float64).view(np.uint64)
         return _write_vectors(alloc(bound), prefix, prefix_off, counts, ends, np.int64(range_), bits, texts,
-                              texts_off, G, POW10U, DIGITS2)
+                              texts_off, G, POW10U, DIGITS2, _LITTLE)
     bound = prefix_bytes + len(ends) * layout.row_bound + _SLACK
     if values.dtype.kind == "f":
         return write_float_lines(alloc(bound), prefix, prefix_off, counts, ends, range_,
                                  np.ascontiguousarray(values, dtype=np.float64), layout)
     return _write_ints(alloc(bound), prefix, prefix_off, counts, ends, np.int64(range_),
-                       np.ascontiguousarray(values, dtype=np.int64), texts, texts_off, POW10U, DIGITS2)
+                       np.ascontiguousarray(values, dtype=np.int64), texts, texts_off, POW10U, DIGITS2, _LITTLE)
 
 
 def float_text(values: np.ndarray) -> list[str]:
