@@ -162,8 +162,9 @@ def _put_float(buf, pos, bits, texts, texts_off, g, pow10u, digits2, little):  #
 
 @njit(cache=True, nogil=True, inline="always")
 def _put_int(buf, pos, x, pow10u, digits2, little):  # pragma: no cover - compiled
-    """Write int ``x`` at ``pos``; returns the position after it (and ``little``, may write up to
-    :data:`~pba_runtime.kernels.float_repr.REPR_SLACK` bytes past it: :func:`~pba_runtime.kernels.float_repr.put_digits_at`)."""
+    """Write int ``x`` at ``pos``; returns the position after it. With ``little``, up to 17 digits go as words
+    (:func:`~pba_runtime.kernels.float_repr.put_digits_at`), which may write up to
+    :data:`~pba_runtime.kernels.float_repr.REPR_SLACK` bytes past it."""
     if x < 0:
         buf[pos] = 45  # '-'
         pos += 1
