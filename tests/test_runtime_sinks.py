@@ -259,8 +259,8 @@ def test_part_writer_rolls_whole_files_in_row_groups(tmp_path, fmt):
 
 def test_a_parts_value_column_is_lz4_compressed_only_where_lz4_packs_it(tmp_path):
     """LZ4 stays on a sliding max's repeated values, not on a mean's digits (it cost them ~2x the writer for
-    ~12% fewer bytes); the choice is made once, from the writer's first table, and a caller's compression is
-    kept as given. The rows read back the same either way."""
+    ~12% fewer bytes); the choice is made once, from the writer's first table of enough rows, and a caller's
+    compression is kept as given. The rows read back the same either way."""
     rng = np.random.default_rng(8)
     n = 5000
     kinds = {"max": np.repeat(rng.random(n // 100), 100), "mean": rng.random(n) * 1e3 / 7}
@@ -286,6 +286,19 @@ def test_a_parts_value_column_is_lz4_compressed_only_where_lz4_packs_it(tmp_path
                 assert codecs(path) == ["LZ4", "LZ4", "LZ4", want]  # the first table's choice, for every part
                 assert np.array_equal(pq.read_table(path).column("value").to_numpy(), expect)
             w.close()
+
+    # a first part too small to judge by (an early checkpoint) keeps LZ4; the next part's first table chooses
+    w = PartWriter(str(tmp_path), "parquet", slot=1, epoch=1, rows_per_group=n)
+    small = pa.table({"key": np.zeros(10, np.int64), "start": np.arange(10), "end": np.arange(10) + 1,
+                      "value": kinds["mean"][:10]})
+    w.write(small)
+    w.roll(next_epoch=2)
+    w.write(pa.table({"key": np.zeros(n, np.int64), "start": np.arange(n), "end": np.arange(n) + 1,
+                      "value": kinds["mean"]}))
+    w.roll()
+    assert codecs(tmp_path / ".part-000001-0001.parquet.inprogress")[3] == "LZ4"
+    assert codecs(tmp_path / ".part-000002-0001.parquet.inprogress")[3] == "UNCOMPRESSED"
+    w.close()
 
 
 @pytest.mark.parametrize("fmt", ["parquet", "arrow"])

@@ -112,15 +112,18 @@ SUFFIXES = {"parquet": ".parquet", "arrow": ".arrow"}
 PARQUET_OPTIONS = {"use_dictionary": False, "compression": "lz4", "write_statistics": ["end"],
                    "column_encoding": {"start": "BYTE_STREAM_SPLIT", "end": "BYTE_STREAM_SPLIT"},
                    "write_batch_size": 1 << 16, "data_page_version": "2.0"}
-#: A part's ``value`` column keeps :data:`PARQUET_OPTIONS`' LZ4 only if LZ4 packs a sample of it (the writer's first
-#: table) into at most this fraction of its bytes; else it is written uncompressed (:func:`value_compression`).
-#: LZ4's cost follows what it finds: a sliding max's repeated values pack to ~1% at ~5 ns a row, a deviation's
-#: 15-17 digits not at all at ~2 ns (it gives up early), but a mean's (a sum of readings over the range, whose low
-#: bits repeat in places) pack to ~88% at ~23 ns a row, which doubled the writer of ``--agg mean``'s parts (one
-#: slot's part of 2.9M rows, thread CPU, 9 repetitions alternated: 33.5-42.1 ns a row with LZ4, 16.5-20.2
-#: without; a deviation's 14.1-21.9 and 13.4-20.6, a max's 11.3-23.0 and 12.6-19.9 at 8.2 bytes a row against
-#: 0.29).
+#: A part's ``value`` column keeps :data:`PARQUET_OPTIONS`' LZ4 only if LZ4 packs a sample of it (the writer's
+#: first table of enough rows) into at most this fraction of its bytes; else it is written uncompressed
+#: (:func:`value_compression`). LZ4's cost follows what it finds: a sliding max's repeated values pack to ~1% at
+#: ~5 ns a row, a deviation's 15-17 digits not at all at ~2 ns (it gives up early), but a mean's (a sum of
+#: readings over the range, whose low bits repeat in places) pack to ~88% at ~23 ns a row, which doubled the
+#: writer of ``--agg mean``'s parts (one slot's part of 2.9M rows, thread CPU, 9 repetitions alternated, with
+#: LZ4 and without: a mean's 33.5-42.1 and 16.5-20.2 ns a row, a deviation's 14.1-21.9 and 13.4-20.6, a max's
+#: 11.3-23.0 and 12.6-19.9, its 0.29 bytes a row becoming 8.2).
 VALUE_LZ4_MAX_RATIO = 0.5
+#: Rows a first table needs for that choice: a smaller one (a part closed by an early checkpoint) keeps LZ4, and the
+#: writer chooses at its next part.
+VALUE_SAMPLE_ROWS = 4096
 #: Bytes a part's writer gathers before it writes them to the file. pyarrow's Parquet writer writes each page
 #: header, page and footer piece as it comes: the default job's parts took ~430 ``write`` calls of ~600 bytes
 #: and ~200 ``lseek`` calls per 1M rows (``strace -c`` of a 30M-tuple job); through this buffer, ~20 writes.
@@ -138,9 +141,10 @@ def part_name(fmt: str, epoch: int, slot: int) -> str:
     return f"part-{epoch:06d}-{slot:04d}{SUFFIXES[fmt]}"
 
 
-def value_compression(table: Any, codec: str = "lz4") -> str:
+def value_compression(table: Any, codec: str = "lz4") -> str | None:
     """``codec``, or ``"none"`` if ``table``'s ``value`` column is numbers LZ4 packs into more than
-    :data:`VALUE_LZ4_MAX_RATIO` of their bytes (other columns, and values of other types, keep ``codec``).
+    :data:`VALUE_LZ4_MAX_RATIO` of their bytes (other columns, and values of other types, keep ``codec``);
+    ``None`` if ``table`` has fewer than :data:`VALUE_SAMPLE_ROWS` rows to judge by.
 
     >>> import numpy as np, pyarrow as pa
     >>> rows = 4096
@@ -148,13 +152,17 @@ def value_compression(table: Any, codec: str = "lz4") -> str:
     'lz4'
     >>> value_compression(pa.table({"value": np.random.default_rng(0).random(rows)}))  # a mean's digits
     'none'
-    >>> value_compression(pa.table({"value": [[1.0], [2.0]]}))  # lists: as they are
+    >>> value_compression(pa.table({"value": [[1.0]] * rows}))  # lists: as they are
     'lz4'
+    >>> value_compression(pa.table({"value": [1.5, 2.5]})) is None  # too few rows
+    True
     """
     import pyarrow as pa
 
-    if codec != "lz4" or "value" not in table.column_names or not table.num_rows:
+    if codec != "lz4" or "value" not in table.column_names:
         return codec
+    if table.num_rows < VALUE_SAMPLE_ROWS:
+        return None
     values = table.column("value").combine_chunks()
     if pa.types.is_fixed_size_list(values.type):  # a vector a window: its numbers
         values = values.flatten()
@@ -260,14 +268,14 @@ class PartWriter:
 
     def options_for(self, table: Any) -> dict[str, Any]:
         """The Parquet writer's options for a part whose first table is ``table``: :attr:`parquet_options`, with
-        the ``value`` column uncompressed if :func:`value_compression` says so of the writer's first table
-        (decided once: a slot's results keep their kind)."""
+        the ``value`` column uncompressed if :func:`value_compression` says so of the first table large enough
+        to judge by (decided once: a slot's results keep their kind)."""
         if not self._adapt_value:
             return self.parquet_options
         if self._value_codec is None:
             self._value_codec = value_compression(table, self.parquet_options["compression"])
-        if self._value_codec == self.parquet_options["compression"]:
-            return self.parquet_options
+        if self._value_codec is None or self._value_codec == self.parquet_options["compression"]:
+            return self.parquet_options  # (None: too few rows to choose by; the next part chooses)
         codecs = {name: self.parquet_options["compression"] for name in table.column_names}
         return {**self.parquet_options, "compression": {**codecs, "value": self._value_codec}}
 
