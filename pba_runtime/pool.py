@@ -65,8 +65,8 @@ from typing import Any
 from . import logs
 from .shm import PoolMemory
 
-__all__ = ["WorkerPool", "default_pool", "exit_with_parent", "result_or_repair", "DEFAULT_TASK_TIMEOUT",
-           "START_METHODS"]
+__all__ = ["WorkerPool", "default_pool", "exit_with_parent", "quiet_worker_thread", "result_or_repair",
+           "DEFAULT_TASK_TIMEOUT", "START_METHODS"]
 
 POOL_KINDS = ("thread", "process")
 START_METHODS = ("spawn", "forkserver")
@@ -229,13 +229,37 @@ def exit_with_parent(code: int = ORPHAN_EXIT_CODE) -> threading.Thread | None:
     return thread
 
 
+def quiet_worker_thread() -> None:
+    """Initializer of every worker thread (and of every worker process, through :func:`_worker_init`): numpy's
+    warnings for non-finite arithmetic (``inf - inf``, overflow) off for the rest of this thread.
+
+    A window holding NaN or infinities gives numpy's result silently on the batch entry points
+    (:func:`~pba_runtime.aggregations.quiet_non_finite`), but their ``np.errstate`` holds only on the calling
+    thread: a PBA chunk's lcs built by a worker warned (``invalid value encountered in accumulate``). Here it
+    costs nothing a task; numpy 2 keeps this setting per thread, so the user's own threads keep theirs.
+
+    >>> from concurrent.futures import ThreadPoolExecutor
+    >>> import numpy as np
+    >>> with ThreadPoolExecutor(1, initializer=quiet_worker_thread) as ex:
+    ...     ex.submit(np.add.accumulate, np.array([np.inf, -np.inf])).result()
+    array([inf, nan])
+    >>> np.geterr()["invalid"]  # this thread's is unchanged
+    'warn'
+    """
+    import numpy as np
+
+    np.seterr(invalid="ignore", over="ignore")
+
+
 def _worker_init(log_cfg: tuple | None) -> None:
     """Initializer of every worker process.
 
     Logging as in the main process; Ctrl-C is the parent's business; the worker
     exits when its parent dies (its blocks are then reclaimed by the resource
-    tracker, which outlives the last worker holding its pipe).
+    tracker, which outlives the last worker holding its pipe); numpy's
+    non-finite warnings off, as in the worker threads (:func:`quiet_worker_thread`).
     """
+    quiet_worker_thread()
     try:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
     except (ValueError, OSError):  # pragma: no cover
@@ -317,7 +341,8 @@ class WorkerPool:
         #: The pool's shared memory (process pools; ``None`` for threads): chunk stores and batch scratch.
         self.memory: PoolMemory | None = None
         if kind == "thread":
-            self._executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="pba-lcs")
+            self._executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="pba-lcs",
+                                                initializer=quiet_worker_thread)
             return
         # ---- process pool
         self._ctx = multiprocessing.get_context(start_method)
@@ -382,7 +407,8 @@ class WorkerPool:
             return self._executor.submit(fn, *args)
         with self._lock:
             if self._threads is None:
-                self._threads = ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="pba-lcs")
+                self._threads = ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="pba-lcs",
+                                                   initializer=quiet_worker_thread)
             threads = self._threads
         return threads.submit(fn, *args)
 
