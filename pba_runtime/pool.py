@@ -62,6 +62,8 @@ from concurrent.futures import Future, ThreadPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool, ProcessPoolExecutor
 from typing import Any
 
+import numpy as np
+
 from . import logs
 from .shm import PoolMemory
 
@@ -246,8 +248,6 @@ def quiet_worker_thread() -> None:
     >>> np.geterr()["invalid"]  # this thread's is unchanged
     'warn'
     """
-    import numpy as np
-
     np.seterr(invalid="ignore", over="ignore")
 
 

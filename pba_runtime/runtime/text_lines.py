@@ -129,7 +129,9 @@ JSONL = Layout(', "end": ', ', "value": ', "}\n", "NaN", "Infinity", "-Infinity"
 
 # the texts' places in Layout.texts
 _BETWEEN, _BEFORE_VALUE, _END, _NAN, _INF, _NEG_INF, _VECTOR_OPEN, _VECTOR_SEP, _VECTOR_CLOSE = range(9)
-#: bytes past the last line the writer may touch (it stores a line of up to 32 bytes as three or four words)
+#: bytes past the last line the writer may touch: a short line's three template words reach 24 bytes from its
+#: start, a longer line's last word up to 7 bytes past it, and digits stored as words up to
+#: :data:`~pba_runtime.kernels.float_repr.REPR_SLACK` past them
 _SLACK = 32
 #: words of the slide-1 shortcut's template: lines of up to 96 bytes (a JSON line with a long key and 17 digits)
 _TEMPLATE_WORDS = 12
