@@ -207,6 +207,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--sink", default="none", metavar="SPEC",
                    help="none (count only, default), csv:PATH or jsonl:PATH (PATH '-' writes stdout), parquet:DIR or "
                         "arrow:DIR (part files, committed at each checkpoint)")
+    g.add_argument("--compression", default=None, metavar="CODEC",
+                   help="parquet and arrow sinks: the parts' codec instead of the default (parquet: lz4, snappy, "
+                        "zstd, gzip, brotli or none; default lz4; arrow: lz4, zstd or none; default none)")
     g.add_argument("--output-stage", choices=("auto", "on", "off"), default="auto",
                    help="csv, parquet and arrow sinks: format and write each slot's results on a thread beside its "
                         "main loop (on), or on the main loop (off); auto: on where the cores give every busy "
@@ -312,6 +315,8 @@ def _describe(job: Job) -> str:
             alg = f"auto -> {chosen}: {REASON_TEXT.get(why, why)}"
     late = f", lateness {job.allowed_lateness} ms" if job.is_time else ""
     sink = "none" if job.sink_format is None else f"{job.sink_format}:{job.sink_path}"
+    if job.compression is not None:
+        sink += f" ({job.compression})"
     if job.sink_format in STAGED_FORMATS:
         sink += (" (written on an output thread beside each slot)" if job.output_stage() else
                  f" (written on the slots' main loops: {job.cores()} cores, too few for an output thread each)")
@@ -390,7 +395,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                   checkpoint_interval=every_seconds, batch_size=args.batch_size, queue_size=args.queue_size,
                   rate=args.rate, progress=progress, metrics_interval=args.metrics_interval,
                   profile_dir=args.profile, engine=args.engine,
-                  output_stage={"auto": None, "on": True, "off": False}[args.output_stage])
+                  output_stage={"auto": None, "on": True, "off": False}[args.output_stage],
+                  compression=args.compression)
         out = sys.stderr if job.sink_path == "-" else sys.stdout
         banner = None if args.quiet else (lambda: print(_describe(job), file=out, flush=True))
         if threading.current_thread() is threading.main_thread():

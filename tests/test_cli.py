@@ -140,6 +140,8 @@ def test_log_file_gets_the_slot_processes_lines(tmp_path):
     (["--sink", "parquet:/nonexistent/dir/parts"], "output directory does not exist: /nonexistent/dir"),
     (["--sink", "arrow:/dev/null"], "cannot create the output directory /dev/null"),
     (["--sink", "csv:/nonexistent/dir/out.csv"], "output directory does not exist"),
+    (["--sink", "arrow:parts", "--compression", "snappy"], "compression of an arrow sink must be one of lz4, zstd"),
+    (["--compression", "zstd"], "compression applies to the parquet and arrow sinks only"),
     (["--resume"], "--resume needs --checkpoint-dir"),
     (["--checkpoint-every", "10s"], "--checkpoint-every needs --checkpoint-dir"),
     (["--checkpoint-every", "soon", "--checkpoint-dir", "x"], "expected a number of tuples"),

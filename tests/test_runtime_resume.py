@@ -142,13 +142,15 @@ def read_parts(directory, fmt: str) -> dict:
     return out
 
 
-@pytest.mark.parametrize("fmt, stage", [("parquet", "auto"), ("arrow", "auto"), ("parquet", "on")])
-def test_kill_and_resume_part_file_sinks_give_every_window_once(tmp_path, fmt, stage):
+@pytest.mark.parametrize("fmt, stage, codec", [("parquet", "auto", None), ("arrow", "auto", None),
+                                               ("parquet", "on", None), ("arrow", "auto", "zstd")])
+def test_kill_and_resume_part_file_sinks_give_every_window_once(tmp_path, fmt, stage, codec):
     """Part-file sinks commit whole files per checkpoint: after a SIGKILL and --resume the committed parts
     hold the uninterrupted run's windows, each once, bit for bit; nothing in progress is left behind
-    (with the slots' output stages and without)."""
+    (with the slots' output stages and without, and with a codec of the user's)."""
     job = ["--source", "debs14", "--keys", "12", "--tuples", "240000", "--window", "count", "--range", "500",
            "--slide", "1", "--agg", "mean", "--batch-size", "4000", "--output-stage", stage]
+    job += [] if codec is None else ["--compression", codec]
     ref, out, ck = tmp_path / "ref", tmp_path / "out", str(tmp_path / "ck")
     run(job + ["-p", "2", "--sink", f"{fmt}:{ref}"])
     durable = job + ["--sink", f"{fmt}:{out}", "--checkpoint-dir", ck, "--checkpoint-every", "20000"]

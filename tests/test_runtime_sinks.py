@@ -387,6 +387,60 @@ def test_part_file_sinks_hold_the_csv_sinks_windows(tmp_path, fmt):
     assert rows["csv"] == rows[fmt]
 
 
+CODECS = [("parquet", c) for c in ("lz4", "snappy", "zstd", "gzip", "brotli", "none")] + [
+    ("arrow", c) for c in ("lz4", "zstd", "none")]
+
+
+def codecs_of(path, fmt):
+    """The codec names a part's data was written with (Parquet: every column chunk's; Arrow: the batches')."""
+    if fmt == "parquet":
+        meta = pq.ParquetFile(path).metadata
+        return {meta.row_group(g).column(c).compression for g in range(meta.num_row_groups) for c in range(4)}
+    # pyarrow does not tell an IPC batch's codec: against the same rows written uncompressed, a compressed part
+    # (its key, start and end columns pack) is smaller
+    table = pa.ipc.open_file(str(path)).read_all()
+    plain = pa.BufferOutputStream()
+    with pa.ipc.new_file(plain, table.schema) as w:
+        w.write_table(table)
+    return {"UNCOMPRESSED" if os.path.getsize(path) >= 0.9 * plain.getvalue().size else "COMPRESSED"}
+
+
+@pytest.mark.parametrize("fmt, codec", CODECS)
+def test_a_part_file_sinks_codec_is_the_one_asked_for_and_its_rows_are_the_defaults(tmp_path, fmt, codec):
+    """``compression`` picks the parts' codec (every column of a Parquet part, Spark's ``compression`` option;
+    an Arrow part's record batches); the committed rows are those of the default codec's run, bit for bit."""
+    rows = {}
+    for name, chosen in (("default", None), (codec, codec)):
+        out = tmp_path / name
+        summary = Job(Debs14Source(plugs=6, tuples=30_000), pr.CountWindow(range=64, slide=3), "mean", "sba",
+                      parallelism=2, batch_size=4096, sink=f"{fmt}:{out}", compression=chosen).run()
+        parts = part_files(str(out), fmt)
+        assert len(parts) == 2
+        t = ds.dataset(str(out), format="parquet" if fmt == "parquet" else "ipc").to_table()
+        assert t.num_rows == summary["windows"]
+        rows[name] = t.sort_by([("key", "ascending"), ("end", "ascending")])
+        if chosen is not None:
+            want = {"none": "UNCOMPRESSED"}.get(codec, codec.upper()) if fmt == "parquet" else \
+                ("UNCOMPRESSED" if codec == "none" else "COMPRESSED")
+            assert {c for p in parts for c in codecs_of(os.path.join(out, p), fmt)} == {want}
+    assert rows["default"].equals(rows[codec])
+
+
+@pytest.mark.parametrize("sink, codec, match", [
+    ("parquet:{d}", "lzo", "compression of a parquet sink must be one of lz4, snappy, zstd, gzip, brotli, none"),
+    ("arrow:{d}", "snappy", "compression of an arrow sink must be one of lz4, zstd, none, got 'snappy'"),
+    ("parquet:{d}", 4, "got 4"),
+    ("csv:{d}.csv", "lz4", "parquet and arrow sinks only, not to a csv sink"),
+    ("none", "zstd", "parquet and arrow sinks only, and this job has no sink")])
+def test_a_codec_the_sink_does_not_take_is_refused_before_anything_is_written(tmp_path, sink, codec, match):
+    d = tmp_path / "out"
+    with pytest.raises(UserError, match=match) as info:
+        Job(Debs14Source(plugs=2, tuples=1000), pr.CountWindow(range=8, slide=1), sink=sink.format(d=d),
+            compression=codec)
+    assert isinstance(info.value, ValueError)
+    assert not os.path.exists(d) and not os.path.exists(f"{d}.csv")
+
+
 def test_part_file_sink_with_time_windows_writes_late_tuples_beside_it(tmp_path):
     out = tmp_path / "res"
     summary = Job(Debs12Source(sensors=2, tuples=20_000, disorder=300, disorder_fraction=0.1),

@@ -63,7 +63,7 @@ from .checkpoint import (
 )
 from .errors import JobError, UserError
 from .metrics import JobMetrics, PhaseClock
-from .part_files import commit_parts, prepare_part_dir
+from .part_files import check_compression, commit_parts, prepare_part_dir
 from .partitioning import Partitioner, compact_keys, key_array, slot_of, split_by_slot
 from .sinks import (
     LATE_COLUMNS,
@@ -115,6 +115,11 @@ class Job:
     sink : str
         ``"none"``, ``"csv:PATH"`` or ``"jsonl:PATH"`` (``PATH`` ``-`` is stdout),
         ``"parquet:DIR"`` or ``"arrow:DIR"`` (part files, :mod:`~pba_runtime.runtime.part_files`).
+    compression : str, optional
+        A part-file sink's codec instead of its default: ``"lz4"``, ``"snappy"``, ``"zstd"``, ``"gzip"``,
+        ``"brotli"`` or ``"none"`` for Parquet, ``"lz4"``, ``"zstd"`` or ``"none"`` for Arrow IPC
+        (:data:`~pba_runtime.runtime.part_files.CODECS`). Default: LZ4 for Parquet (the value column left
+        uncompressed where LZ4 would not pack it), uncompressed Arrow record batches.
     late_output : str, optional
         File for late tuples (time windows); default beside the sink file
         (``out.late.csv``; ``DIR.late.csv`` for a part-file sink), else ``late.csv``.
@@ -160,7 +165,8 @@ class Job:
                  batch_size: int = DEFAULT_BATCH_SIZE, queue_size: int = DEFAULT_QUEUE_SIZE,
                  rate: float | None = None, progress: bool = False, metrics_interval: float | None = None,
                  log_stream: TextIO | None = None, profile_dir: str | None = None,
-                 start_method: str | None = None, engine: str = "auto", output_stage: bool | None = None):
+                 start_method: str | None = None, engine: str = "auto", output_stage: bool | None = None,
+                 compression: str | None = None):
         if not isinstance(source, Source):
             raise UserError(f"source must be a pba_runtime.runtime Source, got {type(source).__name__}")
         self.source = source
@@ -196,6 +202,7 @@ class Job:
         if self.is_time and not source.has_timestamps:
             raise UserError("time windows need timestamps: give the source a timestamp column")
         self.sink_format, self.sink_path = parse_sink_spec(sink)
+        self.compression = check_compression(self.sink_format, compression)
         self.late_format = late_format_for(self.sink_format)
         self.late_path = late_output or late_path_for(self.sink_path, self.sink_format)
         if self.sink_path not in (None, "-") and os.path.abspath(self.late_path) == os.path.abspath(self.sink_path):
@@ -247,7 +254,8 @@ class Job:
         profile = os.path.join(self.profile_dir, f"slot{index}.prof") if self.profile_dir else None
         return SlotSpec(index=index, window=self.window, agg=self.agg_spec, algorithm=self.algorithm,
                         engine=self.engine, allowed_lateness=self.allowed_lateness, sink_format=self.sink_format,
-                        sink_path=self.sink_path, epoch=epoch, late_format=self.late_format, profile_path=profile,
+                        sink_path=self.sink_path, compression=self.compression,
+                        epoch=epoch, late_format=self.late_format, profile_path=profile,
                         durable=self.checkpoint_dir is not None, ring=ring, in_ring=in_ring,
                         log_config=logs.current_config(),
                         cores=self.cores_per_slot(), staged=self.output_stage())

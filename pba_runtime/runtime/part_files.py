@@ -56,7 +56,8 @@ from typing import Any
 from .checkpoint import fsync_path
 from .errors import JobError, UserError
 
-__all__ = ["PartWriter", "commit_parts", "prepare_part_dir", "part_files", "value_compression", "ROWS_PER_GROUP",
+__all__ = ["PartWriter", "commit_parts", "prepare_part_dir", "part_files", "value_compression", "check_compression",
+           "CODECS", "ROWS_PER_GROUP",
            "SUFFIXES"]
 
 #: Rows a slot buffers before it writes them as a row group (Parquet) or record batches of up to this many rows
@@ -141,6 +142,41 @@ def part_name(fmt: str, epoch: int, slot: int) -> str:
     return f"part-{epoch:06d}-{slot:04d}{SUFFIXES[fmt]}"
 
 
+#: The codecs a part-file sink may be told to use instead of its default (``Job(compression=...)``,
+#: ``pba-run --compression``), by format: a Parquet part's pages with any codec pyarrow writes (Spark's default
+#: is Snappy; ``"lz4"`` is ``LZ4_RAW``), an Arrow IPC part's record batches with LZ4 frames or Zstandard (the
+#: two the IPC format has); ``"none"``: uncompressed. The default (``None``) is :data:`PARQUET_OPTIONS`' LZ4,
+#: with the value column's codec chosen by :func:`value_compression`, for Parquet, and uncompressed record
+#: batches for Arrow (a reader maps them as they are). What each costs a row of the default job's results:
+#: ``docs/runtime.md``, "Choosing the codec".
+CODECS = {"parquet": ("lz4", "snappy", "zstd", "gzip", "brotli", "none"), "arrow": ("lz4", "zstd", "none")}
+
+
+def check_compression(fmt: str | None, compression: Any) -> str | None:
+    """``compression`` if a sink of format ``fmt`` takes it (:data:`CODECS`; ``None``: the format's default).
+
+    >>> check_compression("parquet", "snappy"), check_compression("arrow", None)
+    ('snappy', None)
+    >>> check_compression("arrow", "snappy")
+    Traceback (most recent call last):
+    ...
+    pba_runtime.runtime.errors.UserError: compression of an arrow sink must be one of lz4, zstd, none, got 'snappy'
+    >>> check_compression("csv", "lz4")
+    Traceback (most recent call last):
+    ...
+    pba_runtime.runtime.errors.UserError: compression applies to the parquet and arrow sinks only, not to a csv sink
+    """
+    if compression is None:
+        return None
+    if fmt not in CODECS:
+        raise UserError("compression applies to the parquet and arrow sinks only, "
+                        + ("and this job has no sink" if fmt is None else f"not to a {fmt} sink"))
+    if not isinstance(compression, str) or compression not in CODECS[fmt]:
+        raise UserError(f"compression of a{'n' if fmt == 'arrow' else ''} {fmt} sink must be one of "
+                        f"{', '.join(CODECS[fmt])}, got {compression!r}")
+    return compression
+
+
 def value_compression(table: Any, codec: str = "lz4") -> str | None:
     """``codec``, or ``"none"`` if ``table``'s ``value`` column is numbers LZ4 packs into more than
     :data:`VALUE_LZ4_MAX_RATIO` of their bytes (other columns, and values of other types, keep ``codec``);
@@ -199,19 +235,28 @@ class PartWriter:
     parquet_options : dict, optional
         pyarrow ``ParquetWriter`` options over :data:`PARQUET_OPTIONS` (``bench/bench_sink_floor.py``
         measures the writer with others; a job keeps these).
+    compression : str, optional
+        The parts' codec, one of :data:`CODECS` of ``fmt`` (the job's ``compression``); ``None``: the format's
+        default.
     """
 
     def __init__(self, directory: str, fmt: str, slot: int, epoch: int, rows_per_group: int = ROWS_PER_GROUP,
-                 durable: bool = True, parquet_options: dict[str, Any] | None = None):
+                 durable: bool = True, parquet_options: dict[str, Any] | None = None,
+                 compression: str | None = None):
         if fmt not in SUFFIXES:
             raise ValueError(f"part files are parquet or arrow, got {fmt!r}")
         self.directory, self.fmt, self.slot, self.epoch = directory, fmt, slot, epoch
         self.rows_per_group = rows_per_group
         self.durable = durable
-        self.parquet_options = {**PARQUET_OPTIONS, **(parquet_options or {})}
+        chosen = dict(parquet_options or {})
+        if check_compression(fmt, compression) is not None and fmt == "parquet":
+            chosen["compression"] = compression
+        self.parquet_options = {**PARQUET_OPTIONS, **chosen}
+        #: the Arrow IPC writer's options (its record batches' codec)
+        self.ipc_compression = None if compression in (None, "none") else compression
         # the value column's codec, chosen at the first part from its first table (:func:`value_compression`),
         # unless the caller chose the compression
-        self._adapt_value = fmt == "parquet" and "compression" not in (parquet_options or {})
+        self._adapt_value = fmt == "parquet" and "compression" not in chosen
         self._value_codec: str | None = None
         self._buffer: list[Any] = []
         self._buffered = 0
@@ -264,7 +309,15 @@ class PartWriter:
 
             self._writer = pq.ParquetWriter(self._file, schema, **self.options_for(table))
         else:
-            self._writer = pa.ipc.new_file(self._file, schema)
+            self._writer = pa.ipc.new_file(self._file, schema, options=self._ipc_options())
+
+    def _ipc_options(self) -> Any:
+        """The Arrow IPC writer's options: its codec, and the compression on the calling thread (pyarrow's
+        default hands each batch's buffers to its CPU thread pool; here each slot is already one of the job's
+        parallel writers, and a pool would take the cores from the other slots)."""
+        import pyarrow as pa
+
+        return pa.ipc.IpcWriteOptions(compression=self.ipc_compression, use_threads=False)
 
     def options_for(self, table: Any) -> dict[str, Any]:
         """The Parquet writer's options for a part whose first table is ``table``: :attr:`parquet_options`, with
@@ -299,7 +352,7 @@ class PartWriter:
             with pq.ParquetWriter(sink, table.schema, **self.parquet_options) as writer:
                 writer.write_table(table, row_group_size=max(table.num_rows, 1))
         else:
-            with pa.ipc.new_file(sink, table.schema) as writer:
+            with pa.ipc.new_file(sink, table.schema, options=self._ipc_options()) as writer:
                 writer.write_table(table, max_chunksize=self.rows_per_group)
 
     def roll(self, next_epoch: int | None = None) -> list[str]:

@@ -127,6 +127,8 @@ class SlotSpec:
         ``"arrow"``: the slot writes part files into ``sink_path``.
     sink_path : str, optional
         The part-file sinks' directory.
+    compression : str, optional
+        The part-file sinks' codec (:data:`~pba_runtime.runtime.part_files.CODECS`; ``None``: the format's default).
     epoch : int
         The part-file sinks' first epoch (the checkpoint resumed from, plus 1).
     late_format : {"csv", "jsonl"}
@@ -163,6 +165,7 @@ class SlotSpec:
     allowed_lateness: int | None = None
     sink_format: str | None = None
     sink_path: str | None = None
+    compression: str | None = None
     epoch: int = 1
     late_format: str = "csv"
     pool_workers: int = 1
@@ -232,7 +235,7 @@ class TaskSlot:
         self.output: Any = None  # the OutputStage, when slot_main runs one
         if spec.sink_format in PART_FORMATS:
             self.parts = PartWriter(spec.sink_path, spec.sink_format, spec.index, spec.epoch,
-                                    durable=spec.durable)
+                                    durable=spec.durable, compression=spec.compression)
         self.ring = None if spec.ring is None else ByteRing.attach(spec.ring, on_wait=_check_parent)
         self.in_ring = None if spec.in_ring is None else ByteRing.attach(spec.in_ring)
         if states:
