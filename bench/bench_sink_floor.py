@@ -33,6 +33,11 @@ repetitions; thread CPU (``time.thread_time``) per row, medians [min-max].
 
     python bench/bench_sink_floor.py                 # 7 repetitions -> bench/results/sink_floor.json
     python bench/bench_sink_floor.py --repeats 3 --out /tmp/floor.json
+    python bench/bench_sink_floor.py --codecs        # each codec a part-file sink takes -> sink_codecs.json
+
+``--codecs`` times a slot's part writer (``part_files.PartWriter``, on tables built beforehand) with each codec
+a job's ``compression`` takes (``part_files.CODECS``) and with the default (``default``), interleaved, and
+keeps the bytes a row of each part: what the choice costs, for ``docs/runtime.md``'s table.
 
 With ``bench/results/runtime_sinks.json`` present (``bench_runtime.py --sinks``), the JSON also keeps that
 run's CPU a tuple of the job without a sink and of the CSV and Parquet jobs, and the report sets the pieces
@@ -53,7 +58,7 @@ import numpy as np
 import pba_runtime as pr
 from pba_runtime.runtime import Debs14Source, text_lines
 from pba_runtime.runtime.byte_ring import ByteRing, ring_capacity
-from pba_runtime.runtime.part_files import PartWriter
+from pba_runtime.runtime.part_files import CODECS, PartWriter
 from pba_runtime.runtime.sinks import FileSink, ResultParts, format_batch, format_results, result_table
 
 WINDOW = pr.CountWindow(range=1024, slide=1)
@@ -186,6 +191,40 @@ def time_pieces(batches: list[list], texts: list[bytes], repeats: int, tmp: str)
     return out
 
 
+def time_codecs(batches: list[list], repeats: int, tmp: str) -> tuple[dict[str, list[float]], dict[str, float]]:
+    """CPU ns a row of a slot's part writer with each codec (``"parquet default"``, ``"parquet snappy"``,
+    ...), per repetition, and each part's bytes a row. Process CPU, not the thread's: pyarrow may compress on
+    threads of its own (its IPC writer does unless told not to)."""
+    tables = [result_table(parts, WINDOW.range) for parts in batches]
+    rows = sum(t.num_rows for t in tables)
+    cases = {f"{fmt} {codec}": (fmt, None if codec == "default" else codec)
+             for fmt, codecs in CODECS.items() for codec in ("default", *codecs)}
+    size: dict[str, float] = {}
+
+    def write(name: str) -> int:
+        fmt, codec = cases[name]
+        d = tempfile.mkdtemp(dir=tmp)
+        writer = PartWriter(d, fmt, slot=0, epoch=1, durable=False, compression=codec)
+        for table in tables:
+            writer.write(table)
+        writer.roll()
+        for part in os.listdir(d):
+            size[name] = os.path.getsize(os.path.join(d, part)) / rows
+            os.remove(os.path.join(d, part))
+        os.rmdir(d)
+        return rows
+
+    out: dict[str, list[float]] = {k: [] for k in cases}
+    for name in cases:  # load, warm the page cache's free pages
+        write(name)
+    for rep in range(repeats):
+        for name in np.random.default_rng(rep).permutation(list(cases)):
+            t0 = time.process_time()
+            n = write(name)
+            out[name].append((time.process_time() - t0) * 1e9 / n)
+    return out, size
+
+
 def job_cpu(path: Path) -> dict[str, float]:
     """CPU ns a tuple of the runtime_sinks.json jobs (every stage, as its report sums them)."""
     rs = C.read_json(path)
@@ -203,10 +242,27 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--out", type=Path, default=C.RESULTS / "sink_floor.json")
     ap.add_argument("--jobs", type=Path, default=C.RESULTS / "runtime_sinks.json",
                     help="bench_runtime.py --sinks results whose CPU a tuple sets the budget")
+    ap.add_argument("--codecs", action="store_true",
+                    help="time the part writer with each codec a job takes instead (default out: sink_codecs.json)")
     args = ap.parse_args(argv)
     load = C.LoadLog()
     batches = slot_batches(args.tuples, args.batch_size)
     load.mark("input")
+    if args.codecs:
+        out = args.out if args.out != C.RESULTS / "sink_floor.json" else C.RESULTS / "sink_codecs.json"
+        out.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=out.parent) as tmp:
+            per_row, size = time_codecs(batches, args.repeats, tmp)
+        load.mark("codecs")
+        result = {"what": "a slot's part writer with each codec, process CPU ns a result row", "tuples": args.tuples,
+                  "rows": rows_of(batches), "batches": len(batches), "repeats": args.repeats,
+                  "codecs": {k: {**C.spread(v), "bytes_per_row": size[k]} for k, v in per_row.items()},
+                  "machine": C.machine(load)}
+        C.write_json(out, result)
+        for k, v in result["codecs"].items():
+            print(f"  {k:16s} {v['median']:7.2f} ns a row [{v['min']:.2f}-{v['max']:.2f}], {v['bytes_per_row']:.2f} B")
+        print(f"written to {out}")
+        return
     texts = [format_batch("csv", parts, WINDOW.range) for parts in batches]
     csv_bytes = sum(map(len, texts))
     rows = rows_of(batches)

@@ -973,6 +973,23 @@ def runtime_sinks_section(rs: dict) -> list[str]:
     return out
 
 
+def sink_codecs_section(sc: dict) -> list[str]:
+    """Issue 18: a slot's part writer with each codec a job's ``compression`` takes (bench_sink_floor.py --codecs)."""
+    load = sc.get("machine", {}).get("load", {}).get("load1_max")
+    out = ["### A part-file sink's codec", "",
+           f"`python bench/bench_sink_floor.py --codecs`: a slot's part writer over one slot's results of the default "
+           f"job ({sc.get('rows', 0):,} rows in {sc.get('batches')} batches, tables built beforehand) with each codec "
+           f"of `Job(compression=...)` / `pba-run --compression`, interleaved over {sc.get('repeats')} repetitions; "
+           f"process CPU ns a row (pyarrow's threads included), median [min-max], and the part's bytes a row; "
+           f"1-min load at most {load} (2 cores). "
+           "`default`: no codec given (Parquet: LZ4, the value column uncompressed where LZ4 does not pack it; "
+           "Arrow: uncompressed).", ""]
+    out += table(["sink", "codec", "ns a row", "bytes a row"],
+                 [[*k.split(" ", 1), f"{v['median']:.1f} [{v['min']:.1f}-{v['max']:.1f}]", f"{v['bytes_per_row']:.2f}"]
+                  for k, v in sc.get("codecs", {}).items()])
+    return out
+
+
 def sink_floor_section(sf: dict) -> list[str]:
     """Issue 18: each piece of a sink alone, against the budget the 0.7x goal leaves (bench_sink_floor.py)."""
     pieces = sf.get("pieces", {})
@@ -1285,6 +1302,7 @@ def build(res_dir: Path) -> str:
     streaming = C.read_json(res_dir / "spark_streaming.json")
     for name, section in (("runtime_sinks.json", runtime_sinks_section),
                           ("sink_floor.json", sink_floor_section),
+                          ("sink_codecs.json", sink_codecs_section),
                           ("runtime_job_versions.json", runtime_job_section),
                           ("runtime_job_versions_30m.json", runtime_job_section),  # the same job, 30M tuples
                           ("kernels.json", kernels_section),
