@@ -353,6 +353,25 @@ def test_sink_floor_bench_smoke_and_report(tmp_path):
     assert "cheapest of pyarrow's writer options measured" in text  # the writer's options against the budget
 
 
+def test_sink_codecs_bench_smoke_and_report(tmp_path):
+    """bench_sink_floor.py --codecs at a tiny size: every codec of every part-file format timed, each part's
+    bytes kept (an uncompressed part ~32 bytes a row, its four 8-byte columns), the report's table renders."""
+    import bench_sink_floor
+    import report
+
+    from pba_runtime.runtime.part_files import CODECS
+
+    out = tmp_path / "sink_codecs.json"
+    bench_sink_floor.main(["--codecs", "--tuples", "200000", "--repeats", "1", "--out", str(out)])
+    res = json.loads(out.read_text())["codecs"]
+    assert set(res) == {f"{fmt} {c}" for fmt, codecs in CODECS.items() for c in ("default", *codecs)}
+    assert all(v["median"] > 0 for v in res.values())
+    assert 32 <= res["parquet none"]["bytes_per_row"] < 33 and res["parquet default"]["bytes_per_row"] < 2
+    assert not list(tmp_path.glob("tmp*"))
+    text = report.main(["--results", str(tmp_path), "--out", str(tmp_path / "B.md")]).read_text()
+    assert "### A part-file sink's codec" in text and "| parquet | snappy |" in text
+
+
 @pytest.mark.slow  # fresh pba-run processes (start-up ~1 s each)
 def test_runtime_sinks_bench_runs_fresh_pba_run_processes(tmp_path):
     """bench_runtime.py --sinks at a tiny size: each run a fresh ``pba-run`` process of this tree, each sink's

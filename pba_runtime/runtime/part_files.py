@@ -148,7 +148,7 @@ def part_name(fmt: str, epoch: int, slot: int) -> str:
 #: two the IPC format has); ``"none"``: uncompressed. The default (``None``) is :data:`PARQUET_OPTIONS`' LZ4,
 #: with the value column's codec chosen by :func:`value_compression`, for Parquet, and uncompressed record
 #: batches for Arrow (a reader maps them as they are). What each costs a row of the default job's results:
-#: ``docs/runtime.md``, "Choosing the codec".
+#: ``docs/runtime.md``, "The parts' codec".
 CODECS = {"parquet": ("lz4", "snappy", "zstd", "gzip", "brotli", "none"), "arrow": ("lz4", "zstd", "none")}
 
 
