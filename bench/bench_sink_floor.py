@@ -50,7 +50,9 @@ import argparse
 import os
 import tempfile
 import time
+from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 import exp_common as C
 import numpy as np
@@ -148,14 +150,8 @@ def time_pieces(batches: list[list], texts: list[bytes], repeats: int, tmp: str)
 
     def part_file(fmt: str, tables: list | None = None, options: dict | None = None) -> int:
         """A slot's part writer over the batches (their tables built here, or ``tables`` built beforehand)."""
-        d = tempfile.mkdtemp(dir=tmp)
-        writer = PartWriter(d, fmt, slot=0, epoch=1, durable=False, parquet_options=options)
-        for table in tables if tables is not None else (result_table(parts, WINDOW.range) for parts in batches):
-            writer.write(table)
-        writer.roll()
-        for name in os.listdir(d):
-            os.remove(os.path.join(d, name))
-        os.rmdir(d)
+        write_part(tmp, fmt, tables if tables is not None else (result_table(p, WINDOW.range) for p in batches),
+                   parquet_options=options)
         return rows
 
     def reference(fmt: str) -> int:
@@ -191,6 +187,22 @@ def time_pieces(batches: list[list], texts: list[bytes], repeats: int, tmp: str)
     return out
 
 
+def write_part(tmp: str, fmt: str, tables: Iterable[Any], **options: Any) -> int:
+    """Write ``tables`` as a slot's part writer does (``PartWriter`` with ``options``) into a directory of its
+    own under ``tmp``, then remove it; the part's bytes."""
+    d = tempfile.mkdtemp(dir=tmp)
+    writer = PartWriter(d, fmt, slot=0, epoch=1, durable=False, **options)
+    for table in tables:
+        writer.write(table)
+    writer.roll()
+    size = 0
+    for name in os.listdir(d):
+        size += os.path.getsize(os.path.join(d, name))
+        os.remove(os.path.join(d, name))
+    os.rmdir(d)
+    return size
+
+
 def time_codecs(batches: list[list], repeats: int, tmp: str) -> tuple[dict[str, list[float]], dict[str, float]]:
     """CPU ns a row of a slot's part writer with each codec (``"parquet default"``, ``"parquet snappy"``,
     ...), per repetition, and each part's bytes a row. Process CPU, not the thread's: pyarrow may compress on
@@ -203,15 +215,7 @@ def time_codecs(batches: list[list], repeats: int, tmp: str) -> tuple[dict[str, 
 
     def write(name: str) -> int:
         fmt, codec = cases[name]
-        d = tempfile.mkdtemp(dir=tmp)
-        writer = PartWriter(d, fmt, slot=0, epoch=1, durable=False, compression=codec)
-        for table in tables:
-            writer.write(table)
-        writer.roll()
-        for part in os.listdir(d):
-            size[name] = os.path.getsize(os.path.join(d, part)) / rows
-            os.remove(os.path.join(d, part))
-        os.rmdir(d)
+        size[name] = write_part(tmp, fmt, tables, compression=codec) / rows
         return rows
 
     out: dict[str, list[float]] = {k: [] for k in cases}
@@ -239,7 +243,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--tuples", type=int, default=6_000_000)
     ap.add_argument("--batch-size", type=int, default=65_536)
     ap.add_argument("--repeats", type=int, default=7)
-    ap.add_argument("--out", type=Path, default=C.RESULTS / "sink_floor.json")
+    ap.add_argument("--out", type=Path, default=None,
+                    help="the results (default bench/results/sink_floor.json, with --codecs sink_codecs.json)")
     ap.add_argument("--jobs", type=Path, default=C.RESULTS / "runtime_sinks.json",
                     help="bench_runtime.py --sinks results whose CPU a tuple sets the budget")
     ap.add_argument("--codecs", action="store_true",
@@ -249,7 +254,7 @@ def main(argv: list[str] | None = None) -> None:
     batches = slot_batches(args.tuples, args.batch_size)
     load.mark("input")
     if args.codecs:
-        out = args.out if args.out != C.RESULTS / "sink_floor.json" else C.RESULTS / "sink_codecs.json"
+        out = args.out or C.RESULTS / "sink_codecs.json"
         out.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(dir=out.parent) as tmp:
             per_row, size = time_codecs(batches, args.repeats, tmp)
@@ -263,6 +268,7 @@ def main(argv: list[str] | None = None) -> None:
             print(f"  {k:16s} {v['median']:7.2f} ns a row [{v['min']:.2f}-{v['max']:.2f}], {v['bytes_per_row']:.2f} B")
         print(f"written to {out}")
         return
+    args.out = args.out or C.RESULTS / "sink_floor.json"
     texts = [format_batch("csv", parts, WINDOW.range) for parts in batches]
     csv_bytes = sum(map(len, texts))
     rows = rows_of(batches)
