@@ -1,6 +1,7 @@
 """The batch policy of ``"auto"`` (issue 40): which algorithm a batch runs, that its results are the explicit
 algorithms', and that ``stats()`` says what ran and why. No timing here: bench/bench_auto.py measures."""
 
+import os
 import threading
 
 import numpy as np
@@ -136,6 +137,17 @@ def test_a_fresh_auto_operator_splits_its_first_large_batch(small_threshold):
     oracle.assert_results_equal("max", got, want)
 
 
+def test_an_empty_or_lazy_first_batch_leaves_the_decision_to_the_next(small_threshold):
+    with pr.create("auto", W, "max") as op:
+        assert len(op.insert_many([])[0]) == 0
+        op.insert_many(_values(20_000))
+        assert op.stats()["algorithm"] == "pba"
+    with pr.create("auto", W, "max") as op:
+        op.insert_many(iter(_values(100)))  # no len(): the batch is not measured, the operator no longer fresh
+        op.insert_many(_values(20_000))
+        assert op.stats()["algorithm"] == "sba"
+
+
 def test_a_small_first_batch_or_a_used_operator_keeps_the_per_tuple_choice(small_threshold):
     with pr.create("auto", W, "sum") as op:
         op.insert_many(_values(500))  # under 2^10 windows
@@ -246,3 +258,18 @@ def test_why_text_spells_every_reason():
     for reason in algorithms.REASONS:
         text = why_text("sba", reason, W, 1000)
         assert text and "_" not in text
+
+
+def test_a_process_pool_given_to_auto_splits_and_leaves_no_shared_memory(small_threshold):
+    x = _values(20_000, seed=5)
+    with pr.WorkerPool(kind="process", workers=1, task_timeout=60) as pool:
+        with pr.create("auto", W, "max", pool=pool) as op:
+            ends, res = op.insert_many(x)
+            st = op.stats()
+            tail = [w for v in _values(200, seed=6) for w in op.insert(v)]  # per tuple: lcs in the worker process
+            names = list(op._store.shm.block_names) if st["shared_memory"] else []
+        assert (st["algorithm"], st["pool"]) == ("pba", "process")
+        assert not [n for n in names if os.path.exists(f"/dev/shm/{n.lstrip('/')}")]  # the operator unlinked them
+    want = pr.sliding_aggregate(np.concatenate([x, _values(200, seed=6)]), window=W, agg="max", algorithm="sba")
+    assert np.concatenate([ends, [e for e, _ in tail]]).tolist() == want[0].tolist()
+    assert np.concatenate([res, [r for _, r in tail]]).tolist() == want[1].tolist()

@@ -132,7 +132,8 @@ def check_pool(pool: Any) -> WorkerPool | None:
 def choose_algorithm(requested: str, window: CountWindow | TimeWindow, agg: str | Aggregation | None = None, *,
                      min_slices: int | None = None, cores: int | None = None, key_slices: int | None = None,
                      pool_ok: bool = True, pool_died: bool = False) -> tuple[str, str]:
-    """The one algorithm-choice policy: ``(algorithm, reason)`` for one key (a reason in :data:`REASONS`).
+    """The per-tuple (and per-key) algorithm-choice policy: ``(algorithm, reason)`` for one key (a reason in
+    :data:`REASONS`); a batch into a fresh stream has its own, :func:`choose_batch_algorithm`.
 
     An explicit name is honoured (``requested``), unless it needs a pool that
     cannot be had (``pool_ok=False``): then SBA, PBA's one-thread form, runs
@@ -305,7 +306,8 @@ def why_text(algorithm: str, reason: str, window: CountWindow | TimeWindow, n_va
 
 
 def resolve_auto(window: CountWindow | TimeWindow, agg: str | Aggregation | None = None) -> str:
-    """The algorithm ``"auto"`` stands for: SBA for small windows, PBA for large ones (:func:`choose_algorithm`).
+    """The algorithm ``"auto"`` stands for per tuple: SBA for small windows, PBA for large ones
+    (:func:`choose_algorithm`); a batch has its own policy, :func:`choose_batch_algorithm`.
 
     >>> import pba_runtime as pr
     >>> pr.resolve_auto(pr.CountWindow(range=1024, slide=1)), pr.resolve_auto(pr.CountWindow(range=1 << 16, slide=1))

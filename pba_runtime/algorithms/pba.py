@@ -507,8 +507,10 @@ class PBA(SlicedAggregator):
         ``sliding_aggregate``): then PBA becomes SBA, whose batch runs the same
         merge without starting a pool. ``stats()["why"]`` then says the batch's reason.
         """
+        if not hasattr(values, "__len__") or not len(values):
+            return  # an empty batch leaves the stream fresh: the next one decides
         decide, self._auto_batch = self._auto_batch, None
-        if self._n or self._tuple_mode or self._flushed or self._closed or not hasattr(values, "__len__"):
+        if self._n or self._tuple_mode or self._flushed or self._closed or type(self) not in (PBA, SBA):
             return
         algorithm, why, pool = decide(len(values))
         if algorithm == "pba" and not self.parallel:
