@@ -385,7 +385,7 @@ def create(algorithm: str, window: CountWindow | TimeWindow, agg: str | Aggregat
     op = cls(window, agg, **options)
     if auto:  # SBA or PBA: say why; the first batch into a fresh stream decides again
         mark_auto(op, algorithm, reason)
-        op._auto_batch = functools.partial(_decide_batch, op, pool)
+        op._auto_batch = functools.partial(_decide_batch, op.window, op.agg, op.engine, pool)  # no cycle to op
     return op if lateness is None else ReorderBuffer(op, lateness)
 
 
@@ -404,9 +404,9 @@ def _least_slices(agg: Aggregation) -> int:
     return AUTO_PBA_MIN_SLICES_PYTHON if agg.kernel is None else AUTO_PBA_MIN_SLICES
 
 
-def _decide_batch(op: Any, pool: WorkerPool | None, n_values: int) -> tuple[str, Any, WorkerPool | None]:
+def _decide_batch(window: CountWindow | TimeWindow, agg: Aggregation, engine: Engine, pool: WorkerPool | None,
+                  n_values: int) -> tuple[str, Any, WorkerPool | None]:
     """An ``"auto"`` operator's batch decision: ``(algorithm, why, pool)`` (``PBA._decide_batch`` asks it;
     ``why`` a partial of :func:`why_text`, formatted when ``stats()`` asks)."""
-    algorithm, reason = _batch_choice(op.window, op.agg, n_values, op.engine, pool)
-    return algorithm, functools.partial(why_text, algorithm, reason, op.window, n_values,
-                                        least=_least_slices(op.agg)), pool
+    algorithm, reason = _batch_choice(window, agg, n_values, engine, pool)
+    return algorithm, functools.partial(why_text, algorithm, reason, window, n_values, least=_least_slices(agg)), pool
