@@ -45,7 +45,10 @@ def sliding_aggregate(
     window : CountWindow or TimeWindow
     agg : str or Aggregation
     algorithm : str
-        A name in ``pba_runtime.ALGORITHMS`` or ``"auto"``.
+        A name in ``pba_runtime.ALGORITHMS`` or ``"auto"``: the batch policy
+        (:func:`pba_runtime.algorithms.choose_batch_algorithm`), PBA's split between the main
+        thread and the pool's worker for a batch of ``AUTO_BATCH_SPLIT_MIN`` windows and up
+        with a free worker, SBA otherwise.
     timestamps : array-like of int, optional
         Required for time windows; non-decreasing.
     pool : WorkerPool, optional

@@ -44,7 +44,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from .aggregations import Aggregation, get_aggregation
-from .algorithms import ALGORITHMS, REGISTRY, check_pool, choose_algorithm, create, engine_of, engines_of, uses_pool
+from .algorithms import (
+    ALGORITHMS,
+    REGISTRY,
+    check_pool,
+    choose_algorithm,
+    create,
+    engine_of,
+    engines_of,
+    mark_auto,
+    uses_pool,
+)
 from .algorithms.base import WindowOperator
 from .algorithms.reorder import check_allowed_lateness
 from .kernels import Engine, check_engine, resolve_engine
@@ -237,7 +247,10 @@ class KeyedHost:
             options["pool"] = pool
         if self.spec.allowed_lateness is not None:
             options["allowed_lateness"] = self.spec.allowed_lateness
-        return HostedKey(create(alg, self.window, self.agg, **options), alg, why, pool)
+        op = create(alg, self.window, self.agg, **options)
+        if self.algorithm == "auto":
+            mark_auto(op, alg, why, key_slices)
+        return HostedKey(op, alg, why, pool)
 
     # ------------------------------------------------------------------ the keys
     def operator(self, key: Any) -> WindowOperator:

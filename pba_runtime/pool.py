@@ -67,7 +67,7 @@ import numpy as np
 from . import logs
 from .shm import PoolMemory
 
-__all__ = ["WorkerPool", "default_pool", "exit_with_parent", "quiet_worker_thread", "result_or_repair",
+__all__ = ["WorkerPool", "default_pool", "default_pool_free", "exit_with_parent", "quiet_worker_thread", "result_or_repair",
            "DEFAULT_TASK_TIMEOUT", "START_METHODS"]
 
 POOL_KINDS = ("thread", "process")
@@ -529,6 +529,30 @@ class WorkerPool:
         done, pending = wait(list(self._boot), timeout=timeout)
         return not pending
 
+    def free_worker(self) -> bool:
+        """Whether a thread worker would start a task submitted now at once (no task queued, one idle).
+
+        What ``"auto"`` asks before splitting a batch with the pool
+        (:func:`pba_runtime.algorithms.choose_batch_algorithm`): a batch merge's thread
+        tasks run on the thread workers, for a process pool too. A snapshot: another
+        thread may take the worker a moment later (the merge then does not wait for it).
+
+        >>> with WorkerPool(kind="thread", workers=1) as pool:
+        ...     pool.free_worker()
+        True
+        """
+        if self._closed:
+            return False
+        ex = self._executor if self.kind == "thread" else self._threads
+        if ex is None:
+            return True
+        try:  # ThreadPoolExecutor's own counts: its queue, its threads, the idle ones among them
+            if ex._work_queue.qsize():
+                return False
+            return len(ex._threads) < ex._max_workers or ex._idle_semaphore._value > 0
+        except AttributeError:  # pragma: no cover - another executor: assume a worker
+            return True
+
     def stats(self) -> dict[str, Any]:
         """Kind, workers and, for process pools, restarts, timeouts and shared memory held."""
         st: dict[str, Any] = {"kind": self.kind, "workers": self.workers, "closed": self._closed}
@@ -672,6 +696,16 @@ def default_pool() -> WorkerPool:
         if _default is None or _default.closed:
             _default = WorkerPool(kind="thread", workers=1)
         return _default
+
+
+def default_pool_free() -> bool:
+    """Whether the default pool (:func:`default_pool`) would start a task at once; ``True`` before it exists.
+
+    >>> isinstance(default_pool_free(), bool)
+    True
+    """
+    pool = _default
+    return pool is None or pool.closed or pool.free_worker()
 
 
 @atexit.register

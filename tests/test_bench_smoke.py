@@ -389,3 +389,24 @@ def test_runtime_sinks_bench_runs_fresh_pba_run_processes(tmp_path):
     assert parquet["stages_ns_per_tuple_median"]["slots"]["format"] > 0  # the slots wrote the parts
     text = report.main(["--results", str(tmp_path), "--out", str(tmp_path / "B.md")]).read_text()
     assert "each run a fresh `pba-run` process" in text and "with a CSV or Parquet sink" in text
+
+
+def test_auto_bench_smoke(tmp_path):
+    """bench/bench_auto.py (issue 40): the default beside pba and sba in every cell, the ratio, what auto picked."""
+    import bench_auto
+
+    out = tmp_path / "auto.json"
+    bench_auto.main(["--quick", "--out", str(out)])
+    res = json.loads(out.read_text())
+    assert res["quick"] is True and res["aggs"] == list(bench_auto.AGGS)
+    assert len(res["cells"]) == len(res["sizes"]) * len(res["ranges"]) * len(res["aggs"]) == res["summary"]["cells"]
+    for cell in res["cells"]:
+        assert cell["picked"] in ("pba", "sba") and cell["reason"]
+        for alg in bench_auto.ALGS:
+            s = cell[alg]["seconds"]
+            assert s["n"] == res["reps"] and 0 < s["min"] <= s["median"] <= s["max"]
+            assert cell[alg]["min_per_s"] <= cell[alg]["per_s"] <= cell[alg]["max_per_s"]
+        best = min(cell["pba"]["seconds"]["median"], cell["sba"]["seconds"]["median"])
+        assert cell["ratio"] == pytest.approx(cell["auto"]["seconds"]["median"] / best)
+    assert 0 <= res["summary"]["within_goal"] <= res["summary"]["cells"]
+    assert res["machine"]["load"]["marks"]

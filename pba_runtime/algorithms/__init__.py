@@ -7,12 +7,14 @@ builds one; ``ALGORITHMS`` lists the registered names.
 
 from __future__ import annotations
 
+import functools
+import os
 from typing import Any
 
 from ..aggregations import Aggregation, get_aggregation
 from ..batch import splits_rows
 from ..kernels import Engine, check_engine, resolve_engine
-from ..pool import WorkerPool
+from ..pool import WorkerPool, default_pool_free
 from ..windows import CountWindow, TimeWindow, validate_window
 from .base import WindowOperator
 from .compiled_step import COMPILED_STEP, compiled_step_for
@@ -26,7 +28,8 @@ from .soe import SubtractOnEvict
 from .two_stacks import TwoStacks
 
 __all__ = ["ALGORITHMS", "REGISTRY", "REASONS", "register", "create", "resolve_auto", "choose_algorithm",
-           "uses_pool", "check_pool", "engines_of", "engine_of", "AUTO_PBA_MIN_SLICES", "AUTO_PBA_MIN_SLICES_PYTHON"]
+           "choose_batch_algorithm", "why_text", "mark_auto", "uses_pool", "check_pool", "engines_of", "engine_of",
+           "AUTO_PBA_MIN_SLICES", "AUTO_PBA_MIN_SLICES_PYTHON", "AUTO_BATCH_SPLIT_MIN"]
 
 REGISTRY: dict[str, type[WindowOperator]] = {}
 
@@ -54,13 +57,23 @@ AUTO_PBA_MIN_SLICES = 1 << 15
 # A Python-callable aggregation builds its lcs in a Python loop (100-300 ns a slice),
 # so SBA's boundary pause reaches a millisecond from ~2^12 slices: PBA pays off earlier.
 AUTO_PBA_MIN_SLICES_PYTHON = 1 << 12
+# The batch path (pr.sliding_aggregate, an "auto" operator's first insert_many) runs PBA, whose compiled merge
+# splits the batch's windows between the main thread and the pool's worker, from this many windows in the
+# batch, whatever the range. Measured on the 2-core project machine, quiet (sliding_aggregate, W[16, 1] and
+# W[1024, 1], every built-in, medians of 3x5): below 2^17 windows the split lost up to 1.9x (mean, argmax:
+# the worker's wake-up and the fresh pages cost more than half of a ~100-300 us batch); at 2^18 it still lost
+# for mean, argmax and geomean at W[1024, 1] (1.04-1.54x); from 2^19 it lost nowhere by more than 3% and won
+# 0.6-0.8x for most. bench/bench_auto.py checks the default against both at 4M and 10M values.
+AUTO_BATCH_SPLIT_MIN = 1 << 19
 
 
 #: Why :func:`choose_algorithm` chose: ``requested`` (an explicit name, honoured),
 #: ``large_window`` (PBA), ``small_window``, ``one_core``, ``small_key``,
 #: ``pool_unavailable``, ``pool_died`` (SBA for ``"auto"``, or instead of a
-#: requested algorithm that needs a pool it cannot have).
-REASONS = ("requested", "large_window", "small_window", "one_core", "small_key", "pool_unavailable", "pool_died")
+#: requested algorithm that needs a pool it cannot have). :func:`choose_batch_algorithm`
+#: adds ``batch_split`` (PBA), ``small_batch``, ``busy_pool`` and ``one_thread_batch`` (SBA).
+REASONS = ("requested", "large_window", "small_window", "one_core", "small_key", "pool_unavailable", "pool_died",
+           "batch_split", "small_batch", "busy_pool", "one_thread_batch")
 
 
 def engines_of(algorithm: str) -> tuple[str, ...]:
@@ -119,7 +132,8 @@ def check_pool(pool: Any) -> WorkerPool | None:
 def choose_algorithm(requested: str, window: CountWindow | TimeWindow, agg: str | Aggregation | None = None, *,
                      min_slices: int | None = None, cores: int | None = None, key_slices: int | None = None,
                      pool_ok: bool = True, pool_died: bool = False) -> tuple[str, str]:
-    """The one algorithm-choice policy: ``(algorithm, reason)`` for one key (a reason in :data:`REASONS`).
+    """The per-tuple (and per-key) algorithm-choice policy: ``(algorithm, reason)`` for one key (a reason in
+    :data:`REASONS`); a batch into a fresh stream has its own, :func:`choose_batch_algorithm`.
 
     An explicit name is honoured (``requested``), unless it needs a pool that
     cannot be had (``pool_ok=False``): then SBA, PBA's one-thread form, runs
@@ -177,8 +191,123 @@ def choose_algorithm(requested: str, window: CountWindow | TimeWindow, agg: str 
     return "pba", "large_window"
 
 
+def _cores() -> int:
+    """CPUs this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # pragma: no cover - not Linux
+        return os.cpu_count() or 1
+
+
+def _batch_windows(window: CountWindow | TimeWindow, n_values: int) -> int:
+    """Windows a batch of ``n_values`` values of a fresh stream completes (count windows), or ``n_values``
+    (time windows: the values decide how many there are)."""
+    if isinstance(window, TimeWindow):
+        return n_values
+    return max(0, (n_values - window.range) // window.slide + 1)
+
+
+def choose_batch_algorithm(window: CountWindow | TimeWindow, agg: str | Aggregation, n_values: int, *,
+                           engine: str = "auto", pool: WorkerPool | None = None,
+                           cores: int | None = None) -> tuple[str, str]:
+    """``(algorithm, reason)`` ``"auto"`` runs for one batch of ``n_values`` values into a fresh stream.
+
+    The batch policy of :func:`pba_runtime.sliding_aggregate` and of an ``"auto"``
+    operator's first ``insert_many``; the per-tuple policy (:func:`choose_algorithm`)
+    stays for operators fed tuple by tuple. In a batch, PBA and SBA run the same
+    vectorised merge, and PBA's splits its windows between the main thread and the
+    pool's worker. So ``"auto"`` runs PBA (``batch_split``) when the batch completes
+    :data:`AUTO_BATCH_SPLIT_MIN` windows and up (values, for time windows) and the
+    pool has a free worker, and SBA otherwise: ``small_batch`` (the split would cost
+    more than it saves), ``busy_pool`` (the worker runs another task), ``one_core``
+    (this process may run on one CPU) or ``one_thread_batch`` (``count``'s fill with
+    slide 1 runs on one thread whatever the pool). An aggregation without a kernel
+    takes the batch path tuple by tuple: the per-tuple policy decides.
+
+    Parameters
+    ----------
+    window : CountWindow or TimeWindow
+    agg : str or Aggregation
+    n_values : int
+        Values in the batch.
+    engine : str
+        The ``engine=`` option (:mod:`pba_runtime.kernels`).
+    pool : WorkerPool, optional
+        The pool PBA would use (``None``: the default thread pool).
+    cores : int, optional
+        CPUs this process may use (default: its affinity).
+
+    Examples
+    --------
+    >>> import pba_runtime as pr
+    >>> w = pr.CountWindow(range=1024, slide=1)
+    >>> choose_batch_algorithm(w, "max", 4_000_000, cores=2)
+    ('pba', 'batch_split')
+    >>> choose_batch_algorithm(w, "max", 100_000, cores=2), choose_batch_algorithm(w, "max", 4_000_000, cores=1)
+    (('sba', 'small_batch'), ('sba', 'one_core'))
+    >>> choose_batch_algorithm(w, "count", 4_000_000, cores=2)
+    ('sba', 'one_thread_batch')
+    """
+    window = validate_window(window)
+    aggregation = get_aggregation(agg)
+    return _batch_choice(window, aggregation, n_values, resolve_engine(aggregation, check_engine(engine)), pool, cores)
+
+
+def _batch_choice(window: CountWindow | TimeWindow, aggregation: Aggregation, n_values: int, resolved: Engine,
+                  pool: WorkerPool | None, cores: int | None = None) -> tuple[str, str]:
+    """:func:`choose_batch_algorithm` of a validated window and aggregation and the engine resolved."""
+    if resolved.kernel is None and aggregation.kernel is None or resolved.name == "python":
+        return choose_algorithm("auto", window, aggregation)
+    count_window = isinstance(window, CountWindow)
+    if count_window and window.slide == 1 and resolved.from_values == "count_from_values":
+        return "sba", "one_thread_batch"
+    if resolved.compiled or not count_window:
+        large = _batch_windows(window, n_values) >= AUTO_BATCH_SPLIT_MIN
+    else:  # the numpy merge splits by its own rule
+        large = splits_rows(window.range // window.slide, n_values // window.slide,
+                            "thread" if pool is None else pool.kind)
+    if not large:
+        return "sba", "small_batch"
+    if (cores if cores is not None else _cores()) < 2:
+        return "sba", "one_core"
+    if not (pool.free_worker() if pool is not None else default_pool_free()):
+        return "sba", "busy_pool"
+    return "pba", "batch_split"
+
+
+def why_text(algorithm: str, reason: str, window: CountWindow | TimeWindow, n_values: int | None = None, *,
+             least: int = AUTO_PBA_MIN_SLICES) -> str:
+    """A sentence for ``stats()["why"]``: why ``"auto"`` ran ``algorithm`` (``reason`` in :data:`REASONS`;
+    ``least``: the per-tuple policy's threshold in slices).
+
+    >>> import pba_runtime as pr
+    >>> why_text("pba", "batch_split", pr.CountWindow(range=1024, slide=1), 4_000_000)
+    'batch of 4,000,000 values with a free worker: split'
+    >>> why_text("sba", "small_window", pr.CountWindow(range=1024, slide=1))
+    'window of 1,024 slices, PBA from 32,768: SBA'
+    """
+    window = validate_window(window)
+    q = window.range // window.slide
+    batch = f"batch of {n_values:,} values" if n_values is not None else "batch"
+    texts = {
+        "batch_split": f"{batch} with a free worker: split",
+        "small_batch": f"{batch}, PBA splits from {AUTO_BATCH_SPLIT_MIN:,} windows: one thread",
+        "busy_pool": f"{batch}, the pool's worker is busy: one thread",
+        "one_core": "one CPU for this process: one thread",
+        "one_thread_batch": f"{batch} of count windows with slide 1: a fill on one thread",
+        "small_window": f"window of {q:,} slices, PBA from {least:,}: SBA",
+        "large_window": f"window of {q:,} slices, PBA from {least:,}: PBA",
+        "small_key": f"pieces of {n_values or 0:,} slices, too short for PBA's batch merge to split: SBA",
+        "pool_unavailable": "no worker pool: SBA",
+        "pool_died": "the worker pool died: SBA",
+        "restored": f"restored from a checkpoint taken with {algorithm.upper()}",
+    }
+    return texts.get(reason, f"{reason.replace('_', ' ')}: {algorithm.upper()}")
+
+
 def resolve_auto(window: CountWindow | TimeWindow, agg: str | Aggregation | None = None) -> str:
-    """The algorithm ``"auto"`` stands for: SBA for small windows, PBA for large ones (:func:`choose_algorithm`).
+    """The algorithm ``"auto"`` stands for per tuple: SBA for small windows, PBA for large ones
+    (:func:`choose_algorithm`); a batch has its own policy, :func:`choose_batch_algorithm`.
 
     >>> import pba_runtime as pr
     >>> pr.resolve_auto(pr.CountWindow(range=1024, slide=1)), pr.resolve_auto(pr.CountWindow(range=1 << 16, slide=1))
@@ -225,8 +354,9 @@ def create(algorithm: str, window: CountWindow | TimeWindow, agg: str | Aggregat
     """
     if not isinstance(algorithm, str):
         raise TypeError(f"algorithm must be a name (str), got {type(algorithm).__name__}")
-    if algorithm == "auto":
-        algorithm = resolve_auto(window, agg)
+    auto = algorithm == "auto"
+    if auto:
+        algorithm, reason = choose_algorithm("auto", window, agg)
     try:
         cls = REGISTRY[algorithm]
     except KeyError:
@@ -250,8 +380,33 @@ def create(algorithm: str, window: CountWindow | TimeWindow, agg: str | Aggregat
             return step(window, agg, **options)
     if cls.engines != ("python",):
         options["engine"] = engine
-    if lateness is not None:
-        if getattr(cls, "native_lateness", False):
-            return cls(window, agg, allowed_lateness=lateness, **options)
-        return ReorderBuffer(cls(window, agg, **options), lateness)
-    return cls(window, agg, **options)
+    if lateness is not None and getattr(cls, "native_lateness", False):
+        return cls(window, agg, allowed_lateness=lateness, **options)
+    op = cls(window, agg, **options)
+    if auto:  # SBA or PBA: say why; the first batch into a fresh stream decides again
+        mark_auto(op, algorithm, reason)
+        op._auto_batch = functools.partial(_decide_batch, op.window, op.agg, op.engine, pool)  # no cycle to op
+    return op if lateness is None else ReorderBuffer(op, lateness)
+
+
+def mark_auto(op: WindowOperator, algorithm: str, reason: str, n_values: int | None = None) -> None:
+    """Record on ``op`` (SBA or PBA, or a reorder buffer around one) that ``"auto"`` chose it and why:
+    its ``stats()`` then say ``chosen_by="auto"`` and ``why`` (:func:`why_text`, formatted when asked)."""
+    inner = getattr(op, "_inner", op)
+    if not isinstance(inner, PBA):
+        return
+    inner.chosen_by = "auto"
+    inner._why = functools.partial(why_text, algorithm, reason, inner.window, n_values, least=_least_slices(inner.agg))
+
+
+def _least_slices(agg: Aggregation) -> int:
+    """Slices per window from which the per-tuple policy runs PBA for ``agg``."""
+    return AUTO_PBA_MIN_SLICES_PYTHON if agg.kernel is None else AUTO_PBA_MIN_SLICES
+
+
+def _decide_batch(window: CountWindow | TimeWindow, agg: Aggregation, engine: Engine, pool: WorkerPool | None,
+                  n_values: int) -> tuple[str, Any, WorkerPool | None]:
+    """An ``"auto"`` operator's batch decision: ``(algorithm, why, pool)`` (``PBA._decide_batch`` asks it;
+    ``why`` a partial of :func:`why_text`, formatted when ``stats()`` asks)."""
+    algorithm, reason = _batch_choice(window, agg, n_values, engine, pool)
+    return algorithm, functools.partial(why_text, algorithm, reason, window, n_values, least=_least_slices(agg)), pool

@@ -117,6 +117,14 @@ class PBA(SlicedAggregator):
     name = "pba"
     parallel = True
     engines = ("compiled", "numpy", "python")
+    #: Who chose the algorithm (``stats()["chosen_by"]``): ``"request"``, or ``"auto"`` (``pr.create``,
+    #: ``pr.sliding_aggregate``), and why (``stats()["why"]``, a sentence, or a function giving it; ``None``
+    #: when requested).
+    chosen_by = "request"
+    _why: Any = None
+    #: Set by ``pr.create("auto")``: ``n_values -> (algorithm, why)``, the batch policy the operator's first
+    #: ``insert_many`` asks when nothing was inserted before (``algorithms.choose_batch_algorithm``).
+    _auto_batch: Any = None
 
     def __init__(self, window, agg, *, pool: WorkerPool | None = None, chunk_size: int | None = None,
                  engine: str = "auto"):
@@ -479,6 +487,8 @@ class PBA(SlicedAggregator):
 
     # ------------------------------------------------------------------ batch path
     def insert_many(self, values, timestamps=None):
+        if self._auto_batch is not None:
+            self._decide_batch(values)
         if (self._lean_batch and timestamps is None and values.__class__ is np.ndarray
                 and values.dtype == np.float64 and values.ndim == 1 and values.flags.c_contiguous
                 and not self._tuple_mode
@@ -487,6 +497,39 @@ class PBA(SlicedAggregator):
             if out is not None:
                 return out
         return self._insert_many(values, timestamps)
+
+    def _decide_batch(self, values: Any, final: bool = False) -> None:
+        """An ``"auto"`` operator's first batch into a fresh stream: the batch policy decides (once).
+
+        SBA becomes PBA, with its pool, when the policy splits this batch; otherwise the
+        per-tuple choice stays (a PBA over a large window keeps its worker for the
+        tuples to come), unless the batch is the whole stream (``final``,
+        ``sliding_aggregate``): then PBA becomes SBA, whose batch runs the same
+        merge without starting a pool. ``stats()["why"]`` then says the batch's reason.
+        """
+        if not hasattr(values, "__len__") or not len(values):
+            return  # an empty batch leaves the stream fresh: the next one decides
+        decide, self._auto_batch = self._auto_batch, None
+        if self._n or self._tuple_mode or self._flushed or self._closed or type(self) not in (PBA, SBA):
+            return
+        algorithm, why, pool = decide(len(values))
+        if algorithm == "pba" and not self.parallel:
+            self._become(PBA, pool if pool is not None else default_pool())
+        elif algorithm == "sba" and self.parallel and final:
+            self._become(SBA, None)
+        if algorithm == self.name:
+            self._why = why
+
+    def _become(self, cls: type, pool: WorkerPool | None) -> None:
+        """A fresh SBA becomes PBA with ``pool``, or a fresh PBA SBA (``pool=None``): the class, the pool
+        and the chunk store change; nothing else differs between them (SBA only overrides ``_close_chunk``)."""
+        self._store.close()
+        self.__class__ = cls
+        self._pool = pool
+        q, b = self._q, self._b
+        self._store = open_store(self._pool, self.agg, b, slots=max(4, -(-q // b) + 2), kernel=self._kernel)
+        self._shm = self._store.shm
+        self._width = self._store.width
 
     def _insert_lean(self, vals: np.ndarray) -> tuple[np.ndarray, Any] | None:
         """The batch path of the keyed runtime's common case, its Python trimmed: count windows, slide 1,
@@ -1040,6 +1083,8 @@ class PBA(SlicedAggregator):
     def _insert_and_flush(self, values, timestamps=None):
         """Fused time windows: the batch and the end of stream in one compiled call (no second call,
         and no copy of the results to join them); otherwise ``insert_many`` then ``flush``."""
+        if self._auto_batch is not None:
+            self._decide_batch(values, final=True)
         if not self._fused_time:
             return super()._insert_and_flush(values, timestamps)
         self._flush_in_batch = True
@@ -1104,6 +1149,8 @@ class PBA(SlicedAggregator):
             fallbacks=self._fallbacks,
             pool=None if self._pool is None else self._pool.kind,
             shared_memory=self._store.shared,
+            chosen_by=self.chosen_by,
+            why=self._why() if callable(self._why) else self._why,
         )
         return st
 

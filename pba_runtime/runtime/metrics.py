@@ -44,6 +44,11 @@ REASON_TEXT = {
     "pool_unavailable": "no worker pool",
     "pool_died": "the worker pool died",
     "restored": "restored from the checkpoint",
+    # the batch policy's (pr.sliding_aggregate, an "auto" operator's first batch; not the keyed runtime's)
+    "batch_split": "a batch large enough to split with a free worker",
+    "small_batch": "a batch too small for PBA's split to pay",
+    "busy_pool": "the pool's worker was busy",
+    "one_thread_batch": "a batch that runs on one thread whatever the pool",
 }
 
 _BASE = 1.02
