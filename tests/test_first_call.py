@@ -26,16 +26,28 @@ BENCH = ROOT / "bench"
 pytestmark = pytest.mark.timeout(900)
 
 # Every built-in over count windows, slide 1 (the merges from values) and slide 3 (the partials' merges,
-# lifts and lowers), against the numpy engine (no numba); then what loaded, then a compile.
+# lifts and lowers), and over time windows (the fused kernels), against the numpy engine (no numba); then
+# what loaded, then a compile.
 SCRIPT = textwrap.dedent("""
     import json, sys
+    import numba.core.base
     import numpy as np
+
+    refreshes = []  # numba's compiler set-up: the target context's refresh (a compile runs it, a load need not)
+    _refresh = numba.core.base.BaseContext.refresh
+    numba.core.base.BaseContext.refresh = lambda self: (refreshes.append(1), _refresh(self))[1]
     import pba_runtime as pr
 
     rng = np.random.default_rng(1)
     x = rng.random(5000) * 10
     x[17] = np.nan
+    ts = np.cumsum(rng.integers(0, 4, len(x)))  # gaps and equal timestamps
     report = {"mismatch": []}
+
+    def same(ends, res, ends2, ref):
+        return np.array_equal(ends, ends2) and np.allclose(np.asarray(res, float), np.asarray(ref, float),
+                                                           rtol=1e-9, atol=0, equal_nan=True)
+
     for name, agg in sorted(pr.BUILTIN_AGGREGATIONS.items()):
         if agg.kernel is None:
             continue
@@ -44,26 +56,30 @@ SCRIPT = textwrap.dedent("""
             w = pr.CountWindow(range=64, slide=slide)
             ends, res = pr.sliding_aggregate(vals, window=w, agg=name)
             ends2, ref = pr.sliding_aggregate(vals, window=w, agg=name, engine="numpy")
-            if not (np.array_equal(ends, ends2)
-                    and np.allclose(np.asarray(res, float), np.asarray(ref, float), rtol=1e-9, atol=0,
-                                    equal_nan=True)):
+            if not same(ends, res, ends2, ref):
                 report["mismatch"].append([name, slide])
+        w = pr.TimeWindow(range=50, slide=10)  # the fused time-window kernels (time_fused.py)
+        ends, res = pr.sliding_aggregate(vals, window=w, agg=name, timestamps=ts)
+        ends2, ref = pr.sliding_aggregate(vals, window=w, agg=name, timestamps=ts, engine="numpy")
+        if not same(ends, res, ends2, ref):
+            report["mismatch"].append([name, "time"])
     from numba.core.dispatcher import Dispatcher
-    from pba_runtime.kernels import compiled, lean_load
+    from pba_runtime.kernels import compiled, lean_load, slicing, time_fused
 
-    loaded = {k: v for k, v in vars(compiled).items() if isinstance(v, Dispatcher) and v.overloads}
+    loaded = {f"{m.__name__.rsplit('.', 1)[1]}.{k}": v for m in (compiled, slicing, time_fused)
+              for k, v in vars(m).items() if isinstance(v, Dispatcher) and v.overloads}
     report["loaded"] = sorted(loaded)
     report["all_lean"] = all(lean_load.is_lean(v) for v in loaded.values())
     report["cache_hits"] = sum(sum(v.stats.cache_hits.values()) for v in loaded.values())
     report["compiled_here"] = sum(sum(v.stats.cache_misses.values()) for v in loaded.values())
-    report["setup_ran"] = "numba.np.linalg" in sys.modules  # imported by the target context's refresh only
+    report["setup_ran"] = bool(refreshes)
     import numba
 
     @numba.njit(cache=False)
     def twice(a):
         return np.median(a) * 2  # numba's set-up (its numpy functions) must be there for this compile
     report["compile_after"] = float(twice(np.array([3.0, 4.0, 7.0])))
-    report["setup_ran_after"] = "numba.np.linalg" in sys.modules
+    report["setup_ran_after"] = bool(refreshes)
     ends, res = pr.sliding_aggregate(x, window=pr.CountWindow(range=64, slide=1), agg="max")  # still runs
     report["max_after"] = float(np.nanmax(res))
     print(json.dumps(report))
@@ -79,24 +95,27 @@ def _fresh(script: str) -> dict:
     return json.loads(proc.stdout.splitlines()[-1])
 
 
-def test_every_cached_kernel_of_compiled_loads_lean():
+def test_every_cached_kernel_loads_lean():
     from numba.core.caching import FunctionCache
     from numba.core.dispatcher import Dispatcher
 
-    from pba_runtime.kernels import compiled, lean_load
+    from pba_runtime.kernels import compiled, lean_load, slicing, time_fused
 
-    cached = [v for v in vars(compiled).values() if isinstance(v, Dispatcher) and isinstance(v._cache, FunctionCache)]
-    assert len(cached) > 20 and all(lean_load.is_lean(v) for v in cached)
-    assert lean_load.lean_loads(vars(compiled)) == 0  # once: a second call changes nothing
+    for module in (compiled, slicing, time_fused):
+        cached = [v for v in vars(module).values() if isinstance(v, Dispatcher) and isinstance(v._cache, FunctionCache)]
+        assert len(cached) > 5 and all(lean_load.is_lean(v) for v in cached)
+        assert lean_load.lean_loads(vars(module)) == 0  # once: a second call changes nothing
 
 
 def test_a_fresh_process_loads_its_kernels_without_numbas_compiler_setup():
     _fresh(SCRIPT)  # primes the disk cache (compiles what it lacks)
     rep = _fresh(SCRIPT)
     assert rep["mismatch"] == []
-    assert {"merge_scalar", "merge_columns", "merge_std", "merge_argmax", "std_from_values", "mean_from_values",
-            "argmax_from_values", "count_from_values", "lift_std", "lift_pair", "lower_std", "lower_ratio",
-            "lift_moments", "lift_argmax"} <= set(rep["loaded"])
+    assert {f"compiled.{k}" for k in ("merge_scalar", "merge_columns", "merge_std", "merge_argmax", "std_from_values",
+                                      "mean_from_values", "argmax_from_values", "count_from_values", "lift_std",
+                                      "lift_pair", "lower_std", "lower_ratio", "lift_moments", "lift_argmax")
+            } <= set(rep["loaded"])
+    assert {"time_fused.run_max", "time_fused.run_std", "time_fused.timestamps_ok"} <= set(rep["loaded"])
     assert rep["all_lean"] and rep["compiled_here"] == 0 and rep["cache_hits"] >= len(rep["loaded"])
     assert rep["setup_ran"] is False  # the loads skipped it
     assert rep["compile_after"] == 8.0 and rep["setup_ran_after"] is True  # a compile still gets it

@@ -59,6 +59,7 @@ from numba import njit, types
 from numba.extending import overload
 
 from .compiled import _JIT, ADD, FMAX, MAX, MIN, MUL, _argmax, _chan
+from .lean_load import lean_loads
 from .stepwise.index import uidx
 
 __all__ = ["runner", "RUNNERS", "LIFTED", "LOWERED", "timestamps_ok", "episode_cut", "part_windows", "SPLIT_MIN",
@@ -809,3 +810,7 @@ def runner(layout: str, ops: tuple):
     if layout == "columns" and ops == (ADD, ADD):
         return run_pair
     return {"argmax": run_argmax, "std": run_std}.get(layout)
+
+
+# Loading from the disk cache without numba's compiler set-up (lean_load.py).
+lean_loads(globals())
