@@ -139,7 +139,11 @@ def test_first_call_bench_smoke(tmp_path):
         assert c["cache_data_loads"] >= 1 and c["signatures_loaded"] >= 1 and c["cache_saves"] == 0  # warm
         assert c["numba_setup_ran"] is False and c["numba_modules"] > 0
         assert all(row["phases"][k]["median"] > 0 for k in ("import_api_s", "import_numba_s", "first_s"))
-    assert res["cold"] == {} and res["bytecode_cache"] is True
+    assert res["cold"] == {} and res["bytecode_cache"] is True and res["window"]["kind"] == "count"
+    res = bench_first_call.main(["--quick", "--time", "--aggs", "max", "--out", str(tmp_path / "time.json")])
+    row = res["warm"]["max"]
+    assert res["window"]["kind"] == "time" and row["lean"]["same_results"]
+    assert "time_fused.run_max" in row["counts"]["kernels_touched"] and row["counts"]["numba_setup_ran"] is False
 
 
 @pytest.mark.slow  # compiles a kernel family into an empty cache (tens of seconds)
