@@ -154,8 +154,8 @@ def compiled_available() -> bool:
 
 
 def warm(engine: Engine) -> None:
-    """Import numba and load ``engine``'s compiled merge from the disk cache (a tiny merge): ~0.3-0.45 s
-    paid once per process, here rather than in the first batch."""
+    """Import numba and load ``engine``'s compiled merge from the disk cache (a tiny merge): paid once per
+    process (``bench/bench_first_call.py``), here rather than in the first batch."""
     if not engine.compiled:
         return
     X = np.zeros((4,) + (engine.kernel.shape if engine.kernel is not None else ()))

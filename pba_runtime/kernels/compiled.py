@@ -32,6 +32,8 @@ import math
 import numpy as np
 from numba import njit
 
+from .lean_load import lean_loads
+
 # Combine codes of the column kernel: one per numpy ufunc a UfuncKernel may use.
 ADD, MAX, MIN, MUL, FMAX, FMIN = 0, 1, 2, 3, 4, 5
 # merge_columns walks rows once (all columns of a slice together) from this many columns
@@ -787,3 +789,7 @@ def lift_argmax(values, positions, out):
     for i in range(values.shape[0]):
         out[i, 0] = values[i]
         out[i, 1] = positions[i]
+
+
+# Loading from the disk cache without numba's compiler set-up (lean_load.py: most of a process's first call).
+lean_loads(globals())

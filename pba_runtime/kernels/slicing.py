@@ -33,6 +33,7 @@ import numpy as np
 from numba import njit
 
 from .compiled import _JIT, ADD, COLUMNS_ROW_MIN, FMAX, MAX, MIN, MUL, c_add, c_fmax, c_fmin, c_max, c_min, c_mul
+from .lean_load import lean_loads
 from .read_only import read_only
 
 __all__ = ["time_slices", "fold_scalar", "fold_columns"]
@@ -178,3 +179,7 @@ def _fold_row_op(P, i, dense, row, k0, k1, op):
         _fold_row(P, i, dense, row, k0, k1, c_fmax)
     else:
         _fold_row(P, i, dense, row, k0, k1, c_fmin)
+
+
+# Loading from the disk cache without numba's compiler set-up (lean_load.py).
+lean_loads(globals())

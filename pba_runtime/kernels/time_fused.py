@@ -59,6 +59,7 @@ from numba import njit, types
 from numba.extending import overload
 
 from .compiled import _JIT, ADD, FMAX, MAX, MIN, MUL, _argmax, _chan
+from .lean_load import lean_loads
 from .stepwise.index import uidx
 
 __all__ = ["runner", "RUNNERS", "LIFTED", "LOWERED", "timestamps_ok", "episode_cut", "part_windows", "SPLIT_MIN",
@@ -508,7 +509,7 @@ def _drive(P, ts, s, off, r, q, m, hist, flush, ident_a, st, cur_a, head_a, ring
         if m == 0:  # no heads: the loop of the common case, one combine per tuple
             rv = ring[ro : ro + q]
             if K < PAIR:  # scalar partials only (K is a literal: a constant test; wider ones measured slower)
-                iend = i + np.searchsorted(ts[i:n], (B + q) * s + off)  # the tuples of the row's slices
+                iend = i + _first_at_least(ts[i:n], (B + q) * s + off)  # the tuples of the row's slices
                 if iend - i >= st[LANES]:
                     col, hi, cur = _fold_lanes(ts, P, rv, i, iend, off, s, B, col, hi, cur, ident, K)
                     i = iend
@@ -681,6 +682,22 @@ _BLOCK = 512  # timestamps tested for a gap in one vectorised loop
 
 
 @njit(**_HELPER)
+def _first_at_least(a, v):
+    """``np.searchsorted(a, v)`` of a non-decreasing ``a``: the first index whose value is ``>= v`` (``len(a)``
+    if none), by a binary search of its own: numba's searchsorted makes a kernel loaded from the disk cache
+    import ``numba.np.arraymath`` and what it imports (``bench/bench_first_call.py --time``)."""
+    lo = 0
+    hi = a.shape[0]
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if a[mid] < v:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+@njit(**_HELPER)
 def _any_gap(a, gap):
     """Whether two neighbours of ``a`` are ``gap`` or more apart (a loop that vectorises: no exit)."""
     hit = False
@@ -809,3 +826,7 @@ def runner(layout: str, ops: tuple):
     if layout == "columns" and ops == (ADD, ADD):
         return run_pair
     return {"argmax": run_argmax, "std": run_std}.get(layout)
+
+
+# Loading from the disk cache without numba's compiler set-up (lean_load.py).
+lean_loads(globals())
