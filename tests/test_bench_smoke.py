@@ -389,3 +389,23 @@ def test_runtime_sinks_bench_runs_fresh_pba_run_processes(tmp_path):
     assert parquet["stages_ns_per_tuple_median"]["slots"]["format"] > 0  # the slots wrote the parts
     text = report.main(["--results", str(tmp_path), "--out", str(tmp_path / "B.md")]).read_text()
     assert "each run a fresh `pba-run` process" in text and "with a CSV or Parquet sink" in text
+
+
+def test_user_agg_bench_smoke(tmp_path):
+    """bench/bench_user_agg.py (issue 40): docs/batch.md's user aggregation in each form beside pandas."""
+    import bench_user_agg
+
+    out = tmp_path / "user_agg.json"
+    bench_user_agg.main(["--quick", "--n", "3000", "--range", "64", "--repeats", "2", "--out", str(out)])
+    res = json.loads(out.read_text())
+    assert res["quick"] is True and res["n"] == 3000 and res["range"] == 64
+    want = {"docs", "builtins", "lambdas", "defs", "builtin_max", "pandas_loop", "pandas_numpy"}
+    assert set(res["methods"]) == want
+    for m in res["methods"].values():
+        assert m["agrees"] and m["first_s"] > 0 and m["seconds"]["n"] == 2
+        assert 0 < m["seconds"]["min"] <= m["seconds"]["median"] <= m["seconds"]["max"]
+        assert m["values_per_s"]["min"] <= m["values_per_s"]["median"] <= m["values_per_s"]["max"]
+    for e in res["engines"].values():  # every form compiles, none warns
+        assert e["engine"] == "compiled" and not e["warnings"]
+    assert set(res["speedup_vs_pandas"]) == want - {"pandas_loop", "pandas_numpy"}
+    assert len(res["machine"]["loadavg_start"]) == 3 and res["machine"]["commit"]
