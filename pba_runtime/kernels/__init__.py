@@ -2,9 +2,10 @@
 
 - ``"compiled"``: the window merge of a batch in machine code (:mod:`.compiled`, numba, GIL
   released, so a pool's thread works beside the main thread), for every built-in aggregation,
-  every ``ufunc=`` aggregation whose ufunc it knows, and user aggregations whose Python
-  ``lift``/``combine``/``lower`` numba compiles (:mod:`.user`: the whole batch path then
-  runs compiled, lift and lower included).
+  every ``ufunc=`` aggregation whose ufunc it knows (the user's ``lift`` and ``lower`` compiled
+  beside it where numba compiles them), and user aggregations whose ``lift``/``combine``/``lower``
+  numba compiles, builtins such as ``abs``, ``max``, ``math.sqrt`` included (:mod:`.user`: the
+  whole batch path then runs compiled, lift and lower included).
 - ``"numpy"``: the vectorised reference (:mod:`pba_runtime.merge`), for aggregations with a kernel.
 - ``"python"``: per-element Python ``combine`` calls; every aggregation has it.
 

@@ -24,7 +24,7 @@ Examples
 (True, '')
 >>> import math
 >>> odd = pr.Aggregation(lift=float, combine=max, lower=math.fsum, identity=0.0, name="odd")
->>> compile_aggregation(odd)[1].split(" (")[0]  # math.fsum takes an iterable: numba has none of it
+>>> compile_aggregation(odd)[1].split(" (")[0]  # numba has no math.fsum
 'numba cannot compile its lower math.fsum'
 """
 
@@ -168,7 +168,7 @@ def _call(fn: Any, args: tuple) -> Any:
 
 
 def _number(x: Any) -> bool:
-    return isinstance(x, (int, float, np.integer, np.floating)) and not isinstance(x, complex)
+    return isinstance(x, (int, float, np.integer, np.floating))
 
 
 class UserKernel(Kernel):
