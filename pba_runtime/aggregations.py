@@ -167,6 +167,8 @@ def _callable_id(f: Any) -> str:
         return f"ufunc:{f.__name__}"
     if isinstance(f, functools.partial):
         return f"partial({_callable_id(f.func)}, {f.args!r}, {sorted(f.keywords.items())!r})"
+    if callable(getattr(f, "py_func", None)):  # a numba.njit function: what its Python function computes
+        return f"jit({_callable_id(f.py_func)})"
     name = f"{getattr(f, '__module__', None)}.{getattr(f, '__qualname__', type(f).__qualname__)}"
     code = getattr(f, "__code__", None)
     if code is None:  # a builtin (max, float, ...) or a callable object

@@ -410,3 +410,23 @@ def test_auto_bench_smoke(tmp_path):
         assert cell["ratio"] == pytest.approx(cell["auto"]["seconds"]["median"] / best)
     assert 0 <= res["summary"]["within_goal"] <= res["summary"]["cells"]
     assert res["machine"]["load"]["marks"]
+
+
+def test_user_agg_bench_smoke(tmp_path):
+    """bench/bench_user_agg.py (issue 40): docs/batch.md's user aggregation in each form beside pandas."""
+    import bench_user_agg
+
+    out = tmp_path / "user_agg.json"
+    bench_user_agg.main(["--quick", "--n", "3000", "--range", "64", "--repeats", "2", "--out", str(out)])
+    res = json.loads(out.read_text())
+    assert res["quick"] is True and res["n"] == 3000 and res["range"] == 64
+    want = {"docs", "builtins", "lambdas", "defs", "builtin_max", "pandas_loop", "pandas_numpy"}
+    assert set(res["methods"]) == want
+    for m in res["methods"].values():
+        assert m["agrees"] and m["first_s"] > 0 and m["seconds"]["n"] == 2
+        assert 0 < m["seconds"]["min"] <= m["seconds"]["median"] <= m["seconds"]["max"]
+        assert m["values_per_s"]["min"] <= m["values_per_s"]["median"] <= m["values_per_s"]["max"]
+    for e in res["engines"].values():  # every form compiles, none warns
+        assert e["engine"] == "compiled" and not e["warnings"]
+    assert set(res["speedup_vs_pandas"]) == want - {"pandas_loop", "pandas_numpy"}
+    assert len(res["machine"]["loadavg_start"]) == 3 and res["machine"]["commit"]

@@ -38,13 +38,17 @@ WEIGHTED = pr.Aggregation(lift=lambda v, p: v * (p % 3), combine=operator.add, l
 
 
 # Compiled by the engine (plain Python over numbers, no faster form declared): a scalar partial and a
-# tuple one; the per-tuple path keeps running their Python form.
+# tuple one; the per-tuple path keeps running their Python form. ABSMAX_PY, SUMSQ_PY and RSS_MATH compile
+# builtins (max, float, operator.add, math.sqrt) through wrappers calling them (issue 40); the faster forms'
+# lifts (ABSMAX, SUMSQ, WEIGHTED) compile beside their ufunc.
 
 ABSMAX_JIT = pr.Aggregation(lift=U.absolute, combine=U.nan_max, lower=U.same, identity=0.0, name="absmax_jit",
                             selective=True, commutative=True, result="float")
 SPREAD_JIT = pr.Aggregation(lift=U.pair, combine=U.pair_min_max, lower=U.spread, identity=(math.inf, -math.inf),
                             name="spread_jit", commutative=True, result="float")
-USER_AGGS = [ABSMAX, ABSMAX_PY, SUMSQ, SUMSQ_PY, WEIGHTED, ABSMAX_JIT, SPREAD_JIT]
+RSS_MATH = pr.Aggregation(lift=lambda v: v * v, combine=operator.add, lower=math.sqrt, identity=0.0, name="rss_math",
+                          inverse=operator.sub, commutative=True, result="float")
+USER_AGGS = [ABSMAX, ABSMAX_PY, SUMSQ, SUMSQ_PY, WEIGHTED, ABSMAX_JIT, SPREAD_JIT, RSS_MATH]
 
 
 # DABA, FlatFAT and SoE run their per-tuple path on the compiled step under engine="auto" where the
@@ -361,3 +365,22 @@ def test_restore_refuses_another_aggregation_of_the_same_name():
         with make(alg, pr.CountWindow(range=3, slide=1), hi) as same:
             same.restore(state)
             assert same.insert(1.0) == [] and same.insert(2.0) == [(3, 5.0)]
+
+
+@pytest.mark.parametrize("agg", USER_AGGS, ids=_id)
+def test_user_aggregations_run_compiled_without_a_warning(agg):
+    """Every user aggregation of the matrix runs compiled on the batch path, none warns (issue 40): those
+    without a faster form on the user kernel, the ufunc ones with their lift compiled beside the ufunc."""
+    import warnings
+
+    from pba_runtime.kernels import CompileWarning, resolve_engine
+    from pba_runtime.kernels.user import LiftedKernel
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", CompileWarning)
+        eng = resolve_engine(agg, "auto")
+    assert eng.name == "compiled", eng.why
+    if agg.ufunc is None:
+        assert eng.layout == "user"
+    else:
+        assert isinstance(eng.kernel, LiftedKernel)

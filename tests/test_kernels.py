@@ -9,6 +9,8 @@ own SIMD and scalar maximum disagree); the others to rounding (relative 1e-9, th
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -314,7 +316,8 @@ def _spread(p):
 ABSMAX = pr.Aggregation(lift=_absmax_lift, combine=_max_nan, lower=_ident, identity=0.0, name="absmax")
 SPREAD = pr.Aggregation(lift=_pair, combine=_pair_combine, lower=_spread, identity=(np.inf, -np.inf),
                         name="spread")
-BUILTIN_CALLABLES = pr.Aggregation(lift=abs, combine=max, lower=float, identity=0.0, name="absmax_builtins")
+# math.ulp is a builtin numba has no implementation of (abs, max, float compile: tests/test_user_compile.py)
+BUILTIN_CALLABLES = pr.Aggregation(lift=math.ulp, combine=max, lower=float, identity=0.0, name="ulpmax_builtins")
 
 
 @pytest.mark.parametrize("agg", [ABSMAX, SPREAD], ids=lambda a: a.name)
@@ -344,7 +347,7 @@ def test_user_kernel_compiles_and_equals_python(agg):
 def test_user_kernel_that_cannot_compile_says_why_once():
     from pba_runtime.kernels import CompileWarning
 
-    with pytest.warns(CompileWarning, match="absmax_builtins.*cannot compile its lift abs"):
+    with pytest.warns(CompileWarning, match=r"ulpmax_builtins.*cannot compile its lift math\.ulp .*'ulp'"):
         eng = resolve_engine(BUILTIN_CALLABLES, "auto")
     assert eng.name == "python" and "cannot compile" in eng.why
     import warnings
@@ -352,7 +355,7 @@ def test_user_kernel_that_cannot_compile_says_why_once():
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # said once: a second operator is quiet
         assert resolve_engine(BUILTIN_CALLABLES, "auto").name == "python"
-    with pytest.raises(ValueError, match="engine='compiled' is not available for aggregation 'absmax_builtins'"):
+    with pytest.raises(ValueError, match="engine='compiled' is not available for aggregation 'ulpmax_builtins'"):
         resolve_engine(BUILTIN_CALLABLES, "compiled")
 
 

@@ -2,9 +2,10 @@
 
 - ``"compiled"``: the window merge of a batch in machine code (:mod:`.compiled`, numba, GIL
   released, so a pool's thread works beside the main thread), for every built-in aggregation,
-  every ``ufunc=`` aggregation whose ufunc it knows, and user aggregations whose Python
-  ``lift``/``combine``/``lower`` numba compiles (:mod:`.user`: the whole batch path then
-  runs compiled, lift and lower included).
+  every ``ufunc=`` aggregation whose ufunc it knows (the user's ``lift`` and ``lower`` compiled
+  beside it where numba compiles them), and user aggregations whose ``lift``/``combine``/``lower``
+  numba compiles, builtins such as ``abs``, ``max``, ``math.sqrt`` included (:mod:`.user`: the
+  whole batch path then runs compiled, lift and lower included).
 - ``"numpy"``: the vectorised reference (:mod:`pba_runtime.merge`), for aggregations with a kernel.
 - ``"python"``: per-element Python ``combine`` calls; every aggregation has it.
 
@@ -220,8 +221,33 @@ def _compiled_kernel(agg: Aggregation, layout: str) -> Kernel:
     elif _is_moment_sketch(agg):
         lift = "lift_moments"
     if lift is None and lower is None:
-        return agg.kernel
+        return _lifted_kernel(agg) if _has_user_lift(agg) else agg.kernel
     return CompiledKernel(agg.kernel, lift, lower)
+
+
+def _has_user_lift(agg: Aggregation) -> bool:
+    """Whether ``agg`` is a user's ``ufunc=`` aggregation, its kernel lifting each value by the user's ``lift``."""
+    kernel = agg.kernel
+    return (agg.ufunc is not None and type(kernel) is UfuncKernel and BUILTIN_AGGREGATIONS.get(agg.name) is not agg
+            and getattr(kernel._lift, "__qualname__", "").startswith("_elementwise_lift."))
+
+
+_lifted: dict[str, Kernel] = {}  # fingerprint -> the kernel with the user's lift compiled (or the Python one)
+
+
+def _lifted_kernel(agg: Aggregation) -> Kernel:
+    """``agg``'s kernel with its lift and lower compiled (:func:`.user.compile_lift_lower`) where they compile
+    and agree with the Python ones; its own kernel (the lift in Python) otherwise. Once per process."""
+    key = agg.fingerprint
+    with _lock:
+        hit = _lifted.get(key)
+    if hit is None:
+        from .user import compile_lift_lower
+
+        hit = compile_lift_lower(agg)[0] or agg.kernel
+        with _lock:
+            hit = _lifted.setdefault(key, hit)
+    return hit
 
 
 def _is_moment_sketch(agg: Aggregation) -> bool:

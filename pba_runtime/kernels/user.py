@@ -4,26 +4,35 @@ When an aggregation has no vectorised form (no ``kernel=``/``ufunc=``) and its `
 ``combine`` and ``lower`` are Python over numbers, or fixed-size tuples of numbers, numba
 compiles them (``nopython`` mode) and :class:`UserKernel` runs them in the batch path: the
 lift, the slice reduction, the window merge and the lower, each a compiled loop with the
-GIL released. The user's functions are compiled as they are; the loops around them are
-generated once per partial width (a tuple is loaded from and stored to a row of floats
-field by field), so nothing here depends on what the functions compute.
+GIL released. The user's functions are compiled as they are; a builtin or module function
+numba compiles a call to (``abs``, ``max``, ``float``, ``math.sqrt``, ``operator.add``, a numpy
+ufunc, a ``functools.partial`` of one) through a one-line wrapper (:mod:`.user_forms`). The loops
+around them are generated once per partial width (a tuple is loaded from and stored to a row of
+floats field by field), so nothing here depends on what the functions compute.
 
 Before it is used, the compiled form is checked against the Python form on a few values
 (ordinary, negative, zero, NaN, inf): any difference, like any compile error, keeps the
-aggregation on the Python engine, with the reason (``stats()["engine_why"]``).
+aggregation on the Python engine, with the reason (``stats()["engine_why"]``): the function, and
+the line of numba's error that says why.
 
 Examples
 --------
 >>> import pba_runtime as pr
 >>> absmax = pr.Aggregation(lift=abs, combine=max, lower=float, identity=0.0, name="absmax")
 >>> kernel, why = compile_aggregation(absmax)
->>> kernel is None, "abs" in why  # builtins are not Python functions numba can compile
-(True, True)
+>>> kernel is not None, why  # builtins compile through a wrapper calling them
+(True, '')
+>>> import math
+>>> odd = pr.Aggregation(lift=float, combine=max, lower=math.fsum, identity=0.0, name="odd")
+>>> compile_aggregation(odd)[1].split(" (")[0]  # numba has no math.fsum
+'numba cannot compile its lower math.fsum'
 """
 
 from __future__ import annotations
 
 import math
+import re
+import types
 import warnings
 from typing import Any
 
@@ -31,8 +40,9 @@ import numpy as np
 
 from ..aggregations import Aggregation, Kernel
 from .codegen import expand
+from .user_forms import describe, form
 
-__all__ = ["UserKernel", "compile_aggregation"]
+__all__ = ["LiftedKernel", "UserKernel", "compile_aggregation", "compile_lift_lower"]
 
 _SAMPLES = (0.0, 1.5, -2.25, 3.0, 1e-3, 1e12, -0.0, math.inf, -math.inf, math.nan)
 
@@ -137,9 +147,28 @@ def _width(identity: Any) -> int | None:
 
 
 def _same(a: Any, b: Any) -> bool:
-    a = np.asarray(a, dtype=np.float64)
-    b = np.asarray(b, dtype=np.float64)
+    """Whether ``a`` and ``b`` hold the same numbers (NaN equal to NaN); ``False`` if one holds anything else."""
+    try:
+        a = np.asarray(a, dtype=np.float64)
+        b = np.asarray(b, dtype=np.float64)
+    except (TypeError, ValueError, OverflowError):  # a complex, a list, a string: no partial of ours
+        return False
     return a.shape == b.shape and bool(np.all((a == b) | (np.isnan(a) & np.isnan(b))))
+
+
+_REFUSED = object()  # a sample the Python form raises on
+
+
+def _call(fn: Any, args: tuple) -> Any:
+    """``fn(*args)``, or ``_REFUSED`` if it raises."""
+    try:
+        return fn(*args)
+    except Exception:
+        return _REFUSED
+
+
+def _number(x: Any) -> bool:
+    return isinstance(x, (int, float, np.integer, np.floating))
 
 
 class UserKernel(Kernel):
@@ -211,6 +240,59 @@ class UserKernel(Kernel):
 
 def compile_aggregation(agg: Aggregation) -> tuple[UserKernel | None, str]:
     """``(kernel, "")``, or ``(None, why)`` when ``agg``'s Python form does not compile or differs compiled."""
+    return _compile(agg, full=True)
+
+
+def compile_lift_lower(agg: Aggregation) -> tuple[Kernel | None, str]:
+    """For an aggregation with a ``ufunc=`` faster form: its kernel with the user's ``lift`` (and ``lower``,
+    when it returns floats) compiled, the ufunc's combine kept; ``(None, why)`` if the lift does not compile.
+
+    >>> import numpy as np
+    >>> import pba_runtime as pr
+    >>> agg = pr.Aggregation(lift=abs, combine=max, lower=float, identity=0.0, name="absmax", ufunc=np.maximum)
+    >>> kernel, why = compile_lift_lower(agg)
+    >>> kernel.lift(np.array([-2.0, 1.0]), None).tolist(), why
+    ([2.0, 1.0], '')
+    """
+    if agg.kernel is None or _width(agg.identity) != 0:
+        return None, "only a scalar partial's lift is compiled beside its ufunc"
+    compiled, why = _compile(agg, full=False)
+    if compiled is None:
+        return None, why
+    return LiftedKernel(agg.kernel, compiled, compiled.lower_floats), ""
+
+
+class LiftedKernel(Kernel):
+    """A ``ufunc=`` aggregation's kernel with the user's lift (and lower) compiled; the rest the ufunc's."""
+
+    def __init__(self, base: Kernel, compiled: UserKernel, lower: bool):
+        self.base, self._compiled, self._lower = base, compiled, lower
+        self.shape = base.shape
+        self.identity = base.identity
+        self.combine_in_place = base.combine_in_place
+
+    def lift(self, values, positions):
+        return self._compiled.lift(values, positions)
+
+    def lower(self, parts):
+        return self._compiled.lower(parts) if self._lower and parts.ndim == 1 else self.base.lower(parts)
+
+    def reduce_segments(self, parts, starts):
+        return self.base.reduce_segments(parts, starts)
+
+    def combine(self, older, newer, out=None):
+        return self.base.combine(older, newer, out=out)
+
+    def accumulate(self, parts, axis, reverse=False, out=None, nan_free=False):
+        return self.base.accumulate(parts, axis, reverse=reverse, out=out, nan_free=nan_free)
+
+    def nan_free_rows(self, rows):
+        return self.base.nan_free_rows(rows)
+
+
+def _compile(agg: Aggregation, full: bool) -> tuple[UserKernel | None, str]:
+    """The user kernel of ``agg`` (``full``), or its compiled lift and lower alone (the loops' ``lift_all``
+    and ``lower_all``: an aggregation whose ``ufunc=`` does the combining)."""
     w = _width(agg.identity)
     if w is None:
         return None, f"its identity {agg.identity!r} is not a number or a tuple of numbers"
@@ -218,35 +300,42 @@ def compile_aggregation(agg: Aggregation) -> tuple[UserKernel | None, str]:
         import numba
     except Exception as exc:  # pragma: no cover - numba is a dependency
         return None, f"numba does not import here ({exc})"
-    jitted = {}
-    for name in ("lift", "combine", "lower"):
-        fn = getattr(agg, name)
-        try:
-            jitted[name] = numba.njit(fn)
-        except Exception as exc:  # not a Python function (a builtin, a class): numba refuses it
-            return None, f"numba cannot compile its {name} {_name(fn)} ({type(exc).__name__})"
+    # each callable as a Python function numba compiles: the user's def or lambda, or a call to a builtin
+    forms = {name: form(getattr(agg, name), arity) for name, arity in _arities(agg).items()
+             if full or name in ("lift", "lower")}
+    jitted = {name: numba.njit(f) for name, f in forms.items()}
     # each of the user's functions alone first, so an error names the one that does not compile
     samples = {"lift": (1.5, 0) if agg.positional else (1.5,), "combine": (agg.identity, agg.identity),
-               "lower": (agg.identity,)}
-    for name in ("lift", "combine", "lower"):
+               "lower": (agg.identity,), "inverse": (agg.identity, agg.identity)}
+    inverse_why = ""
+    for name in ("lift", "combine", "lower", "inverse"):
+        if name not in jitted:
+            continue
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 jitted[name](*samples[name])
         except Exception as exc:
-            return None, (f"numba cannot compile its {name} {_name(getattr(agg, name))} ({type(exc).__name__}: "
-                          f"{_first_line(exc)}; a function it calls must itself be numba.njit)")
+            if name == "inverse":  # the batch path does not need it: the per-tuple SoE says why it has none
+                del jitted[name], forms[name]
+                inverse_why = _cannot(name, agg.inverse, exc)
+                continue
+            return None, _cannot(name, getattr(agg, name), exc)
     funcs: dict[str, Any] = {}
-    namespace = {"lift": jitted["lift"], "combine": jitted["combine"], "lower": jitted["lower"]}
+    namespace = {"lift": jitted["lift"], "combine": jitted.get("combine"), "lower": jitted["lower"]}
     exec(compile(_source(w, agg.positional), f"<pba_runtime user kernel, width {w}>", "exec"), namespace)
-    for name in ("lift_all", "lower_all", "combine_all", "reduce_all", "scan_all", "merge"):
+    loops = ("lift_all", "lower_all", "combine_all", "reduce_all", "scan_all", "merge") if full else (
+        "lift_all", "lower_all")
+    for name in loops:
         funcs[name] = numba.njit(nogil=True)(namespace[name])
     kernel = UserKernel(agg, w, funcs)
     kernel.jitted = jitted  # the user's own functions compiled (the per-tuple engine inlines them)
+    kernel.forms = forms  # and the Python functions numba compiled them from (the per-tuple engine imports them)
+    kernel.inverse_why = inverse_why
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            why = _check(agg, kernel)
+            why = _check(agg, kernel, full)
     except Exception as exc:
         return None, f"numba cannot compile the loops around it ({type(exc).__name__}: {_first_line(exc)})"
     if why:
@@ -254,30 +343,52 @@ def compile_aggregation(agg: Aggregation) -> tuple[UserKernel | None, str]:
     return kernel, ""
 
 
+def _arities(agg: Aggregation) -> dict[str, int]:
+    """How many arguments each of ``agg``'s callables takes (the inverse, if it has one, last)."""
+    out = {"lift": 2 if agg.positional else 1, "combine": 2, "lower": 1}
+    if agg.inverse is not None:
+        out["inverse"] = 2
+    return out
+
+
+def _cannot(role: str, fn: Any, exc: Exception) -> str:
+    """Why numba does not compile ``fn`` (the aggregation's ``role``): the line of its error that says so."""
+    line = re.sub(r"Module\(<module '([\w.]+)'[^)]*\)", r"module \1", _first_line(exc, limit=400))
+    line = re.sub(r": Cannot determine Numba type of <class '(\w+)'>", r" (a \1)", line)
+    hint = ""
+    if isinstance(fn, types.FunctionType) and "(a function)" in line:
+        hint = "; a Python function it calls must itself be numba.njit"
+    elif not isinstance(fn, types.FunctionType) and "Untyped global name" in line:
+        line = line.split(" (a ")[0]
+        hint = f"; numba has no implementation of {describe(fn)}"
+    if len(line) > 160:
+        line = line[:157].rstrip() + "..."
+    return f"numba cannot compile its {role} {describe(fn)} ({type(exc).__name__}: {line}{hint})"
+
+
 def _name(fn: Any) -> str:
-    return getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or repr(fn)
+    return describe(fn)
 
 
-def _first_line(exc: Exception) -> str:
-    """The line of a numba error that says what failed (its first lines are the pipeline's)."""
+def _first_line(exc: Exception, limit: int = 160) -> str:
+    """The line of a numba error that says what failed (its first lines are the pipeline's), shortened."""
     lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
-    for ln in lines:
-        if not ln.startswith(("Failed in", "During:", "File ", "^", ">")):
-            return ln[:200]
-    return lines[0][:200] if lines else ""
+    pick = next((ln for ln in lines if not ln.startswith(("Failed in", "During:", "File ", "^", ">"))),
+                lines[0] if lines else "")
+    pick = pick.replace("\x1b[1m", "").replace("\x1b[0m", "")
+    return pick if len(pick) <= limit else pick[: limit - 3].rstrip() + "..."
 
 
-def _check(agg: Aggregation, kernel: UserKernel) -> str:
-    """Compile every loop and compare the compiled form with the Python form on ``_SAMPLES``."""
+def _check(agg: Aggregation, kernel: UserKernel, full: bool = True) -> str:
+    """Compile every loop and compare the compiled form with the Python form on ``_SAMPLES``.
+
+    A sample the Python form refuses (raises on: a log of a negative, ``int`` of NaN) is not compared:
+    there the compiled form gives numba's result (NaN, or an integer's sentinel) where Python raises.
+    """
     vals = np.array(_SAMPLES)
     pos = np.arange(len(vals), dtype=np.int64)
-    py_parts = []
-    for v, p in zip(vals.tolist(), pos.tolist()):
-        try:
-            py_parts.append(agg.lift(v, p) if agg.positional else agg.lift(v))
-        except Exception:  # the Python form refuses this value (say, a log of a negative): compare the others
-            py_parts.append(None)
-    keep = [i for i, p in enumerate(py_parts) if p is not None]
+    py_parts = [_call(agg.lift, (v, p) if agg.positional else (v,)) for v, p in zip(vals.tolist(), pos.tolist())]
+    keep = [i for i, p in enumerate(py_parts) if p is not _REFUSED]
     if not keep:
         return "its lift refuses every sample value"
     vals, pos = vals[keep], pos[keep]
@@ -285,16 +396,31 @@ def _check(agg: Aggregation, kernel: UserKernel) -> str:
     parts = kernel.lift(vals, pos)
     if not _same(parts, py_parts):
         return f"its compiled lift {_name(agg.lift)} differs from the Python one"
-    py_low = [agg.lower(p) for p in py_parts]
-    try:
-        np.asarray(py_low, dtype=np.float64).reshape(len(py_low))
-    except (TypeError, ValueError):
+    py_low = [_call(agg.lower, (p,)) for p in py_parts]
+    ok = [i for i, x in enumerate(py_low) if x is not _REFUSED]
+    if any(not _number(py_low[i]) for i in ok):
         return f"its lower {_name(agg.lower)} does not return a number"
-    if not _same(kernel.lower(parts), py_low):
+    if ok and not _same(kernel.lower(parts)[ok], [py_low[i] for i in ok]):
         return f"its compiled lower {_name(agg.lower)} differs from the Python one"
-    py_comb = [agg.combine(a, b) for a, b in zip(py_parts[:-1], py_parts[1:])]
-    if not _same(kernel.combine(parts[:-1], parts[1:]), py_comb):
+    kernel.lower_floats = all(isinstance(py_low[i], (float, np.floating)) for i in ok)
+    if not full:
+        return ""
+    py_comb = [_call(agg.combine, (a, b)) for a, b in zip(py_parts[:-1], py_parts[1:])]
+    ok = [i for i, x in enumerate(py_comb) if x is not _REFUSED]
+    if ok and not _same(kernel.combine(parts[:-1], parts[1:])[ok], [py_comb[i] for i in ok]):
         return f"its compiled combine {_name(agg.combine)} differs from the Python one"
+    inverse = kernel.jitted.get("inverse")
+    if inverse is not None:  # for the per-tuple SoE: dropped (not invertible compiled) when it differs
+        pairs = [(c, p) for c, p in zip(py_comb, py_parts[1:]) if c is not _REFUSED]
+        want = [_call(agg.inverse, ab) for ab in pairs]
+        ok = [i for i, x in enumerate(want) if x is not _REFUSED]
+        try:
+            same = not ok or _same([inverse(*pairs[i]) for i in ok], [want[i] for i in ok])
+        except Exception:
+            same = False
+        if not same:
+            del kernel.jitted["inverse"], kernel.forms["inverse"]
+            kernel.inverse_why = f"its compiled inverse {_name(agg.inverse)} differs from the Python one"
     # the loops the batch path runs: scan, reduce and merge, once each on the samples
     kernel.accumulate(parts, 0, reverse=True)
     kernel.reduce_segments(parts, np.array([0, 2]))

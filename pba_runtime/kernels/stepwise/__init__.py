@@ -257,6 +257,9 @@ class Stepper:
             return soe.EXACT[self.agg.name]
         if self.mono.names is None:  # a user aggregation: its inverse must compile (and agree with Python's)
             ident = self.mono.identity
+            if self.mono.inverse is None:
+                raise ValueError(f"aggregation {self.agg.name!r} has no compiled subtract-on-evict: "
+                                 f"{self.mono.inverse_why}")
             try:
                 got = self.mono.inverse(ident, ident)
             except Exception as e:

@@ -197,6 +197,8 @@ class Monoid:
     inverse: Any = None
     inverse_name: str | None = None
     inverse_source: tuple[str, str] | None = None
+    #: a user aggregation's inverse that numba does not compile, or compiles to other results: why
+    inverse_why: str = ""
 
     def identity_array(self) -> np.ndarray:
         return np.asarray(self.identity, dtype=np.float64).reshape((1,) + ((self.width,) if self.width else ()))
@@ -260,11 +262,13 @@ def monoid_of(agg: Aggregation) -> Monoid:
             j = kernel.jitted
             w = _width(agg.identity)
             ident = float(agg.identity) if w == 0 else tuple(float(x) for x in agg.identity)
-            inv = numba.njit(agg.inverse) if agg.inverse is not None else None  # compiled when a loop needs it
-            isrc = _importable(agg.inverse) if agg.inverse is not None else None
+            f = kernel.forms  # the Python functions numba compiled (a builtin's: a wrapper calling it)
+            inv = j.get("inverse")  # compiled and checked against the Python inverse (None: it differs)
+            isrc = _importable(f["inverse"]) if inv is not None else None
             mono = Monoid(agg.name, w, ident, agg.positional, "object", j["lift"], j["combine"], j["lower"],
-                          key=f"user:{key}", source=_importable(agg.lift, agg.combine, agg.lower),
-                          inverse=inv, inverse_source=isrc[0] if isrc else None)
+                          key=f"user:{key}", source=_importable(f["lift"], f["combine"], f["lower"]),
+                          inverse=inv, inverse_source=isrc[0] if isrc else None,
+                          inverse_why=getattr(kernel, "inverse_why", ""))
         hit = _user[key] = (mono, why)
     if hit[0] is None:
         raise ValueError(f"aggregation {agg.name!r} has no compiled per-tuple form: {hit[1]}")
