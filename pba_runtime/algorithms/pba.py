@@ -14,8 +14,8 @@ when a chunk closes, its slice aggregations (``saa``) go to a worker that builds
 ``[f, g)`` is then ``lcs[f] (+) ca... (+) csa[g-1]``: at most three parts when
 ``b > q/2`` (``q`` slices per window), and two for most windows when ``b`` is
 close to ``q`` (see :mod:`pba_runtime.chunking`). A window that needs an lcs that is not
-ready is a *stall* (counted): the main loop takes a task the worker has not started back, builds
-one a thread worker is late with beside it (:meth:`PBA._lcs`), and waits only for a worker process.
+ready is a *stall* (counted): the main loop takes a task a thread worker has not started back,
+builds one it is late with beside it (:meth:`PBA._lcs`), and waits only for worker processes.
 
 SBA builds each lcs on the main thread at the chunk boundary: same chunks, same
 arithmetic, so PBA's results equal SBA's bit for bit.
@@ -247,11 +247,13 @@ class PBA(SlicedAggregator):
     def _lcs(self, c: int) -> Any:
         """The lcs of closed chunk ``c``: built here if nobody did; if its task is late, helped (a stall).
 
-        A late task the worker has not started is taken back (cancelled) and built here; one a thread
-        worker is building is built here too, into a buffer of its own (the lcs is a pure function of
-        the chunk's partials, which nobody writes any more), and the worker's result is dropped: the
-        main loop never waits for a thread worker longer than one build. A worker *process* that is
-        building it is waited for, as that wait is what notices a dead or hung process (``task_timeout``).
+        A late task a thread worker has not started is taken back (cancelled) and built here; one it is
+        building is built here too, into a buffer of its own (the lcs is a pure function of the chunk's
+        partials, which nobody writes any more), and the worker's result is dropped: the main loop never
+        waits for a thread worker longer than one build. A task of the worker *processes* (chunks in
+        shared memory) is waited for, as before: that wait is what notices a dead or hung process
+        (``task_timeout``, ``BrokenProcessPool``), and taking their tasks back would leave the
+        processes idle whenever a chunk's slack is shorter than a round trip to them.
         """
         rec = self._chunks[c]
         lcs = rec.lcs
@@ -263,7 +265,7 @@ class PBA(SlicedAggregator):
                 self._stalls += 1
                 self._worker_late += 1
                 t0 = time.perf_counter()
-                if lcs.cancel():  # not started: taken back
+                if not self._store.shared and lcs.cancel():  # not started: taken back
                     self._lcs_taken_back += 1
                     lcs = rec.lcs = self._store.build(rec)
                     self._stall_time += time.perf_counter() - t0
