@@ -61,7 +61,7 @@ SOE_NEEDS = "an invertible aggregation (sum, count, mean, std, geomean)"
 
 _modules: dict[tuple, Any] = {}
 _lock = threading.Lock()
-_SPIN_LIMIT_NS = 2e9  # a worker that has not built an lcs 2 s after it was due: the main loop builds it
+_SPIN_LIMIT_NS = 2e9  # the longest the main loop waits to reuse a slot a started worker has not finished with
 N_PARALLEL = slicing.N_PARAMS + 2  # pr_[N_PARALLEL]: whether a worker builds the lcs
 #: PBA's worker spins (sched_yield) this long after its last task before it naps: a chunk's period at
 #: W[2^14, 1] is ~65 us, a nap on this VM 50-150 us (so it never naps mid-stream, and idles once it ends)
