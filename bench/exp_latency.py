@@ -25,9 +25,10 @@ Beside them, the same statistics of the **per-window minimum over the repetition
 repetition replays the same tuples through the same algorithm, so a window's own cost (a flip, a merge, a chunk
 boundary) recurs at that window in each, while a gap of the machine (the hypervisor taking the vCPU, an
 interrupt: the noise floor below) lands on a different window each time; each window's smallest sample is its
-cost without them. PBA's main loop may also wait for its worker (a stall), which does not recur at the same
-window; the stalls of each repetition are recorded beside it (``stalls_per_rep``), so a minimum that hides one
-shows.
+cost without them. PBA's main loop never waits for its worker: when the worker is late it builds the lcs
+itself, a few slices a tuple (``worker_late``: chunks it helped; a *stall* is a window that found the lcs not
+ready and finished it at once); both are recorded per repetition (``stalls_per_rep``,
+``worker_late_per_rep``), so a minimum that hides them shows.
 
 * **count** (Table 2): ``max`` over ``W[2^13, 1]`` and ``W[2^14, 1]``, uniform values; 1M windows, the
   first 30k dropped (the paper's setting);
@@ -144,7 +145,9 @@ def _compiled_table(win, agg: str, values: np.ndarray, ts: np.ndarray | None, dr
             periods[a] = period_of(a, win, agg, out.stats)
             floor[a] = lat.copy() if a not in floor else np.minimum(floor[a], lat)
             per[a].append(stats(lat, win.range // win.slide, periods[a]))
-            extra[a].append({k: out.stats[k] for k in ("chunk_size", "stalls", "stall_ns", "flips", "lcs_tasks")
+            extra[a].append({k: out.stats[k] for k in ("chunk_size", "stalls", "stall_ns", "flips", "lcs_tasks",
+                                                       "worker_late", "lcs_built_inline", "lcs_taken_back",
+                                                       "slot_waits", "queue_full")
                              if k in out.stats} | ({"lcs_on": out.stats["lcs_on"]} if "lcs_on" in out.stats else {}))
             trace.setdefault(a, list(C.binned_max(lat, TRACE_BINS)))
             return per[a][-1]["max"]
@@ -156,7 +159,8 @@ def _compiled_table(win, agg: str, values: np.ndarray, ts: np.ndarray | None, dr
                                                    flush=True))
     row = {a: {"stats": _median_stats(per[a]), "reps": per[a], "extra": _sum_extra(extra[a]),
                "per_window_min": stats(floor[a], win.range // win.slide, periods[a]),
-               "stalls_per_rep": [e.get("stalls") for e in extra[a]]} for a in algs}
+               "stalls_per_rep": [e.get("stalls") for e in extra[a]],
+               "worker_late_per_rep": [e.get("worker_late") for e in extra[a]]} for a in algs}
     if "slick_deque" not in row:
         row["slick_deque"] = {"stats": None, "note": f"not run: slick_deque needs a selective aggregation "
                                                      f"(max, min, argmax); {agg} is not"}

@@ -505,3 +505,89 @@ def test_failed_batch_merge_task_is_redone_on_the_main_thread():
         assert op.stats()["tuples"] == len(x)
     want_ends, want = pr.sliding_aggregate(x, window=win, agg="max", algorithm="sba")
     assert np.array_equal(ends, want_ends) and np.array_equal(res, want)
+
+
+# ----------------------------------------------------------------------------- a late worker
+def _late_run(pool, values, win, agg, *, snapshot_at=None):
+    """Per-tuple PBA over ``values``; with ``snapshot_at``, snapshot there, restore into a new PBA, go on."""
+    op = pr.create("pba", win, agg, pool=pool)
+    out = []
+    for i, v in enumerate(values):
+        if i == snapshot_at:
+            state = pickle.loads(pickle.dumps(op.snapshot()))
+            late = op.stats()
+            op.close()
+            op = pr.create("pba", win, agg, pool=pool).restore(state)
+        out += [res for _, res in op.insert(v)]
+    st_ = op.stats()
+    op.close()
+    return out, st_, (late if snapshot_at is not None else None)
+
+
+@pytest.mark.parametrize("agg", ["max", "sum", "collect"])
+def test_pba_takes_back_lcs_tasks_the_worker_has_not_started(agg):
+    """The pool's one worker is held by an event: no lcs task starts, the main loop takes each back (cancels it)
+    and builds it itself, never waiting; results equal SBA's per tuple; stats count the help."""
+    import threading
+
+    win = pr.CountWindow(range=64, slide=1)
+    vals = [float(v) for v in np.random.default_rng(4).integers(0, 50, 1500)]
+    with pr.create("sba", win, agg) as ref:
+        want = [res for v in vals for _, res in ref.insert(v)]
+    gate = threading.Event()
+    with pr.WorkerPool(kind="thread", workers=1) as pool:
+        pool.submit(gate.wait, 30)  # the worker is busy until the gate opens
+        try:
+            got, st_, _ = _late_run(pool, vals, win, agg)
+        finally:
+            gate.set()
+    assert got == want
+    assert st_["worker_late"] == st_["lcs_taken_back"] == st_["stalls"] >= 1500 // st_["chunk_size"] - 3
+    assert st_["lcs_built_inline"] == 0 and st_["fallbacks"] == 0
+
+
+def test_pba_builds_beside_a_worker_that_is_late_mid_task(monkeypatch):
+    """Each lcs task starts, then waits on an event (a worker descheduled mid-build): the main loop builds the lcs
+    beside it into its own buffer and drops the worker's result; the tasks queued behind are taken back. A
+    snapshot taken with tasks still running restores to the same results. Then the worker finishes unread."""
+    import threading
+
+    from pba_runtime.algorithms import chunk_store
+
+    real = chunk_store.build_lcs
+    gate = threading.Event()
+    started = []
+
+    def slow_build(agg, saa):
+        started.append(1)
+        gate.wait(30)
+        return real(agg, saa)
+
+    monkeypatch.setattr(chunk_store, "build_lcs", slow_build)
+    win = pr.CountWindow(range=40, slide=1)
+    vals = [float(v) for v in np.random.default_rng(6).integers(-9, 9, 900)]
+    with pr.create("sba", win, "sum") as ref:
+        want = [res for v in vals for _, res in ref.insert(v)]
+    with pr.WorkerPool(kind="thread", workers=1) as pool:
+        try:
+            got, st_, mid = _late_run(pool, vals, win, "sum", snapshot_at=450)
+        finally:
+            gate.set()
+    assert got == want
+    assert started and mid["lcs_built_inline"] >= 1 and st_["lcs_built_inline"] >= 1
+    assert mid["worker_late"] == mid["lcs_built_inline"] + mid["lcs_taken_back"] == mid["stalls"]
+    assert st_["fallbacks"] == 0
+
+
+def test_pba_state_of_an_older_version_restores_without_the_help_counters():
+    win = pr.CountWindow(range=8, slide=1)
+    with pr.WorkerPool(kind="thread", workers=1) as pool:
+        with pr.create("pba", win, "max", pool=pool) as op:
+            for v in range(20):
+                op.insert(float(v))
+            state = op.snapshot()
+        for k in ("_worker_late", "_lcs_taken_back", "_lcs_built_inline"):
+            del state["state"][k]
+        with pr.create("pba", win, "max", pool=pool).restore(state) as op2:
+            assert op2.insert(30.0)[0][1] == 30.0
+            assert op2.stats()["worker_late"] == 0

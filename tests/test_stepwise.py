@@ -408,3 +408,71 @@ def test_snippets_cannot_clobber_the_template():
         slicing.check_names(alg)
     with pytest.raises(ValueError, match="assign last"):
         slicing.check_names(dataclasses.replace(ALGORITHMS["flatfat"][0], query="last = 1\nRES = ident"))
+
+
+class _HeldPool(pr.WorkerPool):
+    """A thread pool whose PBA worker loop starts only once the run asks it to stop: every chunk's worker is late."""
+
+    def submit_thread(self, fn, *args):
+        import time
+
+        ctl = args[4]  # worker_loop(saa, lcs, done, wq, ctl, ...): ctl[2] is the stop flag
+
+        def held():
+            while ctl[2] == 0:
+                time.sleep(0.0005)
+            return fn(*args)
+
+        return super().submit_thread(held)
+
+
+@pytest.mark.parametrize("b", [16, 33, 64])
+@pytest.mark.parametrize("agg", ["max", "sum", "argmax", SPREAD], ids=lambda a: a if isinstance(a, str) else a.name)
+def test_pba_helps_a_late_worker(agg, b):
+    """A worker that never runs while the stream does: the main loop builds every lcs itself, spread over the
+    tuples, and never waits (no stall: each build done before a window needs it); the worker skips the tasks
+    it was too late for. Results are SBA's bits, fed whole or in pieces; the stats count the help."""
+    w = pr.CountWindow(range=64, slide=1)
+    vals, _ = _stream(11, 3000, w, agg)
+    sba = pr.replay("sba", w, agg, vals, chunk_size=b)
+    with _HeldPool("thread", 1) as pool:
+        pba = pr.replay("pba", w, agg, vals, chunk_size=b, pool=pool)
+        st_ = Stepper("pba", w, agg, chunk_size=b, pool=pool)
+        parts = [st_.run(vals[lo:lo + 97]) for lo in range(0, 3000, 97)]
+    assert np.asarray(pba.results).tobytes() == np.asarray(sba.results).tobytes()
+    assert np.concatenate([p[1] for p in parts]).tobytes() == np.asarray(sba.results, dtype=float).tobytes()
+    s = pba.stats
+    chunks = 3000 // b
+    assert s["lcs_tasks"] == 0 and s["stalls"] == 0 and s["slot_waits"] == 0
+    # (the last one may be under way when the stream ends)
+    assert s["worker_late"] - 1 <= s["lcs_built_inline"] <= s["worker_late"] and chunks - 3 <= s["worker_late"] <= chunks
+    assert s["lcs_taken_back"] == s["worker_late"]  # claimed before the worker started: it skipped them all
+    assert s["lcs_built_on_main_loop"] >= s["lcs_built_inline"]
+
+
+@pytest.mark.parametrize("window", [pr.TimeWindow(range=70, slide=10), pr.TimeWindow(range=75, slide=10)],
+                         ids=str)
+def test_pba_helps_a_late_worker_time_windows(window):
+    """Time windows (gaps reset the merger: new epochs; a partial slice when range % slide != 0)."""
+    vals, ts = _stream(12, 3000, window, "max")
+    sba = pr.replay("sba", window, "max", vals, ts, chunk_size=4)
+    with _HeldPool("thread", 1) as pool:
+        pba = pr.replay("pba", window, "max", vals, ts, chunk_size=4, pool=pool)
+    assert pba.ends.tolist() == sba.ends.tolist()
+    assert np.asarray(pba.results).tobytes() == np.asarray(sba.results).tobytes()
+    assert pba.stats["lcs_tasks"] == 0 and pba.stats["worker_late"] >= 1
+
+
+def test_pba_worker_loop_is_dispatched_before_the_stream():
+    """The pool thread's first call of the compiled worker loop (numba's dispatch, under the GIL) is paid
+    before the first tuple, not while the first chunk's lcs is due: a worker that runs at once is on time
+    for the first chunks too (its lcs come from the worker; how many is up to the machine: not asserted)."""
+    w = pr.CountWindow(range=4096, slide=1)
+    vals = np.random.default_rng(3).random(20_000)
+    with pr.WorkerPool("thread", 1) as pool:
+        st_ = Stepper("pba", w, "max", chunk_size=2049, pool=pool)
+        st_.run(vals, final=True)
+    s = st_.stats()
+    assert s["lcs_tasks"] + s["lcs_built_inline"] + s["inline_builds"] >= 20_000 // 2049 - 2
+    ctl = st_.arrays[6]  # tags posted, tasks done with, stop, tasks skipped
+    assert ctl[0] == ctl[1] == s["lcs_tasks"] + ctl[3] and ctl[2] == 1

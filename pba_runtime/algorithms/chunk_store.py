@@ -69,16 +69,18 @@ class Chunk:
     ``memoryview``), of which the operator has written the first ones; ``lcs``:
     ``None`` (not built yet), a ``Future`` (being built) or the built buffer;
     ``ca``: the aggregate of the whole chunk, once it is closed; ``slot``: its
-    :class:`pba_runtime.shm.Slot` (shared memory).
+    :class:`pba_runtime.shm.Slot` (shared memory); ``task``: a late lcs task whose result was dropped (the
+    main loop built the lcs itself, in a buffer of its own), still running.
     """
 
-    __slots__ = ("saa", "lcs", "ca", "slot")
+    __slots__ = ("saa", "lcs", "ca", "slot", "task")
 
     def __init__(self, saa: Any, ca: Any = None, slot: Any = None, lcs: Any = None):
         self.saa = saa
         self.lcs = lcs
         self.ca = ca
         self.slot = slot
+        self.task = None
 
 
 def row(buf: Any, j: int, width: int) -> Any:
@@ -241,8 +243,8 @@ class SharedChunks(LocalChunks):
         return rec
 
     def drop(self, rec: Chunk | None) -> None:
-        if rec is not None and rec.slot is not None:
-            self.shm.release(rec.slot, rec.lcs)
+        if rec is not None and rec.slot is not None:  # a dropped task still running: reuse waits for it
+            self.shm.release(rec.slot, rec.task if rec.task is not None else rec.lcs)
 
     def submit(self, rec: Chunk) -> Future:
         return self.shm.submit(rec.slot, self.rows)  # the task names the slot; the worker writes the lcs into it

@@ -13,8 +13,9 @@ when a chunk closes, its slice aggregations (``saa``) go to a worker that builds
 ``lcs``, the cumulative aggregation from the right. A window holding slices
 ``[f, g)`` is then ``lcs[f] (+) ca... (+) csa[g-1]``: at most three parts when
 ``b > q/2`` (``q`` slices per window), and two for most windows when ``b`` is
-close to ``q`` (see :mod:`pba_runtime.chunking`). The main loop waits only when a
-window needs an lcs that is not ready; those *stalls* are counted.
+close to ``q`` (see :mod:`pba_runtime.chunking`). A window that needs an lcs that is not
+ready is a *stall* (counted): the main loop takes a task a thread worker has not started back,
+builds one it is late with beside it (:meth:`PBA._lcs`), and waits only for worker processes.
 
 SBA builds each lcs on the main thread at the chunk boundary: same chunks, same
 arithmetic, so PBA's results equal SBA's bit for bit.
@@ -150,6 +151,9 @@ class PBA(SlicedAggregator):
         self._stalls = 0
         self._stall_time = 0.0
         self._fallbacks = 0
+        self._worker_late = 0  # lcs not ready when a window needed it (each counted once in stalls too)
+        self._lcs_taken_back = 0  # ... whose task had not started: cancelled, built here
+        self._lcs_built_inline = 0  # ... that a thread worker was building: built here beside it
         self._reset_merger()
         # the per-tuple path for count windows with slide 1 (the paper's main experiment)
         self._fast = not self._is_time and self._s == 1 and not self.agg.positional
@@ -249,7 +253,16 @@ class PBA(SlicedAggregator):
             rec.lcs = self._store.build(rec)
 
     def _lcs(self, c: int) -> Any:
-        """The lcs of closed chunk ``c``: built here if nobody did, waited for (a stall) if it is being built."""
+        """The lcs of closed chunk ``c``: built here if nobody did; if its task is late, helped (a stall).
+
+        A late task a thread worker has not started is taken back (cancelled) and built here; one it is
+        building is built here too, into a buffer of its own (the lcs is a pure function of the chunk's
+        partials, which nobody writes any more), and the worker's result is dropped: the main loop never
+        waits for a thread worker longer than one build. A task of the worker *processes* (chunks in
+        shared memory) is waited for, as before: that wait is what notices a dead or hung process
+        (``task_timeout``, ``BrokenProcessPool``), and taking their tasks back would leave the
+        processes idle whenever a chunk's slack is shorter than a round trip to them.
+        """
         rec = self._chunks[c]
         lcs = rec.lcs
         if lcs is None:
@@ -258,7 +271,19 @@ class PBA(SlicedAggregator):
             done = True
             if not lcs.done():
                 self._stalls += 1
+                self._worker_late += 1
                 t0 = time.perf_counter()
+                if not self._store.shared and lcs.cancel():  # not started: taken back
+                    self._lcs_taken_back += 1
+                    lcs = rec.lcs = self._store.build(rec)
+                    self._stall_time += time.perf_counter() - t0
+                    return lcs
+                if not self._store.shared:  # a thread is building it: built here beside it
+                    rec.task, rec.lcs = lcs, None
+                    lcs = rec.lcs = self._store.build(rec)
+                    self._lcs_built_inline += 1
+                    self._stall_time += time.perf_counter() - t0
+                    return lcs
                 done = self._pool.wait_for(lcs)
                 self._stall_time += time.perf_counter() - t0
             lcs, repaired = self._store.result(self._pool, lcs, rec, done)
@@ -1057,7 +1082,8 @@ class PBA(SlicedAggregator):
 
     # ------------------------------------------------------------------ bookkeeping
     _STATE_FIELDS = SlicedAggregator._STATE_FIELDS + ("_g", "_f", "_csa", "_chunks_closed", "_lcs_tasks",
-                                                      "_stalls", "_stall_time", "_fallbacks")
+                                                      "_stalls", "_stall_time", "_fallbacks", "_worker_late",
+                                                      "_lcs_taken_back", "_lcs_built_inline")
 
     def _get_state(self) -> dict[str, Any]:
         self._leave_tuple_mode()
@@ -1120,6 +1146,8 @@ class PBA(SlicedAggregator):
         self._leave_tuple_mode()
         if st["chunk_size"] != self._b:
             raise ValueError(f"state was taken with chunk_size {st['chunk_size']}, this operator has {self._b}")
+        # counters a state taken before the late-worker help had not: zero
+        st = {"_worker_late": 0, "_lcs_taken_back": 0, "_lcs_built_inline": 0, **st}
         super()._set_state(st)
         self._drop_all()
         self._deferred = None
@@ -1147,6 +1175,9 @@ class PBA(SlicedAggregator):
             stalls=self._stalls,
             stall_time=self._stall_time,
             fallbacks=self._fallbacks,
+            worker_late=self._worker_late,
+            lcs_taken_back=self._lcs_taken_back,
+            lcs_built_inline=self._lcs_built_inline,
             pool=None if self._pool is None else self._pool.kind,
             shared_memory=self._store.shared,
             chosen_by=self.chosen_by,

@@ -61,8 +61,30 @@ SOE_NEEDS = "an invertible aggregation (sum, count, mean, std, geomean)"
 
 _modules: dict[tuple, Any] = {}
 _lock = threading.Lock()
-_SPIN_LIMIT_NS = 2e9  # a worker that has not built an lcs 2 s after it was due: the main loop builds it
+_SPIN_LIMIT_NS = 2e9  # the longest the main loop waits to reuse a slot a started worker has not finished with
 N_PARALLEL = slicing.N_PARAMS + 2  # pr_[N_PARALLEL]: whether a worker builds the lcs
+#: PBA's worker spins (sched_yield) this long after its last task before it naps: a chunk's period at
+#: W[2^14, 1] is ~65 us, a nap on this VM 50-150 us (so it never naps mid-stream, and idles once it ends)
+WORKER_SPIN_NS = 2e6
+#: PBA: the share of a chunk's slack (``q - b + 1`` slices from its close to the first window needing its
+#: lcs) the worker gets before the main loop helps (:mod:`.sba`)
+HELP_AFTER = 0.5
+
+
+def help_schedule(q: int, b: int) -> tuple[int, int]:
+    """PBA's help for a late worker: ``(hdelay, hstep)``, the slices after a chunk closed at which the main
+    loop starts building its lcs and the rows it builds a push, so that it is done before the first window
+    needs it (``q - b + 1`` slices after the close; ``b == q``: at the close, all of it, as SBA).
+
+    >>> help_schedule(16384, 8193)
+    (4096, 3)
+    >>> help_schedule(4, 4)
+    (0, 4)
+    """
+    slack = q - b + 1
+    hdelay = int(slack * HELP_AFTER) if slack > 2 else 0
+    left = max(1, slack - hdelay - 1)
+    return hdelay, -(-b // left)
 
 
 def _cache_dir() -> Path | None:
@@ -204,13 +226,15 @@ class Stepper:
             self.chunk_size = b
             K = q // b + 3
             self.K = K
-            for name, v in (("known", -1), ("lc", -1), ("li", b - 1), ("lsl", K - 1)):
+            for name, v in (("known", -1), ("lc", -1), ("li", b - 1), ("lsl", K - 1), ("hj", b)):
                 self.si[self._int(name)] = v
             arrays = [np.empty((K * b,) + self._shape), np.empty((K * b,) + self._shape),
                       np.empty((K,) + self._shape), np.full(K, -1, dtype=np.int64), np.full(K, -1, dtype=np.int64),
-                      np.zeros(K, dtype=np.int64), np.zeros(3, dtype=np.int64)]
+                      np.zeros(K, dtype=np.int64), np.zeros(4, dtype=np.int64), np.empty((K * b,) + self._shape)]
+            arrays += [np.full(K, -1, dtype=np.int64) for _ in range(5)]  # alt, claim, wst, fin, own
             spin = int(_SPIN_LIMIT_NS / ns_per_tick())
-            params += [b, K, int(self.pool is not None), spin]
+            hdelay, hstep = help_schedule(q, b)
+            params += [b, K, int(self.pool is not None), spin, hdelay, hstep]
         elif self.alg is slick_deque.ALGORITHM:
             if not self.agg.selective:
                 raise ValueError(f"algorithm 'slick_deque' needs a selective aggregation (max, min, argmax: combine "
@@ -329,11 +353,15 @@ class Stepper:
         """PBA: start the compiled worker loop on a pool thread (it builds every lcs the main loop posts)."""
         if self.pool is None or self._worker is not None:
             return
-        saa, lcs, _ca, done, _sub, wq, ctl = self.arrays
+        saa, lcs, _ca, done, _sub, wq, ctl, _lcs2, _alt, claim, wst, fin, _own = self.arrays
+        args = (saa, lcs, done, wq, ctl, self.chunk_size, self.K, claim, wst, fin, int(WORKER_SPIN_NS / ns_per_tick()))
+        # dispatched once here, told to stop at once: the pool thread's first call would otherwise load the
+        # compiled loop (numba's type dispatch and cache, with the GIL) while the first chunk's lcs is due
+        stop = np.array([0, 0, 1, 0], dtype=np.int64)
+        self._mod.worker_loop(*args[:4], stop, *args[5:])
         ctl[2] = 0
         try:
-            self._worker = self.pool.submit_thread(self._mod.worker_loop, saa, lcs, done, wq, ctl, self.chunk_size,
-                                                   self.K)
+            self._worker = self.pool.submit_thread(self._mod.worker_loop, *args)
             self.params[N_PARALLEL] = 1
         except RuntimeError:  # the pool is closed: the lcs are built on the main loop
             self.params[N_PARALLEL] = 0
@@ -343,11 +371,11 @@ class Stepper:
         """Tell the worker to finish what was posted and return; wait for it (it writes into our buffers)."""
         if self._worker is None:
             return
-        ctl = self.arrays[-1]
+        ctl = self.arrays[6]
         ctl[2] = 1
         fut, self._worker = self._worker, None
         fut.result()
-        self.lcs_tasks = int(ctl[1])
+        self.lcs_tasks = int(ctl[1] - ctl[3])  # the tasks it built (skipped ones were taken back)
 
     def close(self) -> None:
         """Stop the worker, if it runs (:meth:`run` stops it before it returns)."""
@@ -358,10 +386,13 @@ class Stepper:
         st: dict[str, Any] = {"algorithm": self.algorithm, "tuples": int(self.si[0])}
         if self.alg is sba.ALGORITHM:
             st.update(chunk_size=self.chunk_size, lcs_tasks=self.lcs_tasks,
-                      lcs_built_on_main_loop=self.counter("lcs_built"),
+                      lcs_built_on_main_loop=self.counter("lcs_built") + self.counter("lcs_built_inline"),
                       inline_builds=self.counter("inline_builds"), stalls=self.counter("stalls"),
                       stall_ns=int(self.counter("stall_ticks") * ns_per_tick()),
-                      fallbacks=self.counter("fallbacks"))
+                      fallbacks=self.counter("fallbacks"), worker_late=self.counter("worker_late"),
+                      lcs_built_inline=self.counter("lcs_built_inline"),
+                      lcs_taken_back=self.counter("lcs_taken_back"), slot_waits=self.counter("slot_waits"),
+                      queue_full=self.counter("queue_full"))
             if self.why:
                 st["why"] = self.why
         elif self.alg is two_stacks.ALGORITHM:

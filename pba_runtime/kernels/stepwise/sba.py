@@ -7,13 +7,28 @@ closed, ``csa`` the open chunk's running aggregate. A window of slices ``[pf, pg
 
 SBA (``parallel == 0``) builds a chunk's lcs on the main loop when the chunk closes. PBA
 (``parallel == 1``) posts the chunk's tag to the queue ``wq`` (``ctl[0]``: tags posted, ``ctl[1]``:
-lcs built, ``ctl[2]``: stop) and goes on; ``worker_loop``, compiled with the GIL released on a pool
-thread for the whole run, builds each posted lcs, then sets ``done[slot]`` behind a fence. Tags grow
-(``epoch * 2**40 + chunk``, the epoch counts resets), so a slot's task is in flight while
-``sub[slot] > done[slot]`` (the main loop waits before it reuses that slot) and a flag left by an older
-chunk never passes. The main loop reads ``done`` when a window first needs that lcs: ready, it goes
-on; posted but not built, it waits (a *stall*, counted with its ticks; after ``spin_limit`` ticks it
-builds the lcs itself, a *fallback*); never posted (the queue was full), it builds it (``inline_builds``).
+tasks the worker is done with, ``ctl[2]``: stop, ``ctl[3]``: tasks it skipped) and goes on;
+``worker_loop``, compiled with the GIL released on a pool thread for the whole run, builds each posted
+lcs, then sets ``done[slot]`` behind a fence. Tags grow (``epoch * 2**40 + chunk``, the epoch counts
+resets), so a flag left by an older chunk never passes.
+
+The main loop never waits for a late worker, it helps (as DABA spreads Two-Stacks' flip over the
+tuples). A chunk's lcs is first needed ``q - b + 1`` slices after it closed; if the worker has not
+delivered it ``hdelay`` slices after the close (half that slack), the worker is *late*
+(``worker_late``) and the main loop builds the lcs itself, ``hstep`` slices a push, into its own
+buffer ``lcs2`` (the lcs is a pure function of the chunk: the worker's copy in ``lcs``, if it comes,
+is equal and no longer read). Its first step *claims* the chunk (``claim[slot]``, a fence, then
+``wst[slot]``, the worker's "started" flag; the worker sets ``wst`` then reads ``claim``, so one of
+the two sees the other): a worker that has not started skips the task (``lcs_taken_back``, its
+``ctl[3]``), one that started finishes it unread. The first window needing that lcs reads whichever
+buffer holds it (``alt[slot]``: ``lcs2``; ``done[slot]``: ``lcs``), or completes the build there (a
+*stall*, at most one build, never a wait: ``stall_ticks``). A slot is reused ``K`` chunks later only once
+the worker is done with its task (``fin[slot]``) or will skip it (``own[slot]``: the main loop claimed
+it, or a later chunk of the slot, before the worker started); ``slot_waits`` counts the waits for a
+worker that started and has not finished.
+A chunk that closes while the queue is full (the worker ``K - 1`` tasks behind) is not posted
+(``queue_full``): the same help builds it. A window needing an lcs nobody built builds it
+(``inline_builds``: only the first chunks after a restore).
 No Python runs between the two threads: the hand-off is a store and a fence.
 """
 
@@ -45,13 +60,14 @@ def lcs_worker(saa, lcs, done, slot, b, tag):
     fence()
 
 
-def worker_loop(saa, lcs, done, wq, ctl, b, K):
+def worker_loop(saa, lcs, done, wq, ctl, b, K, claim, wst, fin, idle_ticks):
     # PBA's worker: builds the lcs of each chunk the main loop posts (wq[ctl[1] % K] .. wq[ctl[0] - 1 % K]),
-    # until ctl[2] says stop and nothing is left; idle, it spins with sched_yield (which gives the core
-    # to any other runnable thread) ~2000 times, then naps 20 us at a time. Measured on the loaded
-    # project machine: napping at once instead stalls as often (the worker waits for a core either way)
+    # until ctl[2] says stop and nothing is left; a task the main loop claimed first (it found the worker
+    # late) is skipped. Idle, it spins with sched_yield (which gives the core to any other runnable
+    # thread) for idle_ticks after its last task, then naps 20 us at a time: a parked thread on a VM can
+    # take 50-150 us to wake (usleep(20) measured), longer than a chunk's slack at W[2^14, 1]
     tail = ctl[1]
-    idle = 0
+    last = ticks()
     while True:
         fence()
         head = ctl[0]
@@ -59,9 +75,16 @@ def worker_loop(saa, lcs, done, wq, ctl, b, K):
             fence()  # read the queue only after the count that published it
             tag = wq[tail % K]
             slot = (tag & 1099511627775) % K
-            build_lcs(saa, lcs, slot, b)
+            wst[slot] = tag
+            fence()  # then read the main loop's claim: one of the two sees the other's flag
+            if claim[slot] < tag:  # claims grow: a later chunk's claim means this slot moved on too
+                build_lcs(saa, lcs, slot, b)
+                fence()
+                done[slot] = tag
+            else:
+                ctl[3] += 1
             fence()
-            done[slot] = tag
+            fin[slot] = tag
             tail += 1
             fence()
             ctl[1] = tail
@@ -72,34 +95,65 @@ def worker_loop(saa, lcs, done, wq, ctl, b, K):
             rb = saa.strides[0]
             for off in range(slot * b * rb, (slot * b + b) * rb, 64):
                 evict(saa, off)
-            idle = 0
+            last = ticks()
         elif ctl[2] != 0:
             break
+        elif ticks() - last < idle_ticks:
+            relax()
         else:
-            idle += 1
-            if idle < 2000:
-                relax()
-            else:
-                nap(20)
+            nap(20)
 
 
-def wait_slot(done, sub, sl, spin_limit):
+def slot_busy(fin, sub, own, wst, sl):
+    # the worker may still read the slot's partials: it is building a task there, or one is posted that the
+    # main loop claimed no chunk at or after (a claimed one it skips, reading only the flags)
+    return fin[sl] < sub[sl] and (own[sl] < sub[sl] or wst[sl] > fin[sl])
+
+
+def wait_slot(fin, sub, own, wst, sl, spin_limit):
     tw = ticks()
-    while sub[sl] > done[sl] and ticks() - tw < spin_limit:
+    while slot_busy(fin, sub, own, wst, sl) and ticks() - tw < spin_limit:
         relax()
         fence()
+
+
+def take_back(claim, wst, own, sl, tg):
+    # the main loop claims chunk tag tg (slot sl): 1 if the worker had not started it (it will skip it)
+    claim[sl] = tg
+    fence()
+    if wst[sl] != tg:
+        own[sl] = tg
+        return 1
+    return 0
+
+
+def lcs_steps(saa, lcs2, sl, b, hj, hn):
+    # lcs2 rows [hn, hj) of slot sl, downwards (row hj and up are built): build_lcs's combines, in its order
+    base = sl * b
+    while hj > hn:
+        hj -= 1
+        th = @L(saa, base + hj)
+        if hj != b - 1:
+            th = combine(th, @L(lcs2, base + hj + 1))
+        @S(lcs2, base + hj, th)
+    return hj
 '''
 
 ALGORITHM = Algorithm(
     name="sba",
     # pg, pf: slices pushed and popped since the last reset; lc, li, lsl: the chunk, index and slot of
     # slice pg - 1; fc, fj, fsl: those of slice pf (kept incrementally: no division per tuple)
+    # hc, hj: the oldest closed chunk whose lcs is not known ready, and the lcs2 rows the main loop has
+    # not built of it yet (b: none); kalt: the front chunk's lcs (chunk ``known``) is in lcs2
     ints=("pg", "pf", "lc", "li", "lsl", "fc", "fj", "fsl", "ep", "wh", "known", "stalls", "stall_ticks",
-          "inline_builds", "fallbacks", "lcs_built"),
+          "inline_builds", "fallbacks", "lcs_built", "hc", "hj", "kalt", "worker_late", "lcs_built_inline",
+          "lcs_taken_back", "slot_waits", "queue_full"),
     parts=("csa",),
-    arrays=("saa", "lcs", "ca", "done", "sub", "wq", "ctl"),
-    params=("b", "K", "parallel", "spin_limit"),
+    arrays=("saa", "lcs", "ca", "done", "sub", "wq", "ctl", "lcs2", "alt", "claim", "wst", "fin", "own"),
+    params=("b", "K", "parallel", "spin_limit", "hdelay", "hstep"),
     helpers=HELPERS,
+    helper_names=("take_back", "lcs_steps", "slot_busy"),
+    inline=("take_back", "lcs_steps", "slot_busy"),
     push="""
         li += 1
         if li == b:
@@ -108,8 +162,9 @@ ALGORITHM = Algorithm(
             lsl += 1
             if lsl == K:
                 lsl = 0
-            if sub[lsl] > done[lsl]:
-                wait_slot(done, sub, lsl, spin_limit)
+            if slot_busy(fin, sub, own, wst, lsl):
+                slot_waits += 1
+                wait_slot(fin, sub, own, wst, lsl, spin_limit)
             csa = P
         else:
             csa = combine(csa, P)
@@ -117,13 +172,16 @@ ALGORITHM = Algorithm(
         pg += 1
         if li == b - 1:
             @S(ca, lsl, csa)
-            if parallel != 0 and wh - ctl[1] < K - 1:
-                tgc = ep * 1099511627776 + lc
-                wq[wh % K] = tgc
-                sub[lsl] = tgc
-                fence()
-                wh += 1
-                ctl[0] = wh
+            if parallel != 0:
+                if wh - ctl[1] < K - 1:
+                    tgc = ep * 1099511627776 + lc
+                    wq[wh % K] = tgc
+                    sub[lsl] = tgc
+                    fence()
+                    wh += 1
+                    ctl[0] = wh
+                else:
+                    queue_full += 1  # the worker is behind: not posted, the main loop's help builds it
             else:
                 # SBA: the lcs here, written out rather than called (a call in the loop makes the
                 # register allocator spill the loop's scalars: ~10% of SBA's time per tuple, measured)
@@ -135,6 +193,34 @@ ALGORITHM = Algorithm(
                     @S(lcs, bl + jl, tl)
                 done[lsl] = ep * 1099511627776 + lc
                 lcs_built += 1
+        if parallel != 0:
+            # help a late worker: the oldest closed chunk whose lcs is not known ready (see the module doc)
+            if hc < fc:
+                hc = fc
+                hj = b
+            if li == b - 1:
+                hcl = lc + 1
+            else:
+                hcl = lc
+            if hc < hcl:
+                hsl = hc % K
+                htg = ep * 1099511627776 + hc
+                if hj == b and (done[hsl] == htg or alt[hsl] == htg):
+                    hc += 1
+                elif pg >= (hc + 1) * b + hdelay:
+                    if hj == b:
+                        worker_late += 1
+                        lcs_taken_back += take_back(claim, wst, own, hsl, htg)
+                    hn = hj - hstep
+                    if hn < 0:
+                        hn = 0
+                    hj = lcs_steps(saa, lcs2, hsl, b, hj, hn)
+                    if hj == 0:
+                        fence()
+                        alt[hsl] = htg
+                        lcs_built_inline += 1
+                        hc += 1
+                        hj = b
     """,
     pop="""
         pf += 1
@@ -168,29 +254,42 @@ ALGORITHM = Algorithm(
                 else:
                     tg2 = ep * 1099511627776 + fc
                     if known != tg2:
-                        if done[fsl] != tg2:
-                            if sub[fsl] == tg2:
-                                stalls += 1
-                                tw = ticks()
-                                while done[fsl] != tg2:
-                                    relax()
-                                    fence()
-                                    if ticks() - tw > spin_limit:
-                                        # the worker is not running: this lcs and every later one here
-                                        build_lcs(saa, lcs, fsl, b)
-                                        fallbacks += 1
-                                        parallel = 0
-                                        pr_[8] = 0  # N_PARAMS + 2: parallel
-                                        break
-                                stall_ticks += ticks() - tw
-                            else:
-                                build_lcs(saa, lcs, fsl, b)
-                                done[fsl] = tg2
-                                inline_builds += 1
-                                lcs_built += 1
+                        if alt[fsl] == tg2:
+                            kalt = 1
+                        elif done[fsl] == tg2:
+                            kalt = 0
+                        elif parallel != 0:
+                            # not built (posted, or not: the queue was full): the main loop finishes it here
+                            # (it never waits for the worker)
+                            stalls += 1
+                            tw = ticks()
+                            if hc != fc or hj == b:
+                                if hc < fc:
+                                    hc = fc
+                                worker_late += 1
+                                lcs_taken_back += take_back(claim, wst, own, fsl, tg2)
+                                hj = b
+                            lcs_steps(saa, lcs2, fsl, b, hj, 0)
+                            fence()
+                            alt[fsl] = tg2
+                            lcs_built_inline += 1
+                            if hc == fc:
+                                hc += 1
+                                hj = b
+                            stall_ticks += ticks() - tw
+                            kalt = 1
+                        else:
+                            build_lcs(saa, lcs, fsl, b)
+                            done[fsl] = tg2
+                            inline_builds += 1
+                            lcs_built += 1
+                            kalt = 0
                         fence()
                         known = tg2
-                    fst = @L(lcs, fsl * b + fj)
+                    if kalt != 0:
+                        fst = @L(lcs2, fsl * b + fj)
+                    else:
+                        fst = @L(lcs, fsl * b + fj)
                 msl = fsl
                 for cc in range(fc + 1, lc):
                     msl += 1
@@ -211,8 +310,16 @@ ALGORITHM = Algorithm(
             nrun = b - 1 - fj
         if cap - q - 3 - no < nrun:
             nrun = cap - q - 3 - no
+        if parallel != 0 and hc < lc:  # stop where a late worker's help would start (the generic step helps)
+            hdue = (hc + 1) * b + hdelay - pg
+            if hdue < nrun:
+                nrun = hdue
         if (nrun > 0 and fc != lc and lc - fc <= 2 and pg > pf and front == next_k - 1 and n + 1 == next_k + r
                 and known == ep * 1099511627776 + fc):
+            if kalt != 0:
+                lb = lcs2
+            else:
+                lb = lcs
             bl = lsl * b + li + 1
             bf = fsl * b + fj + 1
             iend = i + nrun
@@ -227,7 +334,7 @@ ALGORITHM = Algorithm(
                     pv = @LIFT(xv, n)
                     csa = combine(csa, pv)
                     @S(saa, bl, pv)
-                    res = combine(combine(@L(lcs, bf), cmid), csa)
+                    res = combine(combine(@L(lb, bf), cmid), csa)
                     bl += 1
                     bf += 1
                     i += 1
@@ -243,7 +350,7 @@ ALGORITHM = Algorithm(
                     pv = @LIFT(xv, n)
                     csa = combine(csa, pv)
                     @S(saa, bl, pv)
-                    res = combine(@L(lcs, bf), csa)
+                    res = combine(@L(lb, bf), csa)
                     bl += 1
                     bf += 1
                     i += 1
@@ -273,5 +380,7 @@ ALGORITHM = Algorithm(
         fsl = 0
         ep += 1
         csa = ident
+        hc = 0
+        hj = b
     """,
 )
