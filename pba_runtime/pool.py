@@ -512,6 +512,7 @@ class WorkerPool:
             ex.shutdown(wait=False)
         except Exception:  # pragma: no cover
             pass
+        _join_manager(ex)
         _release_semaphores(locks)
 
     def pids(self) -> list[int]:
@@ -587,6 +588,29 @@ class WorkerPool:
         state = "closed" if self._closed else "open"
         extra = f", start_method={self.start_method!r}" if self.kind == "process" else ""
         return f"WorkerPool(kind={self.kind!r}, workers={self.workers}{extra}, {state})"
+
+
+#: How long :func:`_join_manager` waits for a killed executor's manager thread (it takes milliseconds).
+MANAGER_JOIN_TIMEOUT = 5.0
+
+
+def _join_manager(ex: ProcessPoolExecutor, timeout: float = MANAGER_JOIN_TIMEOUT) -> bool:
+    """Wait until the manager thread of an executor whose workers are dead has ended; whether it has.
+
+    Once its workers are gone the thread fails the pending futures, closes the
+    queues and closes its wakeup pipe under the executor's shutdown lock. At
+    interpreter exit ``concurrent.futures``' own hook writes to every such pipe
+    without that lock: a thread still closing its pipe then made it print an
+    ``OSError: [Errno 9] Bad file descriptor`` traceback (a script that killed a
+    worker and exited, 1 run in 15 here). Our exit hook runs before that one
+    (:func:`_close_process_pools`), and every kill joins the thread, so the
+    pipe is closed, and marked closed, before the hook looks at it.
+    """
+    thread = getattr(ex, "_executor_manager_thread", None)
+    if thread is None or thread is threading.current_thread():
+        return True
+    thread.join(timeout)
+    return not thread.is_alive()
 
 
 def _semaphores(ex: ProcessPoolExecutor) -> list:
