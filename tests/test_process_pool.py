@@ -397,10 +397,17 @@ _KILL_SCRIPT = textwrap.dedent("""
                     op.insert(v)
             assert pool.stats()["restarts"] >= 1, pool.stats()
             names += sems(pool._executor)
-        # an idle worker killed, and the script exits at once, nothing closed (the exit hooks close it)
         left = pr.WorkerPool(kind="process", workers=2, start_method=method)
         assert left.ready(60)
         names += sems(left._executor)
+        # a child forked by os.fork that ends normally leaves the parent's pool alone (workers, semaphores)
+        child = os.fork()
+        if child == 0:
+            sys.exit(0)
+        assert os.waitpid(child, 0)[1] == 0
+        assert left.submit(sum, [1, 2]).result(timeout=60) == 3 and left.stats()["restarts"] == 0
+        assert all(os.path.exists("/dev/shm/sem." + n.lstrip("/")) for n in names[-5:])
+        # an idle worker killed, and the script exits at once, nothing closed (the exit hooks close it)
         os.kill(left.pids()[0], signal.SIGKILL)
         print(" ".join(names), flush=True)
 """)
@@ -409,7 +416,8 @@ _KILL_SCRIPT = textwrap.dedent("""
 @pytest.mark.parametrize("method", ["spawn", "forkserver"])
 def test_a_script_that_kills_a_pool_worker_exits_quietly_and_leaves_no_semaphore(tmp_path, method):
     """No resource_tracker KeyError or leak warning, no traceback at exit (concurrent.futures' exit hook once
-    wrote to the wakeup pipe of a manager thread closing it: EBADF), and every executor's sem.mp-* is gone."""
+    wrote to the wakeup pipe of a manager thread closing it: EBADF), and every executor's sem.mp-* is gone;
+    a forked child's normal exit killed the parent's workers and unlinked its semaphores' names."""
     script = tmp_path / "kill.py"
     script.write_text(_KILL_SCRIPT.replace("HERE", repr(HERE)))
     A.disarm()
