@@ -354,6 +354,7 @@ class WorkerPool:
         self._broken = 0
         self._threads: ThreadPoolExecutor | None = None
         self.memory = PoolMemory()
+        self._owner = os.getpid()  # a copy of this pool in a forked child owns none of its processes
         self._executor, self._boot = self._start()
         _live_pools.add(self)
 
@@ -512,6 +513,7 @@ class WorkerPool:
             ex.shutdown(wait=False)
         except Exception:  # pragma: no cover
             pass
+        _join_manager(ex)
         _release_semaphores(locks)
 
     def pids(self) -> list[int]:
@@ -584,6 +586,9 @@ class WorkerPool:
         if self.kind == "thread":
             self._executor.shutdown(wait=wait, cancel_futures=not wait)
             return
+        if self._owner != os.getpid():  # a forked child's copy: the workers and their semaphores are the parent's
+            _live_pools.discard(self)
+            return
         ex = self._executor
         procs = self._procs(ex)
         locks = _semaphores(ex)  # before shutdown() drops the executor's queues
@@ -611,6 +616,29 @@ class WorkerPool:
         state = "closed" if self._closed else "open"
         extra = f", start_method={self.start_method!r}" if self.kind == "process" else ""
         return f"WorkerPool(kind={self.kind!r}, workers={self.workers}{extra}, {state})"
+
+
+#: How long :func:`_join_manager` waits for a killed executor's manager thread (it takes milliseconds).
+MANAGER_JOIN_TIMEOUT = 5.0
+
+
+def _join_manager(ex: ProcessPoolExecutor, timeout: float = MANAGER_JOIN_TIMEOUT) -> bool:
+    """Wait until the manager thread of an executor whose workers are dead has ended; whether it has.
+
+    Once its workers are gone the thread fails the pending futures, closes the
+    queues and closes its wakeup pipe under the executor's shutdown lock. At
+    interpreter exit ``concurrent.futures``' own hook writes to every such pipe
+    without that lock: a thread still closing its pipe then made it print an
+    ``OSError: [Errno 9] Bad file descriptor`` traceback (a script that killed a
+    worker and exited, 1 run in 15 here). Our exit hook runs before that one
+    (:func:`_close_process_pools`), and every kill joins the thread, so the
+    pipe is closed, and marked closed, before the hook looks at it.
+    """
+    thread = getattr(ex, "_executor_manager_thread", None)
+    if thread is None or thread is threading.current_thread():
+        return True
+    thread.join(timeout)
+    return not thread.is_alive()
 
 
 def _semaphores(ex: ProcessPoolExecutor) -> list:
@@ -665,6 +693,41 @@ def _close_process_pools() -> None:
             pool.close(wait=False)
         except Exception:  # pragma: no cover
             pass
+
+
+def _forget_pools_in_child() -> None:
+    """In a child forked by ``os.fork`` (not by :mod:`multiprocessing`, which clears them itself): the
+    parent's pools are not the child's to close.
+
+    Without this, a forked child that ended normally killed the parent's workers (through the exit hook
+    below, on its copy of the pool) and, through :mod:`multiprocessing`'s exit finalizers on its copy of the
+    executor's locks, unlinked the names of the semaphores the parent still uses (a worker the parent spawns
+    later opens them by name) and unregistered them from the tracker the two processes share. The copies
+    are dropped from the exit hook, those finalizers from the child's registry and the workers from its
+    children (``multiprocessing``'s exit joined them: ``AssertionError: can only join a child process``);
+    :meth:`WorkerPool.close` in the child leaves the processes alone.
+    """
+    pools = list(_live_pools)
+    if not pools:
+        return
+    _live_pools.clear()
+    from multiprocessing import process, util
+
+    children = getattr(process, "_children", set())  # not the child's: its exit would try to join them
+    for pool in pools:
+        for p in pool._procs(pool._executor):
+            children.discard(p)
+    locks = [lock for pool in pools for lock in _semaphores(pool._executor)]
+    registry = getattr(util, "_finalizer_registry", {})
+    for key, fin in list(registry.items()):
+        ref = getattr(fin, "_weakref", None)
+        obj = ref() if ref is not None else None
+        if obj is not None and any(obj is lock for lock in locks):
+            registry.pop(key, None)
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_pools_in_child)
 
 
 # concurrent.futures joins its process pools in a threading-exit hook that runs before

@@ -370,6 +370,68 @@ def test_interpreter_exit_and_keyboard_interrupt_unlink_everything(tmp_path, how
     assert "resource_tracker" not in proc.stderr and "leaked" not in proc.stderr, proc.stderr
 
 
+_KILL_SCRIPT = textwrap.dedent("""
+    import os, signal, sys, time
+    sys.path.insert(0, HERE)
+    import numpy as np
+    import pba_runtime as pr
+    import aggs_for_processes as A
+
+    def sems(ex):
+        return [getattr(q, a)._semlock.name for q, attrs in ((ex._call_queue, ("_rlock", "_wlock", "_sem")),
+                                                              (ex._result_queue, ("_rlock", "_wlock")))
+                for a in attrs]
+
+    if __name__ == "__main__":
+        method, names = sys.argv[1], []
+        # a worker killed mid-task by a fault, as the fault tests do; the pool recovers and goes on
+        with pr.WorkerPool(kind="process", workers=1, start_method=method) as pool:
+            assert pool.ready(60)
+            names += sems(pool._executor)
+            x = np.random.default_rng(9).uniform(0, 100, 600).tolist()
+            with pr.create("pba", pr.CountWindow(range=64, slide=1), A.FAULTY_MAX, pool=pool) as op:
+                for v in x[:200]:
+                    op.insert(v)
+                A.arm("kill")
+                for v in x[200:]:
+                    op.insert(v)
+            assert pool.stats()["restarts"] >= 1, pool.stats()
+            names += sems(pool._executor)
+        left = pr.WorkerPool(kind="process", workers=2, start_method=method)
+        assert left.ready(60)
+        names += sems(left._executor)
+        # a child forked by os.fork that ends normally leaves the parent's pool alone (workers, semaphores)
+        child = os.fork()
+        if child == 0:
+            sys.exit(0)
+        assert os.waitpid(child, 0)[1] == 0
+        assert left.submit(sum, [1, 2]).result(timeout=60) == 3 and left.stats()["restarts"] == 0
+        assert all(os.path.exists("/dev/shm/sem." + n.lstrip("/")) for n in names[-5:])
+        # an idle worker killed, and the script exits at once, nothing closed (the exit hooks close it)
+        os.kill(left.pids()[0], signal.SIGKILL)
+        print(" ".join(names), flush=True)
+""")
+
+
+@pytest.mark.parametrize("method", ["spawn", "forkserver"])
+def test_a_script_that_kills_a_pool_worker_exits_quietly_and_leaves_no_semaphore(tmp_path, method):
+    """No resource_tracker KeyError or leak warning, no traceback at exit (concurrent.futures' exit hook once
+    wrote to the wakeup pipe of a manager thread closing it: EBADF), and every executor's sem.mp-* is gone;
+    a forked child's normal exit killed the parent's workers and unlinked its semaphores' names."""
+    script = tmp_path / "kill.py"
+    script.write_text(_KILL_SCRIPT.replace("HERE", repr(HERE)))
+    A.disarm()
+    proc = subprocess.run([sys.executable, str(script), method], capture_output=True, text=True, timeout=100)
+    assert proc.returncode == 0, proc.stderr
+    names = proc.stdout.split()
+    assert len(names) == 15, proc.stdout  # three executors, five semaphores each
+    assert [n for n in names if os.path.exists("/dev/shm/sem." + n.lstrip("/"))] == []
+    noise = [line for line in proc.stderr.splitlines()
+             if any(w in line for w in ("resource_tracker", "KeyError", "leaked", "Traceback", "OSError"))]
+    assert noise == [], proc.stderr
+    assert not os.path.exists(os.path.join(A.FAULT_DIR, "kill"))  # the fault did happen
+
+
 # ----------------------------------------------------------------------------- start methods & validation
 def test_forkserver_start_method():
     with pr.WorkerPool(kind="process", workers=1, start_method="forkserver") as pool:

@@ -11,7 +11,9 @@ import csv
 import json
 import os
 import pickle
+import re
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -162,3 +164,127 @@ def test_kill_and_resume_part_file_sinks_give_every_window_once(tmp_path, fmt, s
     assert sum(map(len, got.values())) == sum(map(len, want.values())) > 200_000
     assert got == want
     assert not [n for n in os.listdir(out) if n.startswith(".")]
+
+
+# ----------------------------------------------------------------------------- checkpoints are trusted files
+class _RunsCode:
+    """Unpickles as ``open(marker, "w")``: what a planted checkpoint could do with any code."""
+
+    def __init__(self, marker):
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return (open, (self.marker, "w"))
+
+
+def _plant(ck, marker) -> str:
+    """A checkpoint directory holding a pickle that runs code when loaded."""
+    os.makedirs(ck, exist_ok=True)
+    path = os.path.join(ck, "checkpoint.pkl")
+    with open(path, "wb") as f:
+        pickle.dump({"format_version": 1, "payload": _RunsCode(marker)}, f)
+    return path
+
+
+RESUMABLE = ["--source", "debs14", "--keys", "3", "--tuples", "3000", "--range", "16", "--batch-size", "500",
+             "-p", "1"]
+
+
+def _resume(ck, out) -> subprocess.CompletedProcess:
+    return subprocess.run(CLI + RESUMABLE + ["--sink", f"csv:{out}", "--checkpoint-dir", str(ck), "--resume"],
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_resume_refuses_a_world_writable_checkpoint_directory_before_unpickling(tmp_path):
+    """Exit 2, one line naming the directory, why and the remedy; the planted pickle never ran."""
+    ck, marker = tmp_path / "ck", tmp_path / "ran"
+    _plant(ck, marker)
+    os.chmod(ck, 0o777)
+    proc = _resume(ck, tmp_path / "out.csv")
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr == (f"pba-run: error: refusing the checkpoint directory {ck}: it is world-writable "
+                           "(mode 0777); a checkpoint is a pickle, and loading it runs any code written into it, "
+                           "so pba-runtime only loads checkpoints no other user can write. If you trust its "
+                           f"contents, make it private: `chmod go-w {ck}`\n")
+    assert not marker.exists() and proc.stdout == ""
+
+
+def test_resume_refuses_a_group_writable_checkpoint_file(tmp_path):
+    ck, marker = tmp_path / "ck", tmp_path / "ran"
+    os.mkdir(ck, 0o700)
+    path = _plant(ck, marker)
+    os.chmod(path, 0o620)
+    proc = _resume(ck, tmp_path / "out.csv")
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.startswith(f"pba-run: error: refusing the checkpoint file {path}: it is group-writable "
+                                  "(mode 0620); a checkpoint is a pickle") and proc.stderr.count("\n") == 1
+    assert proc.stderr.endswith(f"make it private: `chmod go-w {path}`\n"), proc.stderr
+    assert not marker.exists()
+
+
+def test_a_fresh_start_refuses_a_checkpoint_directory_others_can_write(tmp_path):
+    """Up front, before any work: a job checkpointing there for hours could not be resumed."""
+    ck, out = tmp_path / "ck", tmp_path / "out.csv"
+    os.mkdir(ck)
+    os.chmod(ck, 0o775)
+    proc = subprocess.run(CLI + RESUMABLE + ["--sink", f"csv:{out}", "--checkpoint-dir", str(ck)],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.startswith(f"pba-run: error: refusing the checkpoint directory {ck}: it is group-writable "
+                                  "(mode 0775)") and proc.stderr.count("\n") == 1, proc.stderr
+    assert not out.exists()
+
+
+def test_checkpoints_are_private_and_a_private_one_resumes(tmp_path):
+    """New directories are 0700 and checkpoint files 0600 (whatever the umask lets through); resuming from
+    them is accepted (the finished job says so and exits 0)."""
+    ck, out = tmp_path / "deep" / "ck", tmp_path / "out.csv"
+    old = os.umask(0)  # the widest umask: the modes come from the code, not from the user's umask
+    try:
+        proc = subprocess.run(CLI + RESUMABLE + ["--sink", f"csv:{out}", "--checkpoint-dir", str(ck),
+                                                 "--checkpoint-every", "1000"],
+                              capture_output=True, text=True, timeout=120)
+    finally:
+        os.umask(old)
+    assert proc.returncode == 0, proc.stderr
+    assert stat.S_IMODE(os.stat(ck).st_mode) == 0o700
+    assert stat.S_IMODE(os.stat(ck / "checkpoint.pkl").st_mode) == 0o600
+    proc = _resume(ck, out)
+    assert proc.returncode == 0, proc.stderr
+    assert "already finished" in proc.stdout + proc.stderr
+
+
+def _fake_stat(mode: int, uid: int) -> os.stat_result:
+    return os.stat_result((mode, 0, 0, 1, uid, 0, 0, 0, 0, 0))
+
+
+@pytest.mark.parametrize("uid, mode, refused", [
+    (None, stat.S_IFDIR | 0o700, None), (None, stat.S_IFDIR | 0o755, None), (0, stat.S_IFDIR | 0o755, None),
+    (None, stat.S_IFDIR | 0o1777, "world-writable (mode 1777)"), (None, stat.S_IFREG | 0o660, "group-writable"),
+    ("other", stat.S_IFREG | 0o600, "owned by uid"),
+])
+def test_check_private_judges_as_ssh_does(uid, mode, refused):
+    """Accepted: owned by this user or root, and writable by no one else. The error is a ValueError."""
+    from pba_runtime.runtime.checkpoint import check_private
+
+    me = os.geteuid()
+    uid = me if uid is None else (me + 4242 if uid == "other" else uid)
+    st = _fake_stat(mode, uid)
+    if refused is None:
+        check_private("/x/ck", st)
+        return
+    with pytest.raises(ValueError, match=re.escape("refusing the checkpoint directory /x/ck: it is " + refused)):
+        check_private("/x/ck", st)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to give a file to another user")
+def test_load_refuses_a_checkpoint_file_owned_by_another_user(tmp_path):
+    from pba_runtime.runtime.checkpoint import load_checkpoint
+
+    ck, marker = tmp_path / "ck", tmp_path / "ran"
+    os.mkdir(ck, 0o700)
+    path = _plant(ck, marker)
+    os.chown(path, 65534, 65534)
+    with pytest.raises(ValueError, match=re.escape(f"refusing the checkpoint file {path}: it is owned by uid 65534")):
+        load_checkpoint(str(ck))
+    assert not marker.exists()

@@ -20,6 +20,16 @@ The runtime takes *aligned* checkpoints, as Flink does:
    (:func:`prepare_checkpoint_dir`, which also checks up front, before any
    work, that the directory can be written).
 
+**Checkpoints are trusted files.** A checkpoint is a pickle, and loading a
+pickle runs whatever code it names (as Python's :mod:`pickle` documentation
+warns; Flink's and Spark's state carry the same risk): whoever can write a
+checkpoint directory can run their code as the user who resumes from it. So
+directories this module creates are private (mode ``0700``) and checkpoint
+files are written ``0600``; and a resume, or a start, refuses a directory or
+file that another user could have written (:func:`check_private`: group- or
+world-writable, or owned by another user than this one or root, as ``ssh``
+judges its keys), naming it, why and the remedy.
+
 **Exactly-once output by truncation** (CSV and JSON lines; the Parquet and
 Arrow sinks commit whole part files per checkpoint instead, see
 :mod:`pba_runtime.runtime.part_files`). A resumed job truncates the sink (and
@@ -53,6 +63,8 @@ import hashlib
 import json
 import os
 import pickle
+import shlex
+import stat
 from collections import deque
 from collections.abc import Callable
 from typing import Any
@@ -60,7 +72,7 @@ from typing import Any
 from .errors import JobError, UserError
 
 __all__ = ["CHECKPOINT_FILE", "CheckpointPolicy", "BarrierAligner", "write_checkpoint", "load_checkpoint",
-           "fingerprint", "prepare_checkpoint_dir"]
+           "fingerprint", "prepare_checkpoint_dir", "check_private"]
 
 CHECKPOINT_FILE = "checkpoint.pkl"
 FORMAT_VERSION = 1
@@ -68,6 +80,9 @@ FORMAT_VERSION = 1
 
 _TMP_PREFIX = f".{CHECKPOINT_FILE}."
 _TMP_SUFFIX = ".tmp"
+#: Modes of what this module creates: the directory and the checkpoint files are the user's alone.
+DIR_MODE = 0o700
+FILE_MODE = 0o600
 
 
 def _tmp_path(directory: str) -> str:
@@ -83,6 +98,54 @@ def fsync_path(path: str) -> None:
         os.close(fd)
 
 
+def check_private(path: str, st: os.stat_result | None = None, *, what: str = "checkpoint directory") -> None:
+    """Refuse ``path`` (a checkpoint directory or file) if a user other than this one (or root) could have
+    written it: a checkpoint is a pickle, and loading it runs the code it names.
+
+    Refused: group- or world-writable (``mode & 0o022``), or owned by a user other than the current one and
+    root (the rule ``ssh`` applies to its keys and their directories). Raises :class:`UserError` naming
+    ``path``, why and the remedy. ``st`` is the ``os.stat`` of ``path`` if the caller has it (an
+    ``os.fstat`` of the file it opened, so that what is checked is what is read).
+
+    Examples
+    --------
+    >>> import tempfile, shutil
+    >>> d = tempfile.mkdtemp()
+    >>> check_private(d)  # mkdtemp makes it 0700: accepted
+    >>> os.chmod(d, 0o777)
+    >>> check_private(d)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    pba_runtime.runtime.errors.UserError: refusing the checkpoint directory ...: it is world-writable (mode 0777); ...
+    >>> shutil.rmtree(d)
+    """
+    if os.name != "posix":  # pragma: no cover - the runtime is POSIX-only (shared memory, forkserver)
+        return
+    if st is None:
+        st = os.stat(path)
+    mode = stat.S_IMODE(st.st_mode)
+    me = os.geteuid()
+    trust = ("a checkpoint is a pickle, and loading it runs any code written into it, so pba-runtime "
+             "only loads checkpoints no other user can write")
+    if st.st_uid not in (me, 0):
+        raise UserError(f"refusing the {what} {path}: it is owned by {_user(st.st_uid)}, not by you "
+                        f"({_user(me)}); {trust}. Use a checkpoint directory of your own (or have its owner "
+                        f"check it and `chown` it to you)")
+    if mode & 0o022:
+        who = "world-writable" if mode & 0o002 else "group-writable"
+        raise UserError(f"refusing the {what} {path}: it is {who} (mode {mode:04o}); {trust}. If you trust "
+                        f"its contents, make it private: `chmod go-w {shlex.quote(path)}`")
+
+
+def _user(uid: int) -> str:
+    try:
+        import pwd
+
+        return f"uid {uid} ({pwd.getpwuid(uid).pw_name})"
+    except (ImportError, KeyError):
+        return f"uid {uid}"
+
+
 def write_checkpoint(directory: str, data: dict[str, Any]) -> str:
     """Write ``data`` as ``directory/checkpoint.pkl`` atomically (temp file + fsync + rename + fsync dir).
 
@@ -93,8 +156,8 @@ def write_checkpoint(directory: str, data: dict[str, Any]) -> str:
     tmp = _tmp_path(directory)
     payload = dict(data, format_version=FORMAT_VERSION)
     try:
-        os.makedirs(directory, exist_ok=True)
-        with open(tmp, "wb") as f:
+        os.makedirs(directory, mode=DIR_MODE, exist_ok=True)
+        with _open_private(tmp) as f:
             pickle.dump(payload, f, protocol=pickle.HIGHEST_PROTOCOL)
             f.flush()
             os.fsync(f.fileno())
@@ -111,6 +174,17 @@ def write_checkpoint(directory: str, data: dict[str, Any]) -> str:
     return path
 
 
+def _open_private(path: str):
+    """``open(path, "wb")``, the file created (or made) ``0600``: only its owner may read or write it."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
+    try:
+        os.fchmod(fd, FILE_MODE)  # a file left by an earlier write keeps its mode otherwise
+        return os.fdopen(fd, "wb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
 def prepare_checkpoint_dir(directory: str) -> list[str]:
     """Before a job starts: create ``directory``, remove stale temporary files, check it can be written.
 
@@ -119,7 +193,10 @@ def prepare_checkpoint_dir(directory: str) -> list[str]:
     at a time, so every one is stale when a job starts. Raises
     :class:`UserError` if the directory cannot be created or written (a file
     is created, fsynced and removed), so that this is known before any work
-    is done, not at the first checkpoint. Returns the removed files.
+    is done, not at the first checkpoint. A directory it creates is private
+    (``0700``); one that exists and that another user can write is refused
+    (:func:`check_private`), as a resume from it would be. Returns the removed
+    files.
 
     Examples
     --------
@@ -131,9 +208,11 @@ def prepare_checkpoint_dir(directory: str) -> list[str]:
     >>> shutil.rmtree(d)
     """
     try:
-        os.makedirs(directory, exist_ok=True)
+        os.makedirs(directory, mode=DIR_MODE, exist_ok=True)
+        st = os.stat(directory)
     except OSError as exc:
         raise UserError(f"cannot create the checkpoint directory {directory}: {exc.strerror or exc}") from None
+    check_private(directory, st)
     removed = []
     try:
         names = os.listdir(directory)
@@ -165,10 +244,18 @@ def prepare_checkpoint_dir(directory: str) -> list[str]:
 
 
 def load_checkpoint(directory: str) -> dict[str, Any] | None:
-    """The checkpoint in ``directory``, or ``None`` if there is none."""
+    """The checkpoint in ``directory``, or ``None`` if there is none.
+
+    The directory and the file must be private to this user (or root's): one
+    that another user can write is refused before anything is unpickled
+    (:func:`check_private`; the file is checked on the descriptor it is read
+    from).
+    """
     path = os.path.join(directory, CHECKPOINT_FILE)
     try:
+        check_private(directory, os.stat(directory))
         with open(path, "rb") as f:
+            check_private(path, os.fstat(f.fileno()), what="checkpoint file")
             data = pickle.load(f)
     except FileNotFoundError:
         return None
