@@ -13,6 +13,13 @@ A ```bash block preceded by ``<!-- test: shell -->`` is run with ``bash -e``
 the same way, with this interpreter's ``bin`` directory first on ``PATH``
 (where ``pba-run`` is installed).
 
+What a block prints is shown in a ```text block right after it (only blank
+lines between), as a reader expects to see it, and the block's standard output
+must be exactly that (each line's trailing spaces and the final newlines aside).
+``...`` in it stands for any text, as doctest's ``ELLIPSIS``: for what varies
+from run to run (timings, temporary paths), never for a result. A Python block
+without one must print nothing; a shell block's output is compared when shown.
+
 Directives, in an HTML comment on the line(s) just before a block:
 
 ``<!-- no-test: why -->``
@@ -31,6 +38,7 @@ starts a JVM, which costs 10-20 s.
 
 from __future__ import annotations
 
+import difflib
 import os
 import re
 import shutil
@@ -56,6 +64,8 @@ class Block:
     lang: str
     code: str
     directives: dict[str, str] = field(default_factory=dict)
+    end: int = 0  # 1-based line of the closing fence
+    expected: str | None = None  # the ```text block right after it: what it prints
 
     @property
     def id(self) -> str:
@@ -84,8 +94,12 @@ def _blocks(path: Path) -> list[Block]:
             kind = d.group(1).replace(" ", "").split(":")[-1]  # no-test, slow, xfail, shell
             directives[kind] = d.group(2).strip()
             k -= 1
-        out.append(Block(path, start + 1, lang, "\n".join(lines[start + 1:j]) + "\n", directives))
+        out.append(Block(path, start + 1, lang, "\n".join(lines[start + 1:j]) + "\n", directives, j + 1))
         i = j + 1
+    for block, after in zip(out, out[1:]):
+        if (block.lang != "text" and after.lang == "text" and not after.directives
+                and all(not ln.strip() for ln in lines[block.end : after.line - 1])):
+            block.expected = after.code
     return out
 
 
@@ -102,9 +116,9 @@ def _java_available() -> bool:
 def _params(blocks: list[Block]) -> list:
     params, seen = [], set()
     for b in blocks:
-        if "no-test" in b.directives or b.code in seen:
+        if "no-test" in b.directives or (b.code, b.expected) in seen:
             continue  # a fragment; or a copy of a block already collected (runs once, under the first id)
-        seen.add(b.code)
+        seen.add((b.code, b.expected))
         marks = []
         if "pyspark" in b.code or "spark_integration" in b.code:
             marks.append(pytest.mark.spark)
@@ -127,7 +141,7 @@ def _env() -> dict[str, str]:
     return env
 
 
-def _run(cmd: list[str], block: Block, cwd: Path) -> None:
+def _run(cmd: list[str], block: Block, cwd: Path) -> subprocess.CompletedProcess:
     try:
         proc = subprocess.run(cmd, check=False, cwd=cwd, env=_env(), capture_output=True, text=True, timeout=TIMEOUT)
     except subprocess.TimeoutExpired as exc:
@@ -135,20 +149,67 @@ def _run(cmd: list[str], block: Block, cwd: Path) -> None:
     assert proc.returncode == 0, (
         f"{block.id} failed (exit {proc.returncode})\n--- code\n{block.code}--- stdout\n{proc.stdout}"
         f"--- stderr\n{proc.stderr}")
+    return proc
+
+
+def _lines(text: str) -> list[str]:
+    """``text``'s lines without their trailing spaces, the blank lines at its end dropped."""
+    lines = [ln.rstrip() for ln in text.splitlines()]
+    while lines and not lines[-1]:
+        lines.pop()
+    return lines
+
+
+def output_matches(want: str, got: str) -> bool:
+    """Whether ``got`` is ``want``, each ``...`` of ``want`` standing for any text (newlines too).
+
+    >>> output_matches("took ... s\\n[1.0, 2.0]", "took 0.31 s\\n[1.0, 2.0]\\n")
+    True
+    >>> output_matches("took ... s\\n[1.0, 2.0]", "took 0.31 s\\n[1.0, 2.5]")
+    False
+    """
+    pieces = "\n".join(_lines(want)).split("...")
+    text = "\n".join(_lines(got))
+    if len(pieces) == 1:
+        return text == pieces[0]
+    first, *middle, last = pieces
+    if len(text) < len(first) + len(last) or not (text.startswith(first) and text.endswith(last)):
+        return False
+    pos, stop = len(first), len(text) - len(last)
+    for piece in middle:
+        pos = text.find(piece, pos, stop)
+        if pos < 0:
+            return False
+        pos += len(piece)
+    return True
+
+
+def _check_output(block: Block, proc: subprocess.CompletedProcess) -> None:
+    want = block.expected if block.expected is not None else ""
+    if output_matches(want, proc.stdout):
+        return
+    if block.expected is None:
+        pytest.fail(f"{block.id} prints, and the doc does not show it: put what it prints in a ```text block "
+                    f"right after it\n--- stdout\n{proc.stdout}")
+    diff = "\n".join(difflib.unified_diff(_lines(want), _lines(proc.stdout), "the doc shows", "it prints",
+                                          lineterm=""))
+    pytest.fail(f"{block.id} prints other than its ```text block shows ('...' stands for any text)\n{diff}")
 
 
 @pytest.mark.parametrize("block", _params(PYTHON_BLOCKS))
 def test_python_example_runs_as_a_script(block: Block, tmp_path: Path) -> None:
     script = tmp_path / "example.py"
     script.write_text(block.code, encoding="utf-8")
-    _run([sys.executable, str(script)], block, tmp_path)
+    _check_output(block, _run([sys.executable, str(script)], block, tmp_path))
 
 
 @pytest.mark.parametrize("block", _params(SHELL_BLOCKS))
 def test_shell_example_runs(block: Block, tmp_path: Path) -> None:
     script = tmp_path / "example.sh"
     script.write_text(block.code, encoding="utf-8")
-    _run(["bash", "-e", "-o", "pipefail", str(script)], block, tmp_path)
+    proc = _run(["bash", "-e", "-o", "pipefail", str(script)], block, tmp_path)
+    if block.expected is not None:
+        _check_output(block, proc)
 
 
 def test_pba_run_help_runs() -> None:
@@ -199,3 +260,14 @@ def test_the_spec_copy_is_current() -> None:
         pytest.skip("no shared spec beside this checkout (a clone has only the copy)")
     assert (ROOT / "docs" / "semantics.md").read_text(encoding="utf-8") == shared.read_text(encoding="utf-8"), (
         "docs/semantics.md differs from shared/spec/semantics.md: copy the shared spec over it")
+
+
+def test_a_text_block_right_after_a_block_is_its_output(tmp_path: Path) -> None:
+    """Only blank lines may stand between a block and the ```text block showing what it prints."""
+    doc = tmp_path / "doc.md"
+    doc.write_text("```python\nprint(1)\n```\n\n```text\n1\n```\n\n```python\nprint(2)\n```\nprose\n```text\n2\n```\n",
+                   encoding="utf-8")
+    first, shown, second, other = _blocks(doc)
+    assert (first.expected, second.expected, shown.expected, other.expected) == ("1\n", None, None, None)
+    assert output_matches("a ... c\n...\n", "a b c\nd\ne") and not output_matches("a ... c", "a b c d")
+    assert not output_matches("", "printed") and output_matches("x", "x  \n\n")

@@ -247,15 +247,15 @@ def test_columns_are_the_keys_windows_end_to_end(agg):
             bounds = [0, n, 2 * n, 3 * n, 3 * n + 2, 5 * n]
             columns: list = []
             outs = insert_many_keyed(ops, values, bounds, columns)
-            want = insert_many_keyed(ref, values, bounds)
+            want = [op.insert_many(values[bounds[i] : bounds[i + 1]]) for i, op in enumerate(ref)]
             for (e, r), (we, wr) in zip(outs, want):
                 assert _bits(e) == _bits(we) and _bits(np.asarray(r)) == _bits(np.asarray(wr))
-            if agg == "count" or not columns:
+            lean = [i for i in range(5) if not (mixed and i == 2)]
+            with_window = [i for i in lean if len(want[i][0])]
+            if agg == "count" or len(with_window) < 2:  # no lean results, or nothing merged in one call
                 assert not columns
                 continue
             (idx, ends, res), = columns
-            lean = [i for i in range(5) if not (mixed and i == 2)]
-            assert idx == [i for i in lean if len(outs[i][0])]
-            if idx:
-                assert _bits(ends) == _bits(np.concatenate([outs[i][0] for i in idx]))
-                assert _bits(res) == _bits(np.concatenate([outs[i][1] for i in idx]))
+            assert idx == with_window
+            assert _bits(ends) == _bits(np.concatenate([want[i][0] for i in idx]))
+            assert _bits(res) == _bits(np.concatenate([np.asarray(want[i][1]) for i in idx]))

@@ -332,7 +332,8 @@ def test_resume_checks_the_job_matches(tmp_path):
 def test_a_slot_failure_stops_the_job_with_a_clear_error(tmp_path):
     data = tmp_path / "neg.csv"
     data.write_text("key,value\na,1\na,-2\n")
-    with pytest.raises(UserError, match="task slot 0:.*geomean|task slot 0:.*positive|task slot 0"):
+    with pytest.raises(UserError, match=r"^task slot 0: value must be >= 0 for aggregation 'geomean' "
+                                        r"\(a geometric mean of positive values\), got -2\.0$"):
         Job(CsvSource(str(data), ts_col=None), pr.CountWindow(range=1, slide=1), "geomean", "sba",
             parallelism=1).run()
 

@@ -344,41 +344,64 @@ def test_a_failed_checkpoint_write_leaves_no_temporary(tmp_path):
     assert os.listdir(tmp_path) == []
 
 
+#: ``python -m pba_runtime`` whose coordinator SIGKILLs itself half-way through writing its second checkpoint:
+#: the pickle's first half is in the temporary file, flushed, and checkpoint.pkl is the first checkpoint.
+_KILLED_IN_SECOND_CHECKPOINT = """
+import os, pickle, signal
+
+if __name__ == "__main__":  # the job's slots re-import this file: only the coordinator runs it
+    import pba_runtime.runtime.checkpoint as checkpoint
+
+    class KillingPickle:
+        writes = 0
+
+        def __getattr__(self, name):
+            return getattr(pickle, name)
+
+        def dump(self, obj, f, protocol=None):
+            KillingPickle.writes += 1
+            if KillingPickle.writes == 2:
+                data = pickle.dumps(obj, protocol=protocol)
+                f.write(data[: len(data) // 2])
+                f.flush()
+                os.kill(os.getpid(), signal.SIGKILL)
+            pickle.dump(obj, f, protocol=protocol)
+
+    checkpoint.pickle = KillingPickle()
+    from pba_runtime.__main__ import entry
+
+    entry()
+"""
+
+
 def test_kill_during_a_checkpoint_write_then_resume(tmp_path):
     """SIGKILL while the coordinator writes a checkpoint (its temporary file is there): the resume removes the
     temporary, ends with a complete sink, and leaves only checkpoint.pkl."""
     ck = tmp_path / "ck"
     out = tmp_path / "out.csv"
-    # large per-key state (W[20000, 1] over 84 plugs) makes each checkpoint write take a while
-    args = ["--tuples", "1500000", "--range", "20000", "--algorithm", "sba", "-p", "1", "--sink", f"csv:{out}",
-            "--checkpoint-dir", str(ck), "--checkpoint-every", "200000"]
-    caught = False
-    for _attempt in range(3):
-        proc = subprocess.Popen(CLI + args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                start_new_session=True)
-        try:
-            deadline = time.monotonic() + 60
-            while proc.poll() is None and time.monotonic() < deadline:
-                try:
-                    names = os.listdir(ck)
-                except FileNotFoundError:
-                    names = []
-                if any(n.endswith(".tmp") for n in names) and (ck / "checkpoint.pkl").exists():
-                    os.kill(proc.pid, signal.SIGKILL)  # mid-write (not the first checkpoint: resume needs one)
-                    break
-                time.sleep(0.001)
-            proc.wait(timeout=30)
-            wait_session_gone(proc.pid, "processes of the killed job")
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-            kill_session(proc.pid)
-        if proc.returncode == -signal.SIGKILL and any(n.endswith(".tmp") for n in os.listdir(ck)):
-            caught = True
-            break
-    if not caught:
-        pytest.skip("could not kill the job while it wrote a checkpoint (too fast here)")
+    args = ["--tuples", "400000", "--range", "1000", "--algorithm", "sba", "-p", "1", "--sink", f"csv:{out}",
+            "--checkpoint-dir", str(ck), "--checkpoint-every", "100000"]
+    killing = tmp_path / "killed_in_second_checkpoint.py"
+    killing.write_text(_KILLED_IN_SECOND_CHECKPOINT)
+    err = tmp_path / "killed.err"
+    with open(err, "w") as f:
+        proc = subprocess.Popen([sys.executable, str(killing), *CLI[3:], *args], stdout=subprocess.DEVNULL,
+                                stderr=f, start_new_session=True)
+    try:
+        proc.wait(timeout=90)
+        wait_session_gone(proc.pid, "processes of the killed job")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        kill_session(proc.pid)
+    assert proc.returncode == -signal.SIGKILL, (
+        f"the job was not killed in its second checkpoint write\n{err.read_text()}")
+    names = sorted(os.listdir(ck))  # the first checkpoint, and the second's half-written temporary
+    assert len(names) == 2 and names[1] == "checkpoint.pkl" and names[0].endswith(".tmp"), names
+    from pba_runtime.runtime import load_checkpoint
+
+    assert 0 < load_checkpoint(str(ck))["position"] < 400_000  # the first, mid-stream: the resume has work
     proc = _run_cli(args + ["--resume"])
     assert proc.returncode == 0, proc.stderr
     assert sorted(os.listdir(ck)) == ["checkpoint.pkl"]
