@@ -42,7 +42,7 @@ from typing import Any
 
 import numpy as np
 
-from .missing import refuse_missing
+from .missing import MISSING_POLICY, refuse_missing
 
 __all__ = [
     "Aggregation",
@@ -86,6 +86,8 @@ def _real(v: Any, agg_name: str) -> float:
     if type(x) is not float:
         if isinstance(x, complex):
             raise TypeError(f"value must be a real number for aggregation {agg_name!r}, got complex {v!r}")
+        if type(x).__name__ == "NAType":  # pandas' <NA> (pd.NA + 0.0 is pd.NA)
+            raise ValueError(f"value is missing (<NA>): {MISSING_POLICY}; pass float('nan') if NaN is what you mean")
         x = float(x)
     return x
 

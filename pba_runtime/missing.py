@@ -21,9 +21,9 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-__all__ = ["refuse_missing"]
+__all__ = ["MISSING_POLICY", "refuse_missing"]
 
-_POLICY = 'the missing-value policy comes with queries over frames (missing="skip" is not there yet)'
+MISSING_POLICY = 'the missing-value policy comes with queries over frames (missing="skip" is not there yet)'
 
 
 def refuse_missing(values: Any, name: str = "values") -> None:
@@ -36,7 +36,7 @@ def refuse_missing(values: Any, name: str = "values") -> None:
     where = np.flatnonzero(np.asarray(mask, dtype=bool))
     if len(where):
         raise ValueError(
-            f"{name} holds a missing value ({what} at position {int(where[0])}): {_POLICY}; {remedy}"
+            f"{name} holds a missing value ({what} at position {int(where[0])}): {MISSING_POLICY}; {remedy}"
         )
 
 

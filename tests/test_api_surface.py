@@ -286,6 +286,10 @@ def test_operators_refuse_na_too_and_change_nothing():
             with pytest.raises(ValueError, match=r"values holds a missing value \(<NA> at position 0\)"):
                 op.insert_many(pd.Series([None, 1.0], dtype="Float64"))
             assert op.stats()["tuples"] == 0
+    with pr.create("two_stacks", pr.CountWindow(2), "max") as op:
+        with pytest.raises(ValueError) as info:
+            op.insert(pd.NA)
+        assert str(info.value) == f"value is missing (<NA>): {NA_POLICY}; pass float('nan') if NaN is what you mean"
 
 
 # --------------------------------------------------------------------------- one default algorithm
