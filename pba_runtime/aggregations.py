@@ -42,6 +42,8 @@ from typing import Any
 
 import numpy as np
 
+from .missing import MISSING_POLICY, refuse_missing
+
 __all__ = [
     "Aggregation",
     "Kernel",
@@ -59,7 +61,11 @@ _NAN = math.nan
 
 # --------------------------------------------------------------------------- helpers
 def as_float_array(values: Any, *, name: str = "values", agg_name: str = "") -> np.ndarray:
-    """Validate numeric input and return it as a 1-D float64 array (no copy when possible)."""
+    """Validate numeric input and return it as a 1-D float64 array (no copy when possible).
+
+    A missing value (pandas' ``<NA>``, a masked entry, an Arrow or polars null) raises a ``ValueError``
+    naming ``name`` (:func:`pba_runtime.missing.refuse_missing`); NaN is a value."""
+    refuse_missing(values, name)
     arr = np.asarray(values)
     if arr.ndim != 1:
         raise ValueError(f"{name} must be one-dimensional, got shape {arr.shape}")
@@ -80,6 +86,8 @@ def _real(v: Any, agg_name: str) -> float:
     if type(x) is not float:
         if isinstance(x, complex):
             raise TypeError(f"value must be a real number for aggregation {agg_name!r}, got complex {v!r}")
+        if type(x).__name__ == "NAType":  # pandas' <NA> (pd.NA + 0.0 is pd.NA)
+            raise ValueError(f"value is missing (<NA>): {MISSING_POLICY}; pass float('nan') if NaN is what you mean")
         x = float(x)
     return x
 

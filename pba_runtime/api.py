@@ -16,10 +16,9 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
-
 from .aggregations import Aggregation
 from .algorithms import create
+from .algorithms.base import Results, UnsortedTimestampsError
 from .pool import WorkerPool
 from .windows import CountWindow, TimeWindow
 
@@ -35,13 +34,18 @@ def sliding_aggregate(
     timestamps: Any = None,
     pool: WorkerPool | None = None,
     engine: str = "auto",
-) -> tuple[np.ndarray, Any]:
+) -> Results:
     """Every window result over ``values`` (end of stream included): ``(ends, results)``.
+
+    ``ends`` is an int64 array of the windows' exclusive ends; ``results`` a float64 array (2-D for
+    vector results, int64 for ``count`` and ``argmax``) or a list (``collect``). Both are positional:
+    a pandas Series' index is not carried over.
 
     Parameters
     ----------
     values : array-like
-        The stream, oldest first.
+        The stream, oldest first. A missing value (pandas' ``<NA>``, a masked entry, an Arrow or
+        polars null) is refused until the missing-value policy of queries; NaN is a value.
     window : CountWindow or TimeWindow
     agg : str or Aggregation
     algorithm : str
@@ -50,18 +54,41 @@ def sliding_aggregate(
         thread and the pool's worker for a batch of ``AUTO_BATCH_SPLIT_MIN`` windows and up
         with a free worker, SBA otherwise.
     timestamps : array-like of int, optional
-        Required for time windows; non-decreasing.
+        Required for time windows; non-decreasing (sort unsorted input first, e.g. with
+        ``np.argsort(timestamps, kind="stable")``; a stream with late tuples: ``pr.create(...,
+        allowed_lateness=)``).
     pool : WorkerPool, optional
         Worker pool for PBA (default: the shared thread pool).
     engine : {"auto", "compiled", "numpy", "python"}
         What runs the window merge (:mod:`pba_runtime.kernels`): ``"auto"`` takes the
         compiled kernels where the aggregation has them.
+
+    Examples
+    --------
+    >>> import pba_runtime as pr
+    >>> ends, res = pr.sliding_aggregate([1.0, 5.0, 2.0, 4.0], window=pr.CountWindow(2), agg="max")
+    >>> ends.tolist(), res.tolist()
+    ([2, 3, 4], [5.0, 5.0, 4.0])
+    >>> pr.sliding_aggregate([1.0, 2.0], window=pr.TimeWindow("1s"), agg="sum")
+    Traceback (most recent call last):
+    ...
+    ValueError: timestamps are required for time windows (TimeWindow); pass sliding_aggregate(values, window=..., agg=..., timestamps=...)
     """
+    if isinstance(window, TimeWindow) and timestamps is None:
+        raise ValueError("timestamps are required for time windows (TimeWindow); "
+                         "pass sliding_aggregate(values, window=..., agg=..., timestamps=...)")
     options: dict[str, Any] = {"pool": pool} if pool is not None else {}
     options["engine"] = engine
     op = create(algorithm, window, agg, **options)
     op._input_borrowed = True  # closed below, before `values` can change
     try:
         return op._insert_and_flush(values, timestamps)
+    except UnsortedTimestampsError as exc:
+        raise ValueError(
+            f"timestamps must be non-decreasing; {exc.detail}: sort the input first "
+            '(order = np.argsort(timestamps, kind="stable"), then sliding_aggregate(values[order], ..., '
+            "timestamps=timestamps[order])); for a stream with late tuples, pr.create(..., allowed_lateness=L) "
+            "reorders them"
+        ) from None
     finally:
         op.close()

@@ -35,6 +35,7 @@ from typing import Any
 
 import pba_runtime as pr
 
+from . import durations
 from .kernels import ENGINES
 from .runtime import Job, UserError
 from .runtime.errors import JobError
@@ -73,18 +74,16 @@ examples:
 While it runs, `kill -USR1 <pid>` prints a metrics line on stderr (or use --metrics-interval).
 """
 
-_UNITS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
-
-
 def parse_duration(text: str) -> int:
-    """A time length in milliseconds: ``"250"`` (ms), ``"250ms"``, ``"1.5s"``, ``"2m"``, ``"1h"``, ``"1d"``."""
-    m = re.fullmatch(r"\s*(\d+(?:\.\d*)?)\s*(ms|s|m|h|d)?\s*", str(text))
-    if not m:
-        raise argparse.ArgumentTypeError(f"expected a duration such as 500, 500ms, 10s, 5m or 1h, got {text!r}")
-    ms = float(m.group(1)) * _UNITS[m.group(2) or "ms"]
-    if ms != int(ms):
-        raise argparse.ArgumentTypeError(f"durations are whole milliseconds, got {text!r}")
-    return int(ms)
+    """A non-negative time length in milliseconds, as every duration option reads it (:mod:`pba_runtime.durations`):
+    ``"250"`` (ms), ``"250ms"``, ``"1.5s"``, ``"2m"``, ``"1h30m"``, ``"1d"``, ``"1 minute"``."""
+    try:
+        ms = durations.parse_duration(text, name="duration", allow_negative=True)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc).removeprefix("duration ")) from None
+    if ms < 0:
+        raise argparse.ArgumentTypeError(f"expected a duration of zero or more, got {text!r}")
+    return ms
 
 
 def _positive_int(text: str) -> int:
@@ -184,9 +183,12 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--window", choices=("count", "time"), default="count",
                    help="count: per-key positions (default); time: event-time timestamps")
     g.add_argument("--range", default=None, metavar="R",
-                   help="window range: tuples (count, default 1024) or a duration such as 60s (time, default 60s)")
+                   help="window range: tuples (count, default 1024) or, for time windows, a duration: 250ms, 60s, "
+                        "5min, 1h30m, 1d, '1 minute' (a bare number is milliseconds; default 60s)")
     g.add_argument("--slide", default=None, metavar="S",
-                   help="window slide, same units as --range (default 1 for count, 1s for time)")
+                   help="window slide, same units as --range (default 1 for count; the range for time: tumbling)")
+    g.add_argument("--offset", default=None, metavar="DURATION",
+                   help="time windows: windows start at k * slide + offset (default 0)")
     g.add_argument("--agg", default="max", metavar="NAME", help=f"aggregation: {aggs} (default max)")
     g.add_argument("--algorithm", default="auto", metavar="NAME",
                    help=f"algorithm: {algos} (default auto: PBA where its worker can help, else SBA; the banner "
@@ -242,26 +244,29 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _window(args: argparse.Namespace) -> pr.CountWindow | pr.TimeWindow:
-    if args.window == "count":
-        def count(name: str, text: str) -> int:
-            t = text.replace("_", "")
-            if not re.fullmatch(r"-?\d+", t):
-                raise UserError(f"--{name} of a count window is a number of tuples, got {text!r}")
-            return int(t)
-
-        r, s = count("range", args.range or "1024"), count("slide", args.slide or "1")
-        maker = pr.CountWindow
-    else:
-        def dur(name: str, text: str) -> int:
-            try:
-                return parse_duration(text)
-            except argparse.ArgumentTypeError as exc:
-                raise UserError(f"--{name}: {exc}") from None
-
-        r, s = dur("range", args.range or "60s"), dur("slide", args.slide or "1s")
-        maker = pr.TimeWindow
     try:
-        return maker(range=r, slide=s)
+        if args.window == "count":
+            if args.offset is not None:
+                raise UserError("--offset applies to time windows (--window time)")
+
+            def count(name: str, text: str) -> int:
+                t = text.replace("_", "")
+                if not re.fullmatch(r"-?\d+", t):
+                    raise UserError(f"--{name} of a count window is a number of tuples, got {text!r}")
+                return int(t)
+
+            return pr.CountWindow(range=count("range", args.range or "1024"), slide=count("slide", args.slide or "1"))
+
+        def dur(name: str, text: str | None) -> durations.Duration | None:  # errors name the option
+            if text is None:
+                return None
+            d = durations.as_duration(text, name=f"--{name}", allow_negative=name == "offset")
+            d.in_unit("ms", name=f"--{name}")
+            return d
+
+        offset = dur("offset", args.offset)
+        return pr.TimeWindow(range=dur("range", args.range or "60s"), slide=dur("slide", args.slide),
+                             offset=0 if offset is None else offset)
     except (TypeError, ValueError) as exc:
         raise UserError(str(exc)) from None
 

@@ -3,20 +3,29 @@
 A sliding window ``W[r, s]`` has a range ``r`` and a slide ``s`` (positive
 integers, ``r >= s``). Window ``k`` covers ``[k*s + offset, k*s + offset + r)``
 and is reported with its exclusive end ``k*s + offset + r``
-(see ``shared/spec/semantics.md``).
+(see ``docs/semantics.md``).
 
 Every window is cut into slices of one slide each (Cutty slicing): window ``k``
 covers the ``q = r // s`` whole slices ``k .. k+q-1`` and, when ``m = r % s`` is
 not zero, the first ``m`` units of slice ``k+q`` (its *head*). The algorithms
 only ever merge slice aggregations; this module owns that arithmetic.
 
+``CountWindow(range)`` alone slides by 1 (pandas' ``rolling(n)``); ``TimeWindow(range)``
+alone is tumbling (slide = range, Spark's ``window(col, "1 minute")``). A time window's
+range, slide and offset may be durations (:mod:`pba_runtime.durations`): ``"5min"``,
+``"1 minute"``, a ``timedelta``; against integer timestamps they mean milliseconds.
+
 Examples
 --------
 >>> w = CountWindow(range=10, slide=3)
 >>> w.slices_per_window, w.head_units
 (3, 1)
+>>> CountWindow(4)
+CountWindow(range=4, slide=1)
 >>> TimeWindow(range=3_600_000, slide=1_000).is_tumbling
 False
+>>> TimeWindow("1min")
+TimeWindow(range=60000, slide=60000, offset=0)
 >>> CountWindow(range=0, slide=1)
 Traceback (most recent call last):
 ...
@@ -27,7 +36,10 @@ from __future__ import annotations
 
 import functools
 import numbers
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from .durations import Duration, DurationLike, as_duration, check_unit
 
 __all__ = ["CountWindow", "TimeWindow", "Window", "validate_window", "time_slices", "INT64_MIN", "INT64_MAX"]
 
@@ -78,22 +90,25 @@ class CountWindow(_SlidingWindow):
 
     Window ``k`` covers positions ``[k*slide, k*slide + range)``, is emitted when
     position ``k*slide + range - 1`` arrives, and is reported with end
-    ``k*slide + range`` (the number of values seen).
+    ``k*slide + range`` (the number of values seen). ``slide`` defaults to 1
+    (pandas' ``rolling(n)`` step, polars' ``rolling``).
 
     Examples
     --------
-    >>> CountWindow(range=1024, slide=1)
+    >>> CountWindow(range=1024)
     CountWindow(range=1024, slide=1)
     >>> CountWindow(range=4, slide=2).windows_for(9)
     3
     """
+
+    slide: int = 1
 
     def windows_for(self, n_values: int) -> int:
         """Number of windows a stream of ``n_values`` values yields."""
         return max(0, (n_values - self.range) // self.slide + 1)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class TimeWindow(_SlidingWindow):
     """Time-based sliding window over integer timestamps (for example milliseconds).
 
@@ -101,21 +116,101 @@ class TimeWindow(_SlidingWindow):
     it is emitted once a tuple at or past its end arrives (or at ``flush``), and
     only if it holds at least one tuple.
 
+    Parameters
+    ----------
+    range, slide, offset
+        Integers in the timestamps' own unit, or durations (:mod:`pba_runtime.durations`):
+        ``"250ms"``, ``"5min"``, ``"1h30m"``, ``"1 minute"``, a ``datetime.timedelta``,
+        ``numpy.timedelta64`` or ``pandas.Timedelta``, resolved to integers of ``unit``.
+        ``slide`` defaults to ``range`` (a tumbling window); ``offset`` to 0 (it is kept
+        modulo ``slide``, so it may be negative). A duration that is not a whole number
+        of ``unit``, or a range or slide that is not positive, raises a ``ValueError``
+        naming the parameter.
+    unit : {"ms", "us", "ns", "s"}
+        What the durations resolve to: the timestamps' unit. Default milliseconds (epoch ms).
+
+    The attributes ``range``, ``slide`` and ``offset`` are those integers; the durations as
+    given stay on the window (``label``, ``durations``) and :meth:`in_unit` resolves them
+    to another unit.
+
     Examples
     --------
     >>> w = TimeWindow(range=60_000, slide=1_000)
     >>> w.slice_of(61_500), w.window_end(0)
     (61, 60000)
+    >>> w = TimeWindow("5min", slide="1 minute")
+    >>> w, w.label
+    (TimeWindow(range=300000, slide=60000, offset=0), '5min')
+    >>> w.in_unit("s")
+    TimeWindow(range=300, slide=60, offset=0, unit='s')
+    >>> TimeWindow("1h", "90us")
+    Traceback (most recent call last):
+    ...
+    ValueError: slide '90us' is not a whole number of milliseconds (against integer timestamps a duration means milliseconds)
     """
 
+    slide: int = None  # type: ignore[assignment]  # None: the range (a tumbling window)
     offset: int = 0
+    unit: str = field(default="ms", kw_only=True)
+    # the durations as given (range, slide, offset): the labels and exact lengths, for in_unit
+    _durations: tuple[Duration, Duration, Duration] | None = field(default=None, init=False, repr=False,
+                                                                   compare=False)
+
+    if TYPE_CHECKING:  # what the constructor takes (the dataclass's fields hold the resolved integers)
+        def __init__(self, range: DurationLike, slide: DurationLike | None = None, offset: DurationLike = 0, *,
+                     unit: str = "ms") -> None: ...
 
     def __post_init__(self) -> None:
+        unit = check_unit(self.unit)
+        r = as_duration(self.range, name="range")
+        s = r if self.slide is None else as_duration(self.slide, name="slide")
+        o = as_duration(self.offset, name="offset", allow_negative=True)
+        object.__setattr__(self, "range", r.in_unit(unit, name="range"))
+        object.__setattr__(self, "slide", s.in_unit(unit, name="slide"))
+        offset = o.in_unit(unit, name="offset")
+        object.__setattr__(self, "_durations", (r, s, o))
         super().__post_init__()
-        if isinstance(self.offset, bool) or not isinstance(self.offset, numbers.Integral):
-            raise TypeError(f"offset must be an integer, got {type(self.offset).__name__} {self.offset!r}")
         # Offsets are equivalent modulo the slide; keep the canonical one.
-        object.__setattr__(self, "offset", int(self.offset) % self.slide)
+        object.__setattr__(self, "offset", offset % self.slide)
+
+    def __repr__(self) -> str:
+        unit = "" if self.unit == "ms" else f", unit={self.unit!r}"
+        return f"TimeWindow(range={self.range}, slide={self.slide}, offset={self.offset}{unit})"
+
+    @property
+    def durations(self) -> dict[str, Duration]:
+        """The range, slide and offset as given: exact lengths (``Duration.ns``; ``None`` for a bare
+        integer, in the timestamps' unit) and the user's spellings (``Duration.label``)."""
+        given = self._durations or tuple(Duration(None, v, str(v)) for v in (self.range, self.slide, self.offset))
+        return dict(zip(("range", "slide", "offset"), given))
+
+    @property
+    def label(self) -> str:
+        """The range as the user wrote it: ``"5min"``, ``"1 minute"``, ``"60000"`` (a timedelta: ``"5min"``).
+
+        Examples
+        --------
+        >>> TimeWindow("60s").label, TimeWindow(60_000).label
+        ('60s', '60000')
+        """
+        return self.durations["range"].label
+
+    def in_unit(self, unit: str) -> TimeWindow:
+        """This window with its durations resolved to integers of ``unit`` (``"ns"``, ``"us"``, ``"ms"``, ``"s"``).
+
+        Durations are exact; an integer given as such stays as it is (it is in the timestamps' unit).
+        A duration that is not a whole number of ``unit`` raises a ``ValueError`` naming the parameter.
+
+        Examples
+        --------
+        >>> import datetime
+        >>> TimeWindow(datetime.timedelta(minutes=1), "10s").in_unit("us")
+        TimeWindow(range=60000000, slide=10000000, offset=0, unit='us')
+        """
+        if unit == self.unit:
+            return self
+        r, s, o = self.durations.values()
+        return TimeWindow(r, s, o, unit=unit)
 
     @functools.cached_property  # per-tuple checks read it (frozen: cached_property writes __dict__ directly)
     def timestamp_range(self) -> tuple[int, int]:

@@ -263,7 +263,7 @@ def sliding_window_aggregate(
     late_rows: str = "count",
     state_chunk_rows: int = 4096,
 ) -> Any:
-    """Sliding-window aggregation per key: one row per window, exactly as ``shared/spec/semantics.md``.
+    """Sliding-window aggregation per key: one row per window, exactly as ``docs/semantics.md``.
 
     Parameters
     ----------
@@ -280,8 +280,9 @@ def sliding_window_aggregate(
         Numeric (or boolean) column; cast to double.
     window : CountWindow, TimeWindow or tuple
         ``pr.CountWindow(range=, slide=)``; ``pr.TimeWindow(range=, slide=, offset=)``;
-        or ``(range, slide[, offset])`` with Spark interval strings such as
-        ``("1 hour", "1 second")`` (milliseconds; see :mod:`spark_integration.intervals`).
+        ``(range, slide[, offset])`` of durations: Spark interval strings such as
+        ``("1 hour", "1 second")``, ``"5min"``, timedeltas (milliseconds; see
+        :mod:`spark_integration.intervals`); or one duration, ``"1 minute"``: a tumbling window.
     agg : str or pba_runtime.Aggregation
         ``max``, ``min``, ``sum``, ``count``, ``mean``, ``std``, ``geomean``,
         ``argmax`` (a count window's 0-based position in the key's stream; a time

@@ -125,7 +125,11 @@ def test_log_file_gets_the_slot_processes_lines(tmp_path):
 @pytest.mark.parametrize("args, message", [
     (["--range", "0"], "range must be a positive integer, got 0"),
     (["--range", "10", "--slide", "20"], "slide must be <= range"),
-    (["--window", "time", "--range", "1x"], "--range: expected a duration"),
+    (["--window", "time", "--range", "1x"], "--range '1x': unit 'x' is not supported; accepted units: ns, us, ms"),
+    (["--window", "time", "--range", "90us"], "--range '90us' is not a whole number of milliseconds"),
+    (["--window", "time", "--range", "1mo"], "--range '1mo': unit 'mo' is a calendar unit"),
+    (["--window", "time", "--range", "10s", "--slide", "0s"], "--slide must be a positive duration, got '0s'"),
+    (["--window", "count", "--offset", "5"], "--offset applies to time windows"),
     (["--agg", "median"], "unknown aggregation 'median'"),
     (["--algorithm", "fast"], "unknown algorithm 'fast'"),
     (["--parallelism", "0"], "expected a positive integer, got '0'"),

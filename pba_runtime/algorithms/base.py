@@ -29,13 +29,19 @@ import sys
 from typing import Any, ClassVar
 
 import numpy as np
+import numpy.typing as npt
 
 from ..aggregations import Aggregation, as_float_array, get_aggregation
 from ..kernels import Engine
+from ..missing import refuse_missing
 from ..windows import CountWindow, TimeWindow, validate_window
 
-__all__ = ["WindowOperator", "SlicedAggregator", "SlideOneInsert", "as_timestamps", "check_order", "check_timestamp",
-           "no_timestamps", "validate_timestamps"]
+__all__ = ["Results", "WindowOperator", "SlicedAggregator", "SlideOneInsert", "UnsortedTimestampsError", "as_timestamps",
+           "check_order", "check_timestamp", "no_timestamps", "validate_timestamps"]
+
+#: What ``insert_many``, ``flush`` and ``sliding_aggregate`` return: the windows' int64 ends and their
+#: results (float64, 2-D for vector results, int64 for count and argmax; a list for ``collect``).
+Results = tuple[npt.NDArray[np.int64], npt.NDArray[Any] | list[Any]]
 
 STATE_VERSION = 2  # 2: snapshots carry the aggregation's fingerprint
 
@@ -53,12 +59,25 @@ def check_timestamp(t: Any, window: TimeWindow) -> int:
     return t
 
 
+class UnsortedTimestampsError(ValueError):
+    """Timestamps that go back in time, given to a time window without a lateness buffer.
+
+    ``detail`` says where (``"timestamps[5] = 3 < timestamps[4] = 7"``): a one-shot call
+    (``sliding_aggregate``) words its own remedy around it.
+    """
+
+    def __init__(self, message: str, detail: str):
+        super().__init__(message)
+        self.detail = detail
+
+
 def check_order(t: int, t_last: int | None) -> None:
     """Refuse a timestamp before the last one seen (time windows without a lateness buffer)."""
     if t_last is not None and t < t_last:
-        raise ValueError(
+        raise UnsortedTimestampsError(
             f"timestamp {t} is before the last timestamp seen, {t_last}: time windows need "
-            "non-decreasing timestamps (configure allowed_lateness to reorder late tuples)"
+            "non-decreasing timestamps (configure allowed_lateness to reorder late tuples)",
+            f"timestamp {t} is before the one before it, {t_last}",
         )
 
 
@@ -109,10 +128,10 @@ def validate_timestamps(timestamps: Any, n: int, t_last: int | None, window: Tim
         bad = np.flatnonzero(ts[1:] < ts[:-1])
         if len(bad):
             i = int(bad[0]) + 1
-            raise ValueError(
-                f"timestamps must be non-decreasing; timestamps[{i}] = {ts[i]} < timestamps[{i - 1}] = {ts[i - 1]} "
-                "(configure allowed_lateness to reorder late tuples)"
-            )
+            detail = f"timestamps[{i}] = {ts[i]} < timestamps[{i - 1}] = {ts[i - 1]}"
+            raise UnsortedTimestampsError(
+                f"timestamps must be non-decreasing; {detail} (configure allowed_lateness to reorder late tuples)",
+                detail)
         if t_last is not None and ts[0] < t_last:
             raise ValueError(
                 f"timestamps must be non-decreasing; timestamps[0] = {ts[0]} is before the last timestamp seen, {t_last}"
@@ -176,7 +195,7 @@ class WindowOperator:
         p = agg.lift(value, self._n) if agg.positional else agg.lift(value)
         return self._step(p, None)
 
-    def insert_many(self, values: Any, timestamps: Any = None) -> tuple[np.ndarray, Any]:
+    def insert_many(self, values: Any, timestamps: Any = None) -> Results:
         """Insert a batch; return ``(ends, results)`` for the windows it completes.
 
         ``ends`` is an int64 array; ``results`` a float64 array (2-D for vector
@@ -211,7 +230,7 @@ class WindowOperator:
             return values, None
         return values, validate_timestamps(timestamps, len(values), self._t_last, self.window)
 
-    def flush(self) -> tuple[np.ndarray, Any]:
+    def flush(self) -> Results:
         """End of stream: emit what it completes (time windows still holding tuples).
 
         Inserting after ``flush`` raises; a second ``flush`` returns nothing.
@@ -223,7 +242,7 @@ class WindowOperator:
         self._flushed = True
         return self._pack([e for e, _ in out], [r for _, r in out])
 
-    def _insert_and_flush(self, values: Any, timestamps: Any = None) -> tuple[np.ndarray, Any]:
+    def _insert_and_flush(self, values: Any, timestamps: Any = None) -> Results:
         """``insert_many`` then ``flush``, as one ``(ends, results)`` (what ``sliding_aggregate``
         returns); an algorithm may do both in one pass."""
         ends, results = self.insert_many(values, timestamps)
@@ -360,13 +379,15 @@ class WindowOperator:
         agg = self.agg
         if agg.kernel is not None and agg.result != "object":
             as_float_array(values, agg_name=agg.name)  # refuse strings & co. for the numeric built-ins
+        else:
+            refuse_missing(values)
         lift = agg.lift
         if agg.positional:
             pos = ts.tolist() if ts is not None else range(self._n, self._n + len(values))
             return [lift(v, p) for v, p in zip(values, pos)]
         return [lift(v) for v in values]
 
-    def _pack(self, ends: list[int], results: list) -> tuple[np.ndarray, Any]:
+    def _pack(self, ends: list[int], results: list) -> Results:
         return np.asarray(ends, dtype=np.int64), self.agg.pack(results)
 
     def _step(self, p: Any, t: int | None) -> list[tuple[int, Any]]:

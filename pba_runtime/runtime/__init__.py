@@ -23,8 +23,8 @@ Examples
 --------
 >>> import pba_runtime as pr
 >>> from pba_runtime.runtime import Job, Debs14Source
->>> job = Job(Debs14Source(plugs=84, tuples=6_000_000), pr.CountWindow(range=1024, slide=1), "max",
-...           algorithm="pba", parallelism=2)   # the default job of ``pba-run``
+>>> job = Job(Debs14Source(plugs=84, tuples=6_000_000), pr.CountWindow(range=1024), "max",
+...           parallelism=2)   # the default job of ``pba-run`` (algorithm "auto", as every entry point)
 >>> job.describe()["source"]
 {'kind': 'debs14', 'seed': 1, 'disorder': 0, 'disorder_fraction': 0.05, 'plugs': 84}
 

@@ -109,7 +109,9 @@ class Job:
     agg : str or Aggregation
         An aggregation name, or a picklable :class:`pba_runtime.Aggregation`.
     algorithm : str
-        A name in ``pba_runtime.ALGORITHMS`` or ``"auto"``.
+        A name in ``pba_runtime.ALGORITHMS`` or ``"auto"`` (the default, as in ``pba-run``,
+        ``sliding_aggregate`` and the Spark adapter: PBA where its worker can help, else SBA;
+        the metrics say which ran and why).
     parallelism : int
         Task slots (processes).
     sink : str
@@ -159,7 +161,7 @@ class Job:
     """
 
     def __init__(self, source: Source, window: pr.CountWindow | pr.TimeWindow, agg: Any = "max",
-                 algorithm: str = "pba", *, parallelism: int = 2, sink: str = "none", late_output: str | None = None,
+                 algorithm: str = "auto", *, parallelism: int = 2, sink: str = "none", late_output: str | None = None,
                  allowed_lateness: int | None = None, checkpoint_dir: str | None = None,
                  checkpoint_every: int | None = None, checkpoint_interval: float | None = None,
                  batch_size: int = DEFAULT_BATCH_SIZE, queue_size: int = DEFAULT_QUEUE_SIZE,

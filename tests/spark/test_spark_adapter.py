@@ -189,6 +189,20 @@ def test_tumbling_time_window_one_hour(df):
     _assert_same(out, _native_time(df, 3_600_000, 3_600_000, "max"), "max")
 
 
+def test_window_durations_in_every_spelling_are_spark_windows(df):
+    """One duration is a tumbling window (Spark's ``window(col, "1 minute")``); pandas' spellings, timedeltas and
+    an offset as a duration give the windows of Spark's own grouping (the core's one parser)."""
+    import datetime as dt
+
+    out = si.sliding_window_aggregate(df, key="k", order_by="ts", value="v", window="5s", agg="max")
+    _assert_same(out, _native_time(df, 5_000, 5_000, "max"), "max")
+    win = ("7s", dt.timedelta(seconds=2), "500ms")
+    out = si.sliding_window_aggregate(df, key="k", order_by="ts", value="v", window=win, agg="sum")
+    _assert_same(out, _native_time(df, 7_000, 2_000, "sum", 500), "sum")
+    with pytest.raises(ValueError, match=r"slide '2500us' is not a whole number of milliseconds"):
+        si.sliding_window_aggregate(df, key="k", order_by="ts", value="v", window=("7s", "2500us"), agg="sum")
+
+
 def test_multiple_key_columns(spark):
     from pyspark.sql import functions as F
 
