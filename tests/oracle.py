@@ -65,11 +65,21 @@ def exact_std(vals) -> float:
 
 
 def fold(agg, vals, pos):
-    """A user aggregation over one window, straight from its definition: lower(lift(v1) (+) ... (+) lift(vm))."""
+    """A user aggregation over one window, straight from its definition: lower(lift(v1) (+) ... (+) lift(vm)).
+
+    A float result of float partials comes as a :class:`Want` whose floor is the rounding another order of
+    the combines may give, as for a sum (``n eps sum |lift(v_i)|``).
+    """
     acc = agg.identity
+    parts = []
     for v, p in zip(vals.tolist(), pos.tolist()):
-        acc = agg.combine(acc, agg.lift(v, p) if agg.positional else agg.lift(v))
-    return agg.lower(acc)
+        part = agg.lift(v, p) if agg.positional else agg.lift(v)
+        parts.append(part)
+        acc = agg.combine(acc, part)
+    res = agg.lower(acc)
+    if isinstance(res, float) and all(isinstance(p, float) for p in parts):
+        return Want(res, _sum_floor(parts))
+    return res
 
 
 def _agg(name, vals: np.ndarray, pos: np.ndarray):
@@ -167,15 +177,23 @@ def assert_results_equal(agg, got, want, values=None) -> None:
     std of exact float64 values: ``1e12 + 0.1, 1e12 + 0.7, ...`` is compared at 1e-9 of its 0.3) and
     for ``moment_sketch`` per component (the power sums' own rounding). No floor is scaled by the
     input's largest value; an expected value given as a plain float (computed by a test) has floor 0.
-    NaN must be NaN, an infinity the same infinity. ``values`` is accepted for callers that passed a
-    scale; it is not used.
+    NaN must be NaN, an infinity the same infinity.
 
-    A user aggregation (``pba_runtime.Aggregation``) is exact when its ``result`` is not ``float``.
+    A user aggregation (``pba_runtime.Aggregation``) is exact when its ``result`` is not ``float``. One
+    with a float ``inverse`` (subtract-on-evict) may carry the rounding of the values it evicted
+    (``pba_runtime/algorithms/soe.py``: from at most two window lengths back): with the stream's
+    ``values`` given, its floor also has ``eps sum |lift(v)|`` over them. ``values`` serves nothing else.
     """
     got = list(got)
     want = list(want)
     assert len(got) == len(want), f"{len(got)} results, expected {len(want)}"
+    evicted = 0.0  # the rounding a user inverse may leave behind
     if not isinstance(agg, str):
+        if agg.inverse is not None and not agg.positional and values is not None and agg.result == "float":
+            with np.errstate(all="ignore"):
+                lifted = [agg.lift(float(v)) for v in np.asarray(values, dtype=float).tolist()]
+            if all(isinstance(p, float) and math.isfinite(p) for p in lifted):
+                evicted = EPS * math.fsum(abs(p) for p in lifted)
         agg = "sum" if agg.result == "float" and not agg.selective else "max"
     if agg in EXACT:
         for i, (g, w) in enumerate(zip(got, want)):
@@ -187,7 +205,7 @@ def assert_results_equal(agg, got, want, values=None) -> None:
         return
     if not want:
         return
-    floor = np.array([getattr(x, "floor", 0.0) * np.ones(np.shape(x)) for x in want], dtype=float)
+    floor = np.array([getattr(x, "floor", 0.0) * np.ones(np.shape(x)) for x in want], dtype=float) + evicted
     g = np.asarray(got, dtype=float)
     w = np.asarray(want, dtype=float)
     assert g.shape == w.shape, f"{agg}: results of shape {g.shape}, expected {w.shape}"
