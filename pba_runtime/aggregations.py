@@ -342,48 +342,73 @@ class UfuncKernel(Kernel):
         return out
 
 
+def _two_sum_fast(ref, mu):
+    """``(hi, lo)`` with ``hi = ref + mu`` rounded and ``lo`` its rounding error (Fast2Sum, as ``_chan``)."""
+    hi = ref + mu
+    with np.errstate(invalid="ignore"):
+        return hi, mu - (hi - ref)
+
+
 class StdKernel(Kernel):
-    """Partials ``(n, mean, M2)`` merged with Chan et al.'s pairwise update (numerically stable).
+    """Partials ``(n, mean, M2, lo)`` merged with Chan et al.'s pairwise update (``_chan``: the mean is
+    ``mean + lo``, so the std is exact to rounding however large the mean).
 
     Prefix sums are taken over power sums shifted by the first slice of each
     prefix (the last, for suffixes), so they stay accurate without a per-element
     Python loop.
     """
 
-    shape = (3,)
-    identity = np.zeros(3)
+    shape = (4,)
+    identity = np.zeros(4)
     combine_in_place = True  # n, the deviation and the weight are taken before any field of out is written
 
     def lift(self, values, positions):
-        out = np.zeros((len(values), 3))
+        out = np.zeros((len(values), 4))
         out[:, 0] = 1.0
         out[:, 1] = values
         return out
 
     def reduce_segments(self, parts, starts):
+        # corrected two-pass: deviations from a member of the segment give its mean to rounding, deviations
+        # from that mean its M2 (the residual r, a rounding, corrects both)
         parts, starts = _from_first(parts, starts)
         n_el = len(parts)
         lengths = np.diff(np.append(starts, n_el))
-        cnt, mean, m2 = parts[:, 0], parts[:, 1], parts[:, 2]
+        cnt, mean, m2, lo = parts[:, 0], parts[:, 1], parts[:, 2], parts[:, 3]
         n = np.add.reduceat(cnt, starts)
-        s = np.add.reduceat(cnt * mean, starts)
-        seg_mean = np.divide(s, n, out=np.zeros_like(s), where=n > 0)
-        with np.errstate(invalid="ignore"):  # inf - inf in a window holding infinities: NaN, as numpy's std
-            dev = mean - np.repeat(seg_mean, lengths)
+        ref = mean[starts]
+        with np.errstate(invalid="ignore", divide="ignore"):  # inf - inf in a window holding infinities: NaN
+            dev = (mean - np.repeat(ref, lengths)) + lo
+            mu = np.divide(np.add.reduceat(cnt * dev, starts), n, out=np.zeros_like(n), where=n > 0)
+            dev -= np.repeat(mu, lengths)
+            r = np.add.reduceat(cnt * dev, starts)
             ss = np.add.reduceat(m2, starts) + np.add.reduceat(cnt * dev * dev, starts)
-        return np.stack([n, seg_mean, ss], axis=-1)
+            rn = np.divide(r, n, out=np.zeros_like(n), where=n > 0)
+            ss = np.maximum(ss - r * rn, 0.0, where=~np.isnan(ss), out=ss)
+            hi, low = _two_sum_fast(ref, mu + rn)
+        return np.stack([n, hi, ss, low], axis=-1)
 
     def combine(self, older, newer, out=None):
-        na, ma, Ma = older[..., 0], older[..., 1], older[..., 2]
-        nb, mb, Mb = newer[..., 0], newer[..., 1], newer[..., 2]
+        na, ma, Ma, la = older[..., 0], older[..., 1], older[..., 2], older[..., 3]
+        nb, mb, Mb, lb = newer[..., 0], newer[..., 1], newer[..., 2], newer[..., 3]
         n = na + nb
         with np.errstate(invalid="ignore", divide="ignore"):
             f = np.divide(nb, n, out=np.zeros_like(n), where=n > 0)
-            d = mb - ma
-            if out is None:
-                out = np.empty(n.shape + (3,))
-            out[..., 1] = ma + d * f
-            out[..., 2] = (Ma + Mb) + d * d * na * f
+            d = (mb - ma) + (lb - la)
+            u = la + d * f
+            m = ma + u
+            M = (Ma + Mb) + d * d * na * f
+            lo = u - (m - ma)
+        a0, b0 = na == 0, nb == 0  # an empty side: the other unchanged (as _chan)
+        if a0.any() or b0.any():
+            m, M, lo = (
+                np.where(a0, mb, np.where(b0, ma, m)), np.where(a0, Mb, np.where(b0, Ma, M)),
+                np.where(a0, lb, np.where(b0, la, lo)))
+        if out is None:
+            out = np.empty(n.shape + (4,))
+        out[..., 1] = m
+        out[..., 2] = M
+        out[..., 3] = lo
         out[..., 0] = n
         return out
 
@@ -392,7 +417,7 @@ class StdKernel(Kernel):
             out = np.empty_like(parts)
         if parts.shape[axis] == 0:
             return out
-        cnt, mean, m2 = parts[..., 0], parts[..., 1], parts[..., 2]
+        cnt, mean, m2, lo = parts[..., 0], parts[..., 1], parts[..., 2], parts[..., 3]
         # Shift by a slice that lies inside every prefix (suffix, when reverse) the scan
         # produces: the first (last) non-empty slice. Cancellation in Q - S*mu is then
         # bounded by the prefix's own spread, not by far-away values of the same chunk.
@@ -402,7 +427,8 @@ class StdKernel(Kernel):
         else:
             at = np.argmax(filled, axis=axis)
         ref = np.take_along_axis(mean, np.expand_dims(at, axis), axis=axis)
-        dev = mean - ref
+        with np.errstate(invalid="ignore"):
+            dev = (mean - ref) + lo
         s = cnt * dev
         q = m2 + s * dev
         if reverse:
@@ -415,12 +441,15 @@ class StdKernel(Kernel):
             mu = np.divide(S, N, out=np.zeros_like(S), where=ok)
             M2 = np.maximum(Q - S * mu, 0.0)
             M2[~ok] = 0.0
-            mu = np.where(ok, ref + mu, 0.0)
+            hi, low = _two_sum_fast(ref, mu)
+            hi[~ok] = 0.0
+            low[~ok] = 0.0
         if reverse:
-            N, mu, M2 = _flip(N, axis), _flip(mu, axis), _flip(M2, axis)
+            N, hi, M2, low = _flip(N, axis), _flip(hi, axis), _flip(M2, axis), _flip(low, axis)
         out[..., 0] = N
-        out[..., 1] = mu
+        out[..., 1] = hi
         out[..., 2] = M2
+        out[..., 3] = low
         return out
 
     def lower(self, parts):
@@ -667,25 +696,43 @@ def _pair_sub(t, a):
 
 
 def _chan(a, b):
-    na, ma, Ma = a
-    nb, mb, Mb = b
+    """Chan et al.'s pairwise merge of ``std`` partials ``(n, mean, M2, lo)``.
+
+    The mean is carried as the unevaluated sum ``mean + lo`` (``lo`` the rounding error of ``mean``,
+    kept by a Fast2Sum): over ``1e12 + 0.1, 1e12 + 0.7, ...`` a rounded mean alone is off by up to half
+    an ulp of ``1e12`` (6e-5), which the next merge's ``d * d`` turns into a relative error of ~1e-4 in
+    ``M2``. With ``lo`` the deviation ``d`` of two means is exact to rounding relative to ``d`` itself,
+    and ``M2`` is a sum of non-negative terms: the std is exact to a few ulps however large the mean.
+    (Fast2Sum needs ``|mean| >= |u|`` to be exact; when ``|u|`` is larger its error is an ulp of ``u``,
+    below the rounding ``d * f`` already has.) An empty side gives the other unchanged: its ``lo`` would
+    be lost in ``d``, and an infinite mean would meet ``0 * inf``.
+    """
+    na, ma, Ma, la = a
+    nb, mb, Mb, lb = b
+    if na == 0.0:
+        return b
+    if nb == 0.0:
+        return a
     n = na + nb
-    if n == 0.0:
-        return (0.0, 0.0, 0.0)
     f = nb / n
-    d = mb - ma
-    return (n, ma + d * f, (Ma + Mb) + d * d * na * f)
+    d = (mb - ma) + (lb - la)
+    u = la + d * f
+    m = ma + u
+    return (n, m, (Ma + Mb) + d * d * na * f, u - (m - ma))
 
 
 def _chan_inverse(t, a):
-    nt, mt, Mt = t
-    na, ma, Ma = a
+    """``_chan``'s inverse: the partial ``r`` with ``_chan(a, r) == t`` (to rounding)."""
+    nt, mt, Mt, lt = t
+    na, ma, Ma, la = a
     n = nt - na
     if n <= 0.0:
-        return (0.0, 0.0, 0.0)
-    mr = (nt * mt - na * ma) / n
-    d = mr - ma
-    return (n, mr, max(Mt - Ma - d * d * na * n / nt, 0.0))
+        return (0.0, 0.0, 0.0, 0.0)
+    D = (mt - ma) + (lt - la)  # mean(t) - mean(a); mean(r) - mean(a) is D * nt / n
+    u = lt + D * (na / n)
+    m = mt + u
+    d = D * nt / n
+    return (n, m, max(Mt - Ma - d * d * na * n / nt, 0.0), u - (m - mt))
 
 
 def _std_lower(p):
@@ -760,10 +807,10 @@ def _make_builtins() -> dict[str, Aggregation]:
     )
 
     def std_lift(v):
-        return (1.0, _real(v, "std"), 0.0)
+        return (1.0, _real(v, "std"), 0.0, 0.0)
 
     aggs["std"] = Aggregation(
-        name="std", lift=std_lift, combine=_chan, lower=_std_lower, identity=(0.0, 0.0, 0.0),
+        name="std", lift=std_lift, combine=_chan, lower=_std_lower, identity=(0.0, 0.0, 0.0, 0.0),
         inverse=_chan_inverse, commutative=True, result="float", kernel=StdKernel(),
     )
 

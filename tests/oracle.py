@@ -11,14 +11,75 @@ import math
 import numpy as np
 
 EXACT = {"max", "min", "count", "argmax", "collect"}
+EPS = 2.0 ** -52  # float64's machine epsilon (twice the unit roundoff)
+RTOL = 1e-9  # the spec's tolerance, relative to the result (Aggregations)
+
+
+class Want(float):
+    """An expected float result with ``floor``: the absolute error rounding alone may leave (see
+    :func:`assert_results_equal`); a plain float has none."""
+
+    floor: float
+
+    def __new__(cls, value, floor=0.0):
+        w = super().__new__(cls, value)
+        w.floor = float(floor)
+        return w
+
+
+class WantVec(np.ndarray):
+    """An expected vector result (``moment_sketch``) with ``floor``, one per component."""
+
+    floor: np.ndarray
+
+
+def _want_vec(value, floor) -> WantVec:
+    w = np.asarray(value, dtype=float).view(WantVec)
+    w.floor = np.asarray(floor, dtype=float)
+    return w
+
+
+def _sum_floor(terms) -> float:
+    """The rounding any summation order may leave in a sum of these float terms: ``n eps sum |t_i|``
+    (the bound of recursive, pairwise and tree sums alike is ``(n - 1) u sum |t_i|``, ``u = eps / 2``)."""
+    a = np.abs(np.asarray(terms, dtype=float))
+    return len(a) * EPS * math.fsum(a.tolist()) if len(a) and np.isfinite(a).all() else 0.0
+
+
+def exact_std(vals) -> float:
+    """The sample std (ddof=1) of the float64 ``vals``, exact then rounded (twice: the variance, its root).
+
+    Each finite float is an integer times a power of two, so ``n sum x**2 - (sum x)**2`` is formed in
+    Python integers exactly; NaN when a value is not finite or ``n < 2``, as ``np.std(ddof=1)``.
+    """
+    x = [float(v) for v in vals]
+    n = len(x)
+    if n < 2 or not all(math.isfinite(v) for v in x):
+        return math.nan
+    ratios = [v.as_integer_ratio() for v in x]
+    k = max(d.bit_length() - 1 for _, d in ratios)  # every denominator is a power of two, at most 2**k
+    ints = [a << (k - (d.bit_length() - 1)) for a, d in ratios]
+    S = sum(ints)
+    Q = sum(i * i for i in ints)
+    return math.sqrt((n * Q - S * S) / (n * (n - 1) << (2 * k)))  # int / int: correctly rounded
 
 
 def fold(agg, vals, pos):
-    """A user aggregation over one window, straight from its definition: lower(lift(v1) (+) ... (+) lift(vm))."""
+    """A user aggregation over one window, straight from its definition: lower(lift(v1) (+) ... (+) lift(vm)).
+
+    A float result of float partials comes as a :class:`Want` whose floor is the rounding another order of
+    the combines may give, as for a sum (``n eps sum |lift(v_i)|``).
+    """
     acc = agg.identity
+    parts = []
     for v, p in zip(vals.tolist(), pos.tolist()):
-        acc = agg.combine(acc, agg.lift(v, p) if agg.positional else agg.lift(v))
-    return agg.lower(acc)
+        part = agg.lift(v, p) if agg.positional else agg.lift(v)
+        parts.append(part)
+        acc = agg.combine(acc, part)
+    res = agg.lower(acc)
+    if isinstance(res, float) and all(isinstance(p, float) for p in parts):
+        return Want(res, _sum_floor(parts))
+    return res
 
 
 def _agg(name, vals: np.ndarray, pos: np.ndarray):
@@ -29,19 +90,28 @@ def _agg(name, vals: np.ndarray, pos: np.ndarray):
     if name == "min":
         return float(np.min(vals))
     if name == "sum":
-        with np.errstate(invalid="ignore"):
-            return float(np.sum(vals))
+        if not np.isfinite(vals).all():  # numpy's NaN / inf
+            with np.errstate(invalid="ignore"):
+                return float(np.sum(vals))
+        return Want(math.fsum(vals.tolist()), _sum_floor(vals))
     if name == "count":
         return len(vals)
     if name == "mean":
-        with np.errstate(invalid="ignore"):
-            return float(np.mean(vals))
+        if not np.isfinite(vals).all():
+            with np.errstate(invalid="ignore"):
+                return float(np.mean(vals))
+        return Want(math.fsum(vals.tolist()) / len(vals), _sum_floor(vals) / len(vals))
     if name == "std":
-        with np.errstate(invalid="ignore"):
-            return float(np.std(vals, ddof=1)) if len(vals) > 1 else math.nan
+        return Want(exact_std(vals))  # no floor: the values are exact, so is their std
     if name == "geomean":
         with np.errstate(divide="ignore", invalid="ignore"):
-            return float(np.exp(np.mean(np.log(vals))))
+            lx = np.log(vals)
+        if not np.isfinite(lx).all():
+            with np.errstate(divide="ignore", invalid="ignore"):
+                return float(np.exp(np.mean(lx)))
+        g = math.exp(math.fsum(lx.tolist()) / len(lx))
+        # an absolute error e in the mean of the logs is a relative one in the result
+        return Want(g, g * _sum_floor(lx) / len(lx))
     if name == "argmax":
         return int(pos[int(np.argmax(vals))])
     if name == "collect":
@@ -49,9 +119,13 @@ def _agg(name, vals: np.ndarray, pos: np.ndarray):
     if name == "moment_sketch":
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
             lx = np.log(vals)
-            return np.array([np.min(vals), np.max(vals), len(vals)]
-                            + [np.sum(vals ** j) for j in range(1, 11)]
-                            + [np.sum(lx ** j) for j in range(1, 11)])
+            cols = [vals ** j for j in range(1, 11)] + [lx ** j for j in range(1, 11)]
+            # each power sum exactly (math.fsum) of the powers; its floor: the sum's rounding and the j - 1
+            # roundings of each power (the lift multiplies j times), each at most eps |term|
+            sums = [math.fsum(c.tolist()) if np.isfinite(c).all() else float(np.sum(c)) for c in cols]
+            floors = [_sum_floor(c) + (j % 10 + 1) * EPS * float(np.sum(np.abs(c))) if np.isfinite(c).all() else 0.0
+                      for j, c in enumerate(cols)]
+            return _want_vec([np.min(vals), np.max(vals), len(vals)] + sums, [0.0, 0.0, 0.0] + floors)
     raise KeyError(name)
 
 
@@ -92,14 +166,34 @@ def exact_sums(values, ends_starts):
 
 
 def assert_results_equal(agg, got, want, values=None) -> None:
-    """Exact for max/min/count/argmax/collect; relative 1e-9 (plus a scale-aware floor) otherwise.
+    """Exact for max/min/count/argmax/collect; relative ``RTOL`` (1e-9) to the expected result otherwise.
 
-    A user aggregation (``pba_runtime.Aggregation``) is exact when its ``result`` is not ``float``.
+    The rule (the spec's Aggregations section: "rounding only, relative 1e-9 ... relative to the result
+    itself"): ``|got - want| <= RTOL |want| + floor``, where ``floor`` is carried by the expected value
+    (:class:`Want`, :class:`WantVec`, built by this oracle from the window's own values) and is only the
+    rounding the exact value allows: ``n eps sum |v_i|`` for a sum of ``n`` floats (a sum that cancels
+    to ~0, ``1e12 + -1e12 + 5``, may be off by the rounding of its 1e12s: 1e-3 here, not 500), divided
+    by ``n`` for a mean, relative ``eps sum |ln v_i| / n`` for ``geomean``; none for ``std`` (the exact
+    std of exact float64 values: ``1e12 + 0.1, 1e12 + 0.7, ...`` is compared at 1e-9 of its 0.3) and
+    for ``moment_sketch`` per component (the power sums' own rounding). No floor is scaled by the
+    input's largest value; an expected value given as a plain float (computed by a test) has floor 0.
+    NaN must be NaN, an infinity the same infinity.
+
+    A user aggregation (``pba_runtime.Aggregation``) is exact when its ``result`` is not ``float``. One
+    with a float ``inverse`` (subtract-on-evict) may carry the rounding of the values it evicted
+    (``pba_runtime/algorithms/soe.py``: from at most two window lengths back): with the stream's
+    ``values`` given, its floor also has ``eps sum |lift(v)|`` over them. ``values`` serves nothing else.
     """
     got = list(got)
     want = list(want)
     assert len(got) == len(want), f"{len(got)} results, expected {len(want)}"
+    evicted = 0.0  # the rounding a user inverse may leave behind
     if not isinstance(agg, str):
+        if agg.inverse is not None and not agg.positional and values is not None and agg.result == "float":
+            with np.errstate(all="ignore"):
+                lifted = [agg.lift(float(v)) for v in np.asarray(values, dtype=float).tolist()]
+            if all(isinstance(p, float) and math.isfinite(p) for p in lifted):
+                evicted = EPS * math.fsum(abs(p) for p in lifted)
         agg = "sum" if agg.result == "float" and not agg.selective else "max"
     if agg in EXACT:
         for i, (g, w) in enumerate(zip(got, want)):
@@ -111,15 +205,16 @@ def assert_results_equal(agg, got, want, values=None) -> None:
         return
     if not want:
         return
+    floor = np.array([getattr(x, "floor", 0.0) * np.ones(np.shape(x)) for x in want], dtype=float) + evicted
     g = np.asarray(got, dtype=float)
     w = np.asarray(want, dtype=float)
-    scale = 1.0 if values is None or not len(values) else float(np.max(np.abs(values))) or 1.0
-    if agg == "moment_sketch":
-        # power sums up to x**10: compare each column relative to its own magnitude
-        col_scale = np.nanmax(np.where(np.isfinite(w), np.abs(w), 0.0), axis=0, initial=1.0)
-        with np.errstate(invalid="ignore"):  # inf - inf where both are inf: the last line decides
-            ok = np.isclose(g, w, rtol=1e-9, atol=0, equal_nan=True) | (np.abs(g - w) <= 1e-9 * col_scale)
-        ok |= np.isinf(w) & (g == w)
-        assert ok.all(), f"moment_sketch differs: {g[~ok][:5]} vs {w[~ok][:5]}"
-        return
-    np.testing.assert_allclose(g, w, rtol=1e-9, atol=1e-9 * scale, equal_nan=True, err_msg=agg)
+    assert g.shape == w.shape, f"{agg}: results of shape {g.shape}, expected {w.shape}"
+    with np.errstate(invalid="ignore"):  # inf - inf where both are inf: the other terms decide
+        ok = np.abs(g - w) <= RTOL * np.abs(w) + floor
+    ok |= (np.isnan(g) & np.isnan(w)) | (np.isinf(w) & (g == w))
+    if not ok.all():
+        bad = np.argwhere(~ok)[:5]
+        raise AssertionError(f"{agg}: {len(np.argwhere(~ok))} results differ beyond relative {RTOL} (+ rounding "
+                             "floor); first (index, got, want, allowed): "
+                             + "; ".join(f"{tuple(int(i) for i in ix)} {g[tuple(ix)]!r} {w[tuple(ix)]!r} "
+                                         f"{RTOL * abs(w[tuple(ix)]) + floor[tuple(ix)]:.3g}" for ix in bad))

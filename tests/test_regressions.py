@@ -91,16 +91,23 @@ def test_timestamps_near_int64_ends_that_fit_give_the_per_tuple_windows(alg):
         assert len(set(ends.tolist())) == len(ends) and (np.diff(ends) > 0).all()
 
 
-@pytest.mark.parametrize("alg", ["pba", "sba", "recal", "soe"])
-def test_timestamps_with_a_count_window_are_refused(alg):
-    """Item 8: timestamps= with a CountWindow was ignored, even decreasing ones."""
-    with pytest.raises(ValueError, match="timestamps apply to time windows"):
-        SA(np.array([1.0, 2, 3]), window=W(range=2, slide=1), agg="sum", timestamps=np.array([3, 2, 1]),
-           algorithm=alg)
-    with pr.create(alg, W(range=2, slide=1), "sum") as op:
-        with pytest.raises(ValueError, match="timestamps apply to time windows"):
+@pytest.mark.parametrize("engine", ["auto", "python"])
+@pytest.mark.parametrize("alg", sorted(pr.ALGORITHMS))
+def test_timestamps_with_a_count_window_are_refused(alg, engine):
+    """Item 8: timestamps= with a CountWindow was ignored, even decreasing ones (issue 40: two_stacks' and
+    slick_deque's per-tuple fast path still ignored them). Every registered algorithm, each engine."""
+    agg, want = ("max", 2.0) if alg == "slick_deque" else ("sum", 3.0)  # slick_deque: selective only
+    msg = r"timestamps apply to time windows \(TimeWindow\) only; CountWindow\(range=2, slide=1\) orders tuples"
+    with pytest.raises(ValueError, match=msg):
+        SA(np.array([1.0, 2, 3]), window=W(range=2, slide=1), agg=agg, timestamps=np.array([3, 2, 1]),
+           algorithm=alg, engine=engine)
+    with pr.create(alg, W(range=2, slide=1), agg, engine=engine) as op:
+        with pytest.raises(ValueError, match=msg):
             op.insert(1.0, 5)
-        assert op.insert(1.0) == [] and op.insert(2.0) == [(2, 3.0)]
+        assert op.insert(1.0) == []
+        with pytest.raises(ValueError, match=msg):  # after a tuple, decreasing: refused all the same
+            op.insert(1.0, 0)
+        assert op.insert(2.0) == [(2, want)]
 
 
 @pytest.mark.parametrize("agg", ["moment_sketch", "geomean"])

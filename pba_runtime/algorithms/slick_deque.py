@@ -58,8 +58,8 @@ class SlickDeque(RingAggregator):
     _rings = (("_vals", None), ("_idx", 0))  # deque of candidate partials, their slice numbers
 
     def insert(self, value: Any, timestamp: int | None = None) -> list[tuple[int, Any]]:
-        if not self._fast or self._flushed or self._closed:
-            return super().insert(value, timestamp)
+        if not self._fast or self._flushed or self._closed or timestamp is not None:  # the slicing layer refuses
+            return super().insert(value, timestamp)  # timestamps on a count window
         # count window, slide 1: push, pop, query inlined (the same steps as the slicing layer)
         p = value if self._passthrough and value.__class__ is float else self.agg.lift(value)
         self._push(p)

@@ -26,7 +26,7 @@ accumulators:
   numpy's: any NaN, or +inf beside -inf, gives NaN; otherwise the infinity.
 * ``mean`` and ``geomean`` sum their first field (the values, their logs)
   exactly and their counts (integers) as floats; ``std`` turns each slice
-  partial ``(n, mean, M2)`` into the exact power sums ``sum x`` and
+  partial ``(n, mean, M2, lo)`` (the mean is ``mean + lo``) into the exact power sums ``sum x`` and
   ``sum x**2`` of the same scale (``sum x**2`` at ``2**(2E)``), and a query
   rounds the mean and ``M2 = (n sum x**2 - (sum x)**2) / n`` once each. Any
   non-finite value in the window gives NaN, as ``np.std``.
@@ -265,22 +265,24 @@ class SubtractOnEvict(SlideOneInsert, SlicedAggregator):
         self._cnt += p[1] if sign > 0 else -p[1]
 
     def _take_std(self, p: Any, sign: int) -> None:
-        """std: ``(n, mean, M2)`` as the exact ``n``, ``sum x = n mean`` and ``sum x**2 = M2 + n mean**2``."""
-        n, mean, m2 = p
+        """std: ``(n, mean, M2, lo)`` as the exact ``n``, ``sum x = n (mean + lo)`` and
+        ``sum x**2 = M2 + n (mean + lo)**2``."""
+        n, mean, m2, lo = p
         if not n:
             return
         self._cnt += n if sign > 0 else -n
-        if not (mean - mean == 0.0 and m2 - m2 == 0.0):
+        if not (mean - mean == 0.0 and m2 - m2 == 0.0 and lo - lo == 0.0):
             self._nan += sign  # np.std of a window holding NaN or an infinity is NaN
             return
         a, b = mean.as_integer_ratio()
         c, d = m2.as_integer_ratio()
-        ka, kc = b.bit_length() - 1, d.bit_length() - 1
-        need = max(ka, (kc + 1) // 2)  # sum x at 2**E, sum x**2 at 2**(2E)
+        e, g = lo.as_integer_ratio()
+        ka, kc, ke = b.bit_length() - 1, d.bit_length() - 1, g.bit_length() - 1
+        need = max(ka, ke, (kc + 1) // 2)  # sum x at 2**E, sum x**2 at 2**(2E)
         if need > self._E:
             self._rescale(need - self._E)
         E = self._E
-        x1 = a << (E - ka)  # mean * 2**E
+        x1 = (a << (E - ka)) + (e << (E - ke))  # (mean + lo) * 2**E
         s1 = int(n) * x1
         s2 = s1 * x1 + (c << (2 * E - kc))
         if sign > 0:
@@ -407,16 +409,17 @@ class SubtractOnEvict(SlideOneInsert, SlicedAggregator):
         if not n:
             return self._ident
         if self._nan:
-            return (n, _NAN, _NAN)
+            return (n, _NAN, _NAN, 0.0)
         k = int(n)
         S = self._S
         D = 1 << self._E
         # mean = S / (n D); M2 = sum x**2 - (sum x)**2 / n = (n S2 - S**2) / (n D**2): each rounded once
+        # (a query's partial is only lowered: the mean's lo is not formed)
         try:
             m2 = (k * self._S2 - S * S) / (k * D * D)
         except OverflowError:
             m2 = _INF
-        return (n, S / (k * D), m2)
+        return (n, S / (k * D), m2, 0.0)
 
     # ------------------------------------------------------------------ bookkeeping
     def held(self) -> list:

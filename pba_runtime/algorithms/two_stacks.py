@@ -55,8 +55,8 @@ class TwoStacks(RingAggregator):
         self._flips = 0
 
     def insert(self, value: Any, timestamp: int | None = None) -> list[tuple[int, Any]]:
-        if not self._fast or self._flushed or self._closed:
-            return super().insert(value, timestamp)
+        if not self._fast or self._flushed or self._closed or timestamp is not None:  # the slicing layer refuses
+            return super().insert(value, timestamp)  # timestamps on a count window
         # count window, slide 1: push, pop, query inlined (the same steps as the slicing layer)
         p = value if self._passthrough and value.__class__ is float else self.agg.lift(value)
         e = self._e

@@ -355,32 +355,38 @@ def _columns_row(X, q, base, n, out, comb, lcs, csa, k0, k1):
 
 
 @njit(inline="always", cache=True)
-def _chan(na, ma, Ma, nb, mb, Mb):
-    """Chan et al.'s merge of ``(n, mean, M2)`` partials, as ``aggregations._chan`` (the Python form)."""
+def _chan(na, ma, Ma, la, nb, mb, Mb, lb):
+    """Chan et al.'s merge of ``(n, mean, M2, lo)`` partials (the mean is ``mean + lo``), as
+    ``aggregations._chan`` (the Python form), operation for operation."""
+    if na == 0.0:
+        return nb, mb, Mb, lb
+    if nb == 0.0:
+        return na, ma, Ma, la
     n = na + nb
-    if n == 0.0:
-        return 0.0, 0.0, 0.0
     f = nb / n
-    d = mb - ma
-    return n, ma + d * f, (Ma + Mb) + d * d * na * f
+    d = (mb - ma) + (lb - la)
+    u = la + d * f
+    m = ma + u
+    return n, m, (Ma + Mb) + d * d * na * f, u - (m - ma)
 
 
 @njit(inline="always", cache=True)
 def _unshift(n, s, qq, ref):
-    """``(n, mean, M2)`` of a part kept as power sums shifted by ``ref``: ``s = sum n_i (m_i - ref)``,
-    ``qq = sum M2_i + n_i (m_i - ref)^2``."""
+    """``(n, mean, M2, lo)`` of a part kept as power sums shifted by ``ref``: ``s = sum n_i (m_i - ref)``,
+    ``qq = sum M2_i + n_i (m_i - ref)^2`` (``m_i`` a part's mean with its ``lo``)."""
     if n == 0.0:
-        return 0.0, 0.0, 0.0
+        return 0.0, 0.0, 0.0, 0.0
     mu = s / n
     m2 = qq - s * mu
     if m2 < 0.0:
         m2 = 0.0
-    return n, ref + mu, m2
+    m = ref + mu
+    return n, m, m2, mu - (m - ref)
 
 
 @njit(**_JIT)
 def merge_std(X, q, a0, a1, out, ends, first_end, step, lcs, csa):
-    """``std`` partials ``(n, mean, M2)``: each part as power sums shifted by a slice inside it.
+    """``std`` partials ``(n, mean, M2, lo)``: each part as power sums shifted by a slice inside it.
 
     When a row's last slice is non-empty (always, for count windows), every window starting
     in the row holds it: the row's lcs and the next row's csa are both shifted by its mean,
@@ -401,7 +407,7 @@ def merge_std(X, q, a0, a1, out, ends, first_end, step, lcs, csa):
             qq = 0.0
             for j in range(q - 1, -1, -1):
                 ni = X[base + j, 0]
-                d = X[base + j, 1] - ref if ni > 0.0 else 0.0
+                d = (X[base + j, 1] - ref) + X[base + j, 3] if ni > 0.0 else 0.0
                 n += ni
                 s += ni * d
                 qq += X[base + j, 2] + ni * d * d
@@ -413,7 +419,7 @@ def merge_std(X, q, a0, a1, out, ends, first_end, step, lcs, csa):
             qq = 0.0
             for j in range(cnt - 1):
                 ni = X[nxt + j, 0]
-                d = X[nxt + j, 1] - ref if ni > 0.0 else 0.0
+                d = (X[nxt + j, 1] - ref) + X[nxt + j, 3] if ni > 0.0 else 0.0
                 n += ni
                 s += ni * d
                 qq += X[nxt + j, 2] + ni * d * d
@@ -430,9 +436,11 @@ def merge_std(X, q, a0, a1, out, ends, first_end, step, lcs, csa):
                     qq += csa[j - 1, 2]
                 mu = s / n
                 m2 = qq - s * mu
+                m = ref + mu
                 out[base + j, 0] = n
-                out[base + j, 1] = ref + mu
+                out[base + j, 1] = m
                 out[base + j, 2] = m2 if m2 > 0.0 else (m2 if m2 != m2 else 0.0)
+                out[base + j, 3] = mu - (m - ref)
         else:
             ref = 0.0
             for j in range(q - 1, -1, -1):
@@ -445,17 +453,18 @@ def merge_std(X, q, a0, a1, out, ends, first_end, step, lcs, csa):
             for j in range(q - 1, -1, -1):
                 ni = X[base + j, 0]
                 if ni > 0.0:
-                    d = X[base + j, 1] - ref
+                    d = (X[base + j, 1] - ref) + X[base + j, 3]
                     n += ni
                     s += ni * d
                     qq += X[base + j, 2] + ni * d * d
                 lcs[j, 0] = n
                 lcs[j, 1] = s
                 lcs[j, 2] = qq
-            n0, m0, M0 = _unshift(lcs[0, 0], lcs[0, 1], lcs[0, 2], ref)
+            n0, m0, M0, l0 = _unshift(lcs[0, 0], lcs[0, 1], lcs[0, 2], ref)
             out[base, 0] = n0
             out[base, 1] = m0
             out[base, 2] = M0
+            out[base, 3] = l0
             ref_b = 0.0
             found = False
             nb = 0.0
@@ -467,16 +476,17 @@ def merge_std(X, q, a0, a1, out, ends, first_end, step, lcs, csa):
                     if not found:
                         ref_b = X[nxt + j - 1, 1]
                         found = True
-                    d = X[nxt + j - 1, 1] - ref_b
+                    d = (X[nxt + j - 1, 1] - ref_b) + X[nxt + j - 1, 3]
                     nb += ni
                     sb += ni * d
                     qb += X[nxt + j - 1, 2] + ni * d * d
-                na, ma, Ma = _unshift(lcs[j, 0], lcs[j, 1], lcs[j, 2], ref)
-                nc, mc, Mc = _unshift(nb, sb, qb, ref_b)
-                r0, r1, r2 = _chan(na, ma, Ma, nc, mc, Mc)
+                na, ma, Ma, la = _unshift(lcs[j, 0], lcs[j, 1], lcs[j, 2], ref)
+                nc, mc, Mc, lc = _unshift(nb, sb, qb, ref_b)
+                r0, r1, r2, r3 = _chan(na, ma, Ma, la, nc, mc, Mc, lc)
                 out[base + j, 0] = r0
                 out[base + j, 1] = r1
                 out[base + j, 2] = r2
+                out[base + j, 3] = r3
         c += 1
     _fill_ends(ends, a0, a1, first_end, step)
 
@@ -528,11 +538,12 @@ def merge_argmax(X, q, a0, a1, out, ends, first_end, step, lcs):
 # each output once. Same arithmetic per element as the numpy forms they replace.
 @njit(**_JIT)
 def lift_std(values, out):
-    """``(1, x, 0)`` per value (``StdKernel.lift``)."""
+    """``(1, x, 0, 0)`` per value (``StdKernel.lift``)."""
     for i in range(values.shape[0]):
         out[i, 0] = 1.0
         out[i, 1] = values[i]
         out[i, 2] = 0.0
+        out[i, 3] = 0.0
 
 
 @njit(**_JIT)
@@ -586,7 +597,7 @@ def lower_ratio(parts, out):
 
 
 # ----------------------------------------------------------------------------- from values, lowered
-# Count windows with slide 1: every slice is one value, so a std partial is (1, x, 0) and every
+# Count windows with slide 1: every slice is one value, so a std partial is (1, x, 0, 0) and every
 # window holds q values. These merges read the values themselves and write the lowered result,
 # with the arithmetic of merge_std + lower_std on those partials, operation for operation (1.0 * d
 # is d, 0.0 + d * d is d * d): the same bits, without the (n, 3) partials in memory twice.

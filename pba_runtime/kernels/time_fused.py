@@ -41,7 +41,7 @@ result array and calls again until ``DONE``.
 Partials are values the loop keeps in registers (``ld``/``sto``/``comb`` move and combine them): a
 float combined by a code of :mod:`.compiled` (``max``, ``min``, ``sum``, ``count``, ``ufunc=``
 aggregations), a pair of sums (``mean``, ``geomean``), ``argmax``'s ``(value, position)`` and
-``std``'s ``(n, mean, M2)`` (Chan et al.'s merge, as ``aggregations._chan``). Each kind of partial has
+``std``'s ``(n, mean, M2, lo)`` (Chan et al.'s merge, as ``aggregations._chan``). Each kind of partial has
 a kernel of its own (``run_max``, ``run_add``, ..., ``run_std``): the kind reaches the helpers as a
 literal, and numba's ``overload`` writes out that kind's combine, load and store, so no code is
 tested per combine and a kernel compiles only its own. The helpers are plain calls (LLVM inlines what
@@ -73,10 +73,10 @@ STATE = 14
 # The kind of partial a kernel is compiled for: a scalar combine code of :mod:`.compiled` (ADD .. FMIN),
 # or one of these. Passed down as a literal, so each kernel holds one combine, written out where it is used.
 PAIR, ARGMAX, STD = 6, 7, 8
-_WIDTH = {PAIR: 2, ARGMAX: 2, STD: 3}  # floats per partial (scalars: 1-D arrays)
+_WIDTH = {PAIR: 2, ARGMAX: 2, STD: 4}  # floats per partial (scalars: 1-D arrays)
 # compiled lifts (:class:`pba_runtime.kernels.CompiledKernel`) the kernels do themselves: given the
 # values, a 1-D array, they read each value as its partial (the same floats as the lift writes), so
-# the batch's partials (24 bytes a value for std) are never written nor read
+# the batch's partials (32 bytes a value for std) are never written nor read
 LIFTED = ("lift_std", "lift_pair")
 # and lowers: given a 1-D result array, they store each window's lowered result (std's ``sqrt(M2 / (n -
 # 1))``, mean's ratio: the arithmetic of the compiled lower), not its partial
@@ -113,15 +113,15 @@ def _ld(a, i, K):
     w = _WIDTH.get(k, 0)
     if w == 0:
         return lambda a, i, K: a[i]
-    if a.ndim == 1:  # the batch's values, lifted here (see LIFTED): std's (1, x, 0), mean's (x, 1)
+    if a.ndim == 1:  # the batch's values, lifted here (see LIFTED): std's (1, x, 0, 0), mean's (x, 1)
         if k == STD:
-            return lambda a, i, K: (1.0, a[i], 0.0)
+            return lambda a, i, K: (1.0, a[i], 0.0, 0.0)
         if k == PAIR:
             return lambda a, i, K: (a[i], 1.0)
         return None
     if w == 2:
         return lambda a, i, K: (a[i, 0], a[i, 1])
-    return lambda a, i, K: (a[i, 0], a[i, 1], a[i, 2])
+    return lambda a, i, K: (a[i, 0], a[i, 1], a[i, 2], a[i, 3])
 
 
 @overload(sto, prefer_literal=True, jit_options=_HELPER)
@@ -152,11 +152,12 @@ def _sto(a, i, v, K):
             a[i, 1] = v[1]
         return store2
 
-    def store3(a, i, v, K):
+    def store4(a, i, v, K):
         a[i, 0] = v[0]
         a[i, 1] = v[1]
         a[i, 2] = v[2]
-    return store3
+        a[i, 3] = v[3]
+    return store4
 
 
 @overload(comb, prefer_literal=True, jit_options=_HELPER)
@@ -181,7 +182,7 @@ def _comb(a, b, K):
     if k == ARGMAX:
         return lambda a, b, K: _argmax(a[0], a[1], b[0], b[1])
     if k == STD:
-        return lambda a, b, K: _chan(a[0], a[1], a[2], b[0], b[1], b[2])
+        return lambda a, b, K: _chan(a[0], a[1], a[2], a[3], b[0], b[1], b[2], b[3])
     return lambda a, b, K: a if (a <= b or b != b) else b  # FMIN
 
 
@@ -808,7 +809,7 @@ def run_argmax(P, ts, s, off, r, q, m, hist, flush, ident, st, cur, head, ring, 
 
 @njit(**_JIT, _nrt=False)
 def run_std(P, ts, s, off, r, q, m, hist, flush, ident, st, cur, head, ring, lcs, hd, out, ends, hist_out, ops):
-    """``std`` partials ``(n, mean, M2)``, merged by Chan et al.'s update."""
+    """``std`` partials ``(n, mean, M2, lo)``, merged by Chan et al.'s update."""
     _drive(P, ts, s, off, r, q, m, hist, flush, ident, st, cur, head, ring, lcs, hd, out, ends, hist_out, 8)
 
 

@@ -112,10 +112,10 @@ def geo_lower(p):
 # ----------------------------------------------------------------- std (Chan et al.)
 @jit
 def std_lift(x):
-    return (1.0, x, 0.0)
+    return (1.0, x, 0.0, 0.0)
 
 
-# Chan et al.'s merge of (n, mean, M2): the built-in's own Python combine, compiled as it is
+# Chan et al.'s merge of (n, mean, M2, lo): the built-in's own Python combine, compiled as it is
 chan = jit(BUILTIN_AGGREGATIONS["std"].combine)
 
 
@@ -211,7 +211,7 @@ _BUILTIN = {
     "count": (0, "count_lift", "add_combine", "same_lower", "int"),
     "mean": (2, "mean_lift", "pair_add", "mean_lower", "float"),
     "geomean": (2, "geo_lift", "pair_add", "geo_lower", "float"),
-    "std": (3, "std_lift", "chan", "std_lower", "float"),
+    "std": (4, "std_lift", "chan", "std_lower", "float"),
     "argmax": (2, "argmax_lift", "argmax_combine", "argmax_lower", "int"),
     "moment_sketch": (23, "moment_lift", "moment_combine", "same_lower", "vector"),
 }

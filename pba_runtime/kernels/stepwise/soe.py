@@ -293,13 +293,14 @@ def x_take(acc, xs, x, sgn):
             xs[4] += sgn
 
 
-def x_take_std(acc1, acc2, xs, scr, n, mean, m2, sgn):
-    """std's partial (n, mean, M2) as the exact n, sum x = n mean and sum x**2 = M2 + n mean**2."""
+def x_take_std(acc1, acc2, xs, scr, n, mean, m2, ml, sgn):
+    """std's partial (n, mean, M2, lo) as the exact n, sum x = n (mean + lo) and
+    sum x**2 = M2 + n (mean + lo)**2 = M2 + n mean**2 + 2 n mean lo + n lo**2."""
     if n == 0.0:
         return
     k = np.int64(n)
     xs[7] += sgn * k
-    if not (mean - mean == 0.0 and m2 - m2 == 0.0):
+    if not (mean - mean == 0.0 and m2 - m2 == 0.0 and ml - ml == 0.0):
         xs[4] += sgn  # np.std of a window holding NaN or an infinity is NaN
         return
     if mean != 0.0:
@@ -310,6 +311,19 @@ def x_take_std(acc1, acc2, xs, scr, n, mean, m2, sgn):
         lo, hi = x_addmul(acc2, scr, mm, mm, k, 2 * me + 2148, sgn, xs[2], xs[3])
         xs[2] = lo
         xs[3] = hi
+    if ml != 0.0:
+        lm, le = x_float(ml)
+        lo, hi = x_addmul(acc1, scr, lm, k, 1, le + 1074, -sgn if ml < 0.0 else sgn, xs[0], xs[1])
+        xs[0] = lo
+        xs[1] = hi
+        lo, hi = x_addmul(acc2, scr, lm, lm, k, 2 * le + 2148, sgn, xs[2], xs[3])
+        xs[2] = lo
+        xs[3] = hi
+        if mean != 0.0:
+            lo, hi = x_addmul(acc2, scr, mm, lm, 2 * k, me + le + 2148, -sgn if (mean < 0.0) != (ml < 0.0) else sgn,
+                              xs[2], xs[3])
+            xs[2] = lo
+            xs[3] = hi
     if m2 != 0.0:
         mm, me = x_float(m2)
         lo, hi = x_add(acc2, mm, me + 2148, -sgn if m2 < 0.0 else sgn, xs[2], xs[3])
@@ -332,7 +346,8 @@ def x_clear(acc1, acc2, xs):
 
 
 def x_std(acc1, acc2, xs, tmp, xn):
-    """(n, mean, M2) of the window from the exact sum x and sum x**2: M2 = (n sum x**2 - (sum x)**2) / n."""
+    """(n, mean, M2, 0) of the window from the exact sum x and sum x**2: M2 = (n sum x**2 - (sum x)**2) / n
+    (a query's partial is only lowered: the mean's lo is not formed)."""
     lo1 = xs[0]
     hi1 = xs[1]
     lo2 = xs[2]
@@ -340,10 +355,10 @@ def x_std(acc1, acc2, xs, tmp, xn):
     nan = xs[4]
     cnt = xs[7]
     if cnt == 0:
-        return (0.0, 0.0, 0.0)
+        return (0.0, 0.0, 0.0, 0.0)
     fn = float(cnt)
     if nan != 0:
-        return (fn, math.nan, math.nan)
+        return (fn, math.nan, math.nan, 0.0)
     n1, neg = x_digits(acc1, lo1, hi1, tmp)
     mant, lsb = x_top(tmp, n1)
     mean = math.ldexp(mant, lsb + 30 * lo1 - 1074) / fn if mant != 0.0 else 0.0
@@ -379,9 +394,9 @@ def x_std(acc1, acc2, xs, tmp, xn):
     nd, negn = x_digits(xn, 0, top + 1, tmp)
     mant, lsb = x_top(tmp, nd)
     if mant == 0.0:
-        return (fn, mean, 0.0)
+        return (fn, mean, 0.0, 0.0)
     m2 = math.ldexp(mant / fn, lsb + 30 * (2 * lo1 - base) - 2148)
-    return (fn, mean, -m2 if negn else m2)
+    return (fn, mean, -m2 if negn else m2, 0.0)
 '''
 
 _NAMES = ("x_add", "x_addmul", "x_float", "x_norm", "x_digits", "x_top", "x_sum", "x_take", "x_take_std", "x_clear",
@@ -400,7 +415,7 @@ def _take_pair(p: str, sgn: str) -> str:
 
 
 def _take_std(p: str, sgn: str) -> str:
-    return f"x_take_std(acc1, acc2, xs, xscr, {p}[0], {p}[1], {p}[2], {sgn})\n"
+    return f"x_take_std(acc1, acc2, xs, xscr, {p}[0], {p}[1], {p}[2], {p}[3], {sgn})\n"
 
 
 def _exact(name: str, take, query: str) -> Algorithm:
