@@ -45,9 +45,15 @@ def test_a_failed_job_is_raised_by_the_next_submit_and_later_jobs_do_not_run():
 
 def test_a_blocked_stage_is_abandoned_within_its_bound():
     """``abandon`` returns while the stage's thread is still blocked in its emit, and the stage is failed."""
-    release = threading.Event()
-    stage = OutputStage(lambda m: release.wait(), depth=1)
+    release, emitting = threading.Event(), threading.Event()
+
+    def emit(message):
+        emitting.set()
+        release.wait()
+
+    stage = OutputStage(emit, depth=1)
     stage.submit(lambda: "stuck")  # emit blocks (a coordinator that no longer reads)
+    assert emitting.wait(60)  # abandoned once its emit is under way (before, the job would just be skipped)
     caller = threading.Thread(target=stage.abandon, kwargs={"timeout": 0.3}, daemon=True)
     caller.start()
     caller.join(60)  # a guard against a hang, not a measure

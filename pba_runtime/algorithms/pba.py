@@ -275,12 +275,14 @@ class PBA(SlicedAggregator):
                 t0 = time.perf_counter()
                 if not self._store.shared and lcs.cancel():  # not started: taken back
                     self._lcs_taken_back += 1
-                    lcs = rec.lcs = self._store.build(rec)
+                    with np.errstate(invalid="ignore", over="ignore"):  # quiet as the worker would be
+                        lcs = rec.lcs = self._store.build(rec)
                     self._stall_time += time.perf_counter() - t0
                     return lcs
                 if not self._store.shared:  # a thread is building it: built here beside it
                     rec.task, rec.lcs = lcs, None
-                    lcs = rec.lcs = self._store.build(rec)
+                    with np.errstate(invalid="ignore", over="ignore"):
+                        lcs = rec.lcs = self._store.build(rec)
                     self._lcs_built_inline += 1
                     self._stall_time += time.perf_counter() - t0
                     return lcs
