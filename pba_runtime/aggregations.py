@@ -271,6 +271,34 @@ class Kernel:
 _NAN_FREE_TWIN = {np.maximum: np.fmax, np.minimum: np.fmin}
 
 
+class WrappedKernel(Kernel):
+    """A kernel that replaces some of another's forms (a compiled lift or lower) and delegates the rest."""
+
+    def __init__(self, base: Kernel):
+        self.base = base
+        self.shape = base.shape
+        self.identity = base.identity
+        self.combine_in_place = base.combine_in_place
+
+    def lift(self, values, positions):
+        return self.base.lift(values, positions)
+
+    def lower(self, parts):
+        return self.base.lower(parts)
+
+    def reduce_segments(self, parts, starts):
+        return self.base.reduce_segments(parts, starts)
+
+    def combine(self, older, newer, out=None):
+        return self.base.combine(older, newer, out=out)
+
+    def accumulate(self, parts, axis, reverse=False, out=None, nan_free=False):
+        return self.base.accumulate(parts, axis, reverse=reverse, out=out, nan_free=nan_free)
+
+    def nan_free_rows(self, rows):
+        return self.base.nan_free_rows(rows)
+
+
 class UfuncKernel(Kernel):
     """Kernel whose partial fields each combine with a binary ufunc (max, sum, moments...).
 

@@ -34,7 +34,15 @@ from typing import Any
 
 import numpy as np
 
-from ..aggregations import BUILTIN_AGGREGATIONS, Aggregation, ArgmaxKernel, Kernel, StdKernel, UfuncKernel
+from ..aggregations import (
+    BUILTIN_AGGREGATIONS,
+    Aggregation,
+    ArgmaxKernel,
+    Kernel,
+    StdKernel,
+    UfuncKernel,
+    WrappedKernel,
+)
 from .read_only import read_only
 from .scratch import scratch
 
@@ -47,17 +55,14 @@ ENGINES = ("auto", "compiled", "numpy", "python")
 _UFUNC_CODES = {np.add: 0, np.maximum: 1, np.minimum: 2, np.multiply: 3, np.fmax: 4, np.fmin: 5}
 
 
-class CompiledKernel(Kernel):
+class CompiledKernel(WrappedKernel):
     """An aggregation's kernel with its lift and lower compiled where numpy builds temporaries.
 
     Everything else (slice reduction, combine, accumulate) is the wrapped kernel's.
     """
 
     def __init__(self, base: Kernel, lift: str | None, lower: str | None):
-        self.base = base
-        self.shape = base.shape
-        self.identity = base.identity
-        self.combine_in_place = base.combine_in_place
+        super().__init__(base)
         self._lift_name = lift
         self._lower_name = lower
 
@@ -85,17 +90,6 @@ class CompiledKernel(Kernel):
         getattr(C, self._lower_name)(read_only(np.ascontiguousarray(parts)), out)
         return out
 
-    def reduce_segments(self, parts, starts):
-        return self.base.reduce_segments(parts, starts)
-
-    def combine(self, older, newer, out=None):
-        return self.base.combine(older, newer, out=out)
-
-    def accumulate(self, parts, axis, reverse=False, out=None, nan_free=False):
-        return self.base.accumulate(parts, axis, reverse=reverse, out=out, nan_free=nan_free)
-
-    def nan_free_rows(self, rows):
-        return self.base.nan_free_rows(rows)
 
 
 @dataclass(frozen=True)

@@ -38,7 +38,7 @@ from typing import Any
 
 import numpy as np
 
-from ..aggregations import Aggregation, Kernel
+from ..aggregations import Aggregation, Kernel, WrappedKernel
 from .codegen import expand
 from .user_forms import describe, form
 
@@ -262,14 +262,12 @@ def compile_lift_lower(agg: Aggregation) -> tuple[Kernel | None, str]:
     return LiftedKernel(agg.kernel, compiled, compiled.lower_floats), ""
 
 
-class LiftedKernel(Kernel):
+class LiftedKernel(WrappedKernel):
     """A ``ufunc=`` aggregation's kernel with the user's lift (and lower) compiled; the rest the ufunc's."""
 
     def __init__(self, base: Kernel, compiled: UserKernel, lower: bool):
-        self.base, self._compiled, self._lower = base, compiled, lower
-        self.shape = base.shape
-        self.identity = base.identity
-        self.combine_in_place = base.combine_in_place
+        super().__init__(base)
+        self._compiled, self._lower = compiled, lower
 
     def lift(self, values, positions):
         return self._compiled.lift(values, positions)
@@ -277,17 +275,6 @@ class LiftedKernel(Kernel):
     def lower(self, parts):
         return self._compiled.lower(parts) if self._lower and parts.ndim == 1 else self.base.lower(parts)
 
-    def reduce_segments(self, parts, starts):
-        return self.base.reduce_segments(parts, starts)
-
-    def combine(self, older, newer, out=None):
-        return self.base.combine(older, newer, out=out)
-
-    def accumulate(self, parts, axis, reverse=False, out=None, nan_free=False):
-        return self.base.accumulate(parts, axis, reverse=reverse, out=out, nan_free=nan_free)
-
-    def nan_free_rows(self, rows):
-        return self.base.nan_free_rows(rows)
 
 
 def _compile(agg: Aggregation, full: bool) -> tuple[UserKernel | None, str]:
