@@ -21,9 +21,12 @@ class Want(float):
 
     floor: float
 
-    def __new__(cls, value, floor=0.0):
+    partial: object  # a user aggregation's exact partial, before its lower (None otherwise)
+
+    def __new__(cls, value, floor=0.0, partial=None):
         w = super().__new__(cls, value)
         w.floor = float(floor)
+        w.partial = partial
         return w
 
 
@@ -64,6 +67,30 @@ def exact_std(vals) -> float:
     return math.sqrt((n * Q - S * S) / (n * (n - 1) << (2 * k)))  # int / int: correctly rounded
 
 
+def _std_with_floor(vals) -> tuple[float, float]:
+    """The exact std and the floor of float64's range alone: the values are exact, so is their std, but
+    squared deviations below 2**-1022 are subnormal and keep fewer digits (``n eps_min`` of the sum of
+    squares, through the root); nothing for any std above ~1e-150."""
+    std = exact_std(vals)
+    n = len(vals)
+    if not math.isfinite(std):
+        return std, 0.0
+    d = 2 * n * math.ulp(0.0) / (n - 1)  # the sum of squares' absolute rounding where it is subnormal
+    return std, d / (math.sqrt(std * std + d) + std)  # sqrt(std**2 + d) - std, without the cancellation
+
+
+def _through_lower(lower, partial, err) -> float:
+    """How far ``lower`` moves when the float ``partial`` is off by ``err`` either way (0 when undefined)."""
+    w = lower(partial)
+    out = 0.0
+    for p in (partial + err, partial - err):
+        try:
+            out = max(out, abs(lower(p) - w))
+        except (ValueError, ArithmeticError):  # sqrt of a partial pushed below zero: the other side decides
+            out = max(out, abs(lower(partial + err) - w))
+    return out if math.isfinite(out) else err
+
+
 def fold(agg, vals, pos):
     """A user aggregation over one window, straight from its definition: lower(lift(v1) (+) ... (+) lift(vm)).
 
@@ -78,7 +105,7 @@ def fold(agg, vals, pos):
         acc = agg.combine(acc, part)
     res = agg.lower(acc)
     if isinstance(res, float) and all(isinstance(p, float) for p in parts):
-        return Want(res, _sum_floor(parts))
+        return Want(res, _sum_floor(parts), partial=acc)
     return res
 
 
@@ -102,7 +129,7 @@ def _agg(name, vals: np.ndarray, pos: np.ndarray):
                 return float(np.mean(vals))
         return Want(math.fsum(vals.tolist()) / len(vals), _sum_floor(vals) / len(vals))
     if name == "std":
-        return Want(exact_std(vals))  # no floor: the values are exact, so is their std
+        return Want(*_std_with_floor(vals))
     if name == "geomean":
         with np.errstate(divide="ignore", invalid="ignore"):
             lx = np.log(vals)
@@ -173,8 +200,9 @@ def assert_results_equal(agg, got, want, values=None) -> None:
     (:class:`Want`, :class:`WantVec`, built by this oracle from the window's own values) and is only the
     rounding the exact value allows: ``n eps sum |v_i|`` for a sum of ``n`` floats (a sum that cancels
     to ~0, ``1e12 + -1e12 + 5``, may be off by the rounding of its 1e12s: 1e-3 here, not 500), divided
-    by ``n`` for a mean, relative ``eps sum |ln v_i| / n`` for ``geomean``; none for ``std`` (the exact
-    std of exact float64 values: ``1e12 + 0.1, 1e12 + 0.7, ...`` is compared at 1e-9 of its 0.3) and
+    by ``n`` for a mean, relative ``eps sum |ln v_i| / n`` for ``geomean``; for ``std`` (the exact std
+    of exact float64 values: ``1e12 + 0.1, 1e12 + 0.7, ...`` is compared at 1e-9 of its 0.3) only what
+    subnormal squares lose (values near 1e-159), and
     for ``moment_sketch`` per component (the power sums' own rounding). No floor is scaled by the
     input's largest value; an expected value given as a plain float (computed by a test) has floor 0.
     NaN must be NaN, an infinity the same infinity.
@@ -182,18 +210,20 @@ def assert_results_equal(agg, got, want, values=None) -> None:
     A user aggregation (``pba_runtime.Aggregation``) is exact when its ``result`` is not ``float``. One
     with a float ``inverse`` (subtract-on-evict) may carry the rounding of the values it evicted
     (``pba_runtime/algorithms/soe.py``: from at most two window lengths back): with the stream's
-    ``values`` given, its floor also has ``eps sum |lift(v)|`` over them. ``values`` serves nothing else.
+    ``values`` given, its floor also has ``eps sum |lift(v)|`` over them, carried through its ``lower`` (a
+    square root amplifies it near 0). ``values`` serves nothing else.
     """
     got = list(got)
     want = list(want)
     assert len(got) == len(want), f"{len(got)} results, expected {len(want)}"
-    evicted = 0.0  # the rounding a user inverse may leave behind
+    evicted, lower = 0.0, None  # the rounding a user inverse may leave behind, and its lower
     if not isinstance(agg, str):
         if agg.inverse is not None and not agg.positional and values is not None and agg.result == "float":
             with np.errstate(all="ignore"):
                 lifted = [agg.lift(float(v)) for v in np.asarray(values, dtype=float).tolist()]
             if all(isinstance(p, float) and math.isfinite(p) for p in lifted):
                 evicted = EPS * math.fsum(abs(p) for p in lifted)
+        lower = agg.lower
         agg = "sum" if agg.result == "float" and not agg.selective else "max"
     if agg in EXACT:
         for i, (g, w) in enumerate(zip(got, want)):
@@ -205,7 +235,10 @@ def assert_results_equal(agg, got, want, values=None) -> None:
         return
     if not want:
         return
-    floor = np.array([getattr(x, "floor", 0.0) * np.ones(np.shape(x)) for x in want], dtype=float) + evicted
+    floor = np.array([getattr(x, "floor", 0.0) * np.ones(np.shape(x)) for x in want], dtype=float)
+    if evicted:  # in the partials' units: through the lower to the results' (sqrt amplifies it near 0)
+        floor += [_through_lower(lower, w.partial, evicted) if getattr(w, "partial", None) is not None else evicted
+                  for w in want]
     g = np.asarray(got, dtype=float)
     w = np.asarray(want, dtype=float)
     assert g.shape == w.shape, f"{agg}: results of shape {g.shape}, expected {w.shape}"

@@ -120,3 +120,27 @@ def test_log_aggregations_refuse_negative_values_alike(agg):
         with pytest.raises(ValueError, match=">= 0"):
             op.insert(-2.0)
         assert len(op.insert(3.0)) == 1  # nothing changed by the refused value
+
+
+def test_the_oracle_allows_only_rounding_on_subnormal_squares_and_through_a_lower():
+    """Found by hypothesis under the relative oracle: a std of values near 1e-159 (their squares are
+    subnormal) and SoE's sqrt of an evicted sum of squares near 0 are off by rounding alone; the oracle's
+    floor says how much, and nothing more passes."""
+    import math
+    import operator
+
+    from oracle import Want, assert_results_equal, count_windows
+
+    vals = [0.0, 0.0, 0.0, 3.081505831270265e-159]
+    _, want = count_windows(vals, 4, 1, "std")
+    got = pr.sliding_aggregate(np.array(vals), window=pr.CountWindow(4), agg="std", algorithm="sba")[1]
+    assert_results_equal("std", got, want)
+    with pytest.raises(AssertionError):
+        assert_results_equal("std", [want[0] * (1 + 1e-4)], want)
+    rss = pr.Aggregation(lift=lambda v: v * v, combine=operator.add, lower=math.sqrt, identity=0.0,
+                         inverse=operator.sub, name="rss", result="float")
+    stream = [0.6, 0.7, 1e-6]
+    want = [Want(1e-6, 0.0, partial=1e-12)]
+    assert_results_equal(rss, [1.0000444493033002e-06], want, values=stream)  # 1e-16 left in 1e-12: 4e-11
+    with pytest.raises(AssertionError):
+        assert_results_equal(rss, [1.0001e-06], want, values=stream)
