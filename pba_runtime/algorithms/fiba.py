@@ -1,8 +1,5 @@
 """FiBA, the finger B-tree aggregator: sliding windows over out-of-order streams.
 
-(Over 500 lines: the tree, its fingers and its repairs are one data structure whose
-invariants every operation maintains together.)
-
 Tangwongsan, Hirzel, Schneider, *Sub-O(log n) Out-of-Order Sliding-Window
 Aggregation* (Sections 3-4). The seed text lost most formulas; what follows
 is derived from its prose and checked by ``tests/test_fiba.py``.
