@@ -3,18 +3,11 @@
 A job started with ``forkserver`` (the default where the platform has one) forks every task slot from one
 server process, which imported the slot's modules once: numpy, numba and the compiled kernels, the slot's
 code, the sink's writer (pyarrow, the compiled CSV writer), and, through :mod:`pba_runtime.runtime.preload`,
-the job's compiled merge from numba's disk cache (most of that is numba's first dispatch in a process, the
-same whichever kernel it loads). That server is the longest part of a job's start-up, ~0.6 s here, while the
-process that starts it waits.
-
-The ``pba-run`` command therefore starts it first (:func:`start_early`, from :mod:`pba_runtime.__main__`),
-before it imports anything else of the package (``import pba_runtime`` imports no submodule until a name is
-used), so the server's imports run on another core beside the command's own; the job then forks its slots
-from the server already running. This module imports only the standard library, for that reason. Measured
-on the default job (this machine, 2 cores): ``bench/bench_runtime_versions.py --job``, 12 rounds against the
-commit before, the command 1.44 s [1.18-1.59] -> 1.08 s [0.87-1.17], the stream unchanged; by hand, quiet, 6
-fresh commands each, alternated, 0.88-0.96 s -> 0.71-0.80 s, the start-up the summary reports 0.54-0.59 s ->
-0.29-0.38 s.
+the job's compiled merge from numba's disk cache. That server is the longest part of a job's start-up, so
+the ``pba-run`` command starts it first (:func:`start_early`, from :mod:`pba_runtime.__main__`), before it
+imports anything else of the package, and the server's imports run on another core beside the command's
+own; the job then forks its slots from the server already running. This module imports only the standard
+library, for that reason (``bench/bench_runtime_versions.py --job`` times the command).
 
 Examples
 --------
@@ -48,7 +41,7 @@ DEFAULT_WARM_AGG = "max"
 
 def sink_modules(fmt: str | None) -> list[str]:
     """The modules a task slot of a sink in format ``fmt`` imports to write it (pyarrow's, and numba's for the
-    compiled CSV writer, take ~0.2-0.5 s: a job's forkserver preloads them, and a slot imports them, and
+    compiled CSV writer, take a noticeable part of start-up: a job's forkserver preloads them, and a slot imports them, and
     loads the CSV writer's compiled loops, before it says it is ready).
 
     Examples
@@ -64,7 +57,7 @@ def sink_modules(fmt: str | None) -> list[str]:
 
 def preload_modules(compiled: bool, sink_format: str | None) -> list[str]:
     """What a job's forkserver imports: the slot's modules, the sink's, and, for a job on the compiled engine,
-    numba's kernels (~0.25 s) and its merge (:mod:`pba_runtime.runtime.preload`, ~0.3 s): once in the server,
+    numba's kernels and its merge (:mod:`pba_runtime.runtime.preload`): once in the server,
     not in every slot."""
     modules = ["pba_runtime.runtime.slot", *sink_modules(sink_format)]
     if compiled:
@@ -79,7 +72,7 @@ def path_env() -> dict[str, str]:
     A forkserver is a new interpreter (``python -c``), whose ``sys.path`` begins with the working directory,
     and Python 3.11's forkserver does not apply the parent's path it is given. A ``pba_runtime`` in the
     working directory (another checkout) would then be the slots' code while the coordinator runs the one it
-    imported (measured: a job run from a checkout with another tree on ``PYTHONPATH`` ran that checkout's
+    imported (a job run from a checkout with another tree on ``PYTHONPATH`` ran that checkout's
     slots; a decoy package there killed them). ``PYTHONSAFEPATH`` (Python 3.11+) leaves the working directory
     out, and ``PYTHONPATH`` puts this process's path first, in its order (the working directory still in it
     where this process has it).

@@ -1,25 +1,13 @@
 """The keyed host: one window operator per key, as every per-key driver keeps them.
 
-A driver that aggregates a keyed stream (the runtime's task slots,
-:mod:`pba_runtime.runtime.slot`; the Spark adapter's runners and its RDD
-function; later Spark Structured Streaming) needs the same four things, and
-gets them here, written once:
-
-* **the validation** of a job, ``(window, agg, algorithm, options)``, before
-  any key is seen and without building an operator (:func:`validate`);
-* **the algorithm choice** per key, given the window *and* the aggregation
-  (:func:`~pba_runtime.algorithms.choose_algorithm`, the one policy that
-  ``pr.create(algorithm="auto")`` follows too), with the reason it was made;
-* **the map of per-key operators** (:class:`KeyedHost`), and the snapshot and
-  restore of all of them at once;
-* **the pool**: a :class:`~pba_runtime.WorkerPool` the host hands to every key
-  whose algorithm uses one, or a *pool source*, a function
-  ``() -> (pool, None) | (None, reason)`` asked at each such key's opening
-  (Spark's process-wide pool, which may fail to start or die).
-
-What a host is configured with is a :class:`HostSpec`, a frozen, picklable
-value a driver can ship to a worker; the host's state is its keys'
-operators, and :meth:`KeyedHost.snapshot` gives it as a picklable
+A driver that aggregates a keyed stream (the runtime's task slots, :mod:`pba_runtime.runtime.slot`; the
+Spark adapter's runners and its RDD function) gets here, written once: the validation of a job,
+``(window, agg, algorithm, options)``, before any key is seen (:func:`validate`); the algorithm choice per
+key, with its reason (:func:`~pba_runtime.algorithms.choose_algorithm`, the one policy that
+``pr.create(algorithm="auto")`` follows too); the map of per-key operators with the snapshot and restore of
+all of them at once (:class:`KeyedHost`); and the pool handed to every key whose algorithm uses one, or a
+*pool source* asked at each such key's opening. A host is configured with a :class:`HostSpec`, a frozen,
+picklable value a driver can ship to a worker; :meth:`KeyedHost.snapshot` gives its state as a picklable
 ``{key: state}``.
 
 Examples

@@ -3,8 +3,8 @@
 Every tuple goes through the algorithm one at a time (the slicing layer, then ``push``/``pop``/``query``),
 as :meth:`pba_runtime.WindowOperator.insert` does, but in machine code
 (:mod:`pba_runtime.kernels.stepwise`): this is the per-tuple cost of the algorithm itself, which the
-Python operators hide behind the interpreter's 0.5-2 us per ``insert``. PBA's lcs are built on a pool
-thread with the GIL released while the main loop goes on.
+Python operators hide behind the interpreter's cost of each ``insert`` call. PBA's lcs are built on a
+pool thread with the GIL released while the main loop goes on.
 
 Examples
 --------
@@ -40,11 +40,11 @@ REPLAY_ALGORITHMS = ("sba", "pba", "two_stacks", "slick_deque", "daba", "flatfat
 
 @dataclass(frozen=True)
 class Replay:
-    """What :func:`replay` measured.
+    """The windows, timings and counters of one :func:`replay` run.
 
     ``ends``/``results``: every window, as ``sliding_aggregate`` gives them (end of stream included);
     ``seconds``: wall time of the loop (compile and the output's allocation excluded); ``latency_ns`` (with ``latency=True``): for
-    each window, the time spent on the tuple that completed it, measured inside the compiled loop (a
+    each window, the time spent on the tuple that completed it, timed inside the compiled loop (a
     tuple that went back to Python, PBA's hand-off of a chunk, includes that time; windows emitted at
     the end of the stream get the end's time); ``stats``: the algorithm's counters.
     """

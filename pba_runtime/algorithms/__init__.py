@@ -47,23 +47,19 @@ ALGORITHMS: list[str] = []
 for _cls in (Recal, SBA, PBA, SubtractOnEvict, TwoStacks, DABA, SlickDeque, FlatFATAggregator, FiBA):
     register(_cls)
 
-# "auto" picks PBA from this many slices per window up (q = range // slide), SBA below.
-# Measured on the 2-core project machine (bench/bench_core.py --auto, per-tuple max):
-# SBA builds a chunk's lcs with numpy at ~4.4 ns a slice, so its boundary pause grows
-# with the window (0.15 ms at 2^15, 0.29 ms at 2^16), while PBA's tail stays at the
-# hand-off to a worker thread (0.1-0.35 ms with the GIL). Below 2^15 PBA only adds
-# contention (p99.99 55-75 us against SBA's 18-32 us); throughput is within 2%.
+# "auto" picks PBA from this many slices per window up (q = range // slide), SBA below. SBA builds each
+# chunk's lcs on the main loop, so its boundary pause grows with the window, while PBA's tail stays at the
+# hand-off to a worker thread; below this size PBA's thread only adds contention, and the per-tuple
+# throughput of the two is about the same (bench/bench_core.py --auto shows it; docs/measurements.md).
 AUTO_PBA_MIN_SLICES = 1 << 15
-# A Python-callable aggregation builds its lcs in a Python loop (100-300 ns a slice),
-# so SBA's boundary pause reaches a millisecond from ~2^12 slices: PBA pays off earlier.
+# A Python-callable aggregation builds its lcs in a Python loop, far slower a slice than numpy's, so SBA's
+# boundary pause grows long at smaller windows: PBA pays off earlier.
 AUTO_PBA_MIN_SLICES_PYTHON = 1 << 12
 # The batch path (pr.sliding_aggregate, an "auto" operator's first insert_many) runs PBA, whose compiled merge
 # splits the batch's windows between the main thread and the pool's worker, from this many windows in the
-# batch, whatever the range. Measured on the 2-core project machine, quiet (sliding_aggregate, W[16, 1] and
-# W[1024, 1], every built-in, medians of 3x5): below 2^17 windows the split lost up to 1.9x (mean, argmax:
-# the worker's wake-up and the fresh pages cost more than half of a ~100-300 us batch); at 2^18 it still lost
-# for mean, argmax and geomean at W[1024, 1] (1.04-1.54x); from 2^19 it lost nowhere by more than 3% and won
-# 0.6-0.8x for most. bench/bench_auto.py checks the default against both at 4M and 10M values.
+# batch, whatever the range. Below it the worker's wake-up and the fresh pages cost more than half of what the
+# split saves (for mean, argmax and geomean the longest); from it the split loses nowhere and wins for most
+# built-ins. bench/bench_auto.py checks the default against both at 4M and 10M values.
 AUTO_BATCH_SPLIT_MIN = 1 << 19
 
 

@@ -1,24 +1,9 @@
 """The operator interface every algorithm implements, and the shared slicing layer.
 
-(Just over 500 lines: the public interface with its input validation, and the
-slicing layer every sliced algorithm steps through.)
-
-:class:`WindowOperator` is the public face: ``insert``, ``insert_many``,
-``flush``, ``snapshot``/``restore``, ``stats``, ``close``.
-
-:class:`SlicedAggregator` turns tuples into slice aggregations (slice = slide,
-as in the paper's evaluation) and decides when each window is complete. The
-algorithms only merge slices, behind a tiny FIFO interface on slice partials:
-
-* ``_push(p)``: a slice closed; append its partial (newest).
-* ``_pop()``: evict the oldest slice.
-* ``_query()``: the aggregate of every slice held, oldest first.
-* ``_reset_merger()``: drop everything (a time gap longer than the range).
-
-Window ``k`` covers the whole slices ``k .. k+q-1`` plus, when ``m = r % s``
-is not zero, the *head* of slice ``k+q`` (its first ``m`` units). When window
-``k`` completes the merger holds exactly slices ``k .. k+q-1`` after popping,
-so its result is ``lower(query() (+) head)``.
+:class:`WindowOperator` is the public face every algorithm implements (``insert``, ``insert_many``,
+``flush``, ``snapshot``/``restore``, ``stats``, ``close``); :class:`SlicedAggregator` is the slicing layer
+that turns tuples into slice partials and decides when each window is complete, so that an algorithm only
+merges slices behind a small FIFO interface (``_push``, ``_pop``, ``_query``, ``_reset_merger``).
 """
 
 from __future__ import annotations
@@ -399,7 +384,24 @@ class WindowOperator:
 
 
 class SlicedAggregator(WindowOperator):
-    """Slicing and window completion shared by every merging algorithm (see module doc)."""
+    """Slicing and window completion shared by every merging algorithm.
+
+    Notes
+    -----
+    :class:`SlicedAggregator` turns tuples into slice aggregations (slice = slide,
+    as in the paper's evaluation) and decides when each window is complete. The
+    algorithms only merge slices, behind a tiny FIFO interface on slice partials:
+
+    * ``_push(p)``: a slice closed; append its partial (newest).
+    * ``_pop()``: evict the oldest slice.
+    * ``_query()``: the aggregate of every slice held, oldest first.
+    * ``_reset_merger()``: drop everything (a time gap longer than the range).
+
+    Window ``k`` covers the whole slices ``k .. k+q-1`` plus, when ``m = r % s``
+    is not zero, the *head* of slice ``k+q`` (its first ``m`` units). When window
+    ``k`` completes the merger holds exactly slices ``k .. k+q-1`` after popping,
+    so its result is ``lower(query() (+) head)``.
+    """
 
     def __init__(self, window: CountWindow | TimeWindow, agg: str | Aggregation):
         super().__init__(window, agg)

@@ -1,27 +1,10 @@
 """DABA, the De-Amortized Banker's Aggregator: worst-case O(1) FIFO aggregation.
 
-Tangwongsan, Hirzel, Schneider, *Low-Latency Sliding-Window Aggregation in
-Worst-Case Constant Time*, DEBS'17 (Fig. 8-10). Two parallel queues, ``vals``
-(the slice partials) and ``aggs`` (partial aggregates), with six pointers
-``F <= L <= R <= A <= B <= E`` cutting the window into sublists:
-
-* ``l_F = [F, B)``, the front, whose first part ``[F, L)`` is aggregated to the
-  right end of the front: ``aggs[p] = vals[p] (+) ... (+) vals[B-1]``;
-* ``l_L = [L, R)``: ``aggs[p] = vals[p] (+) ... (+) vals[R-1]``;
-* ``l_R = [R, A)``: ``aggs[p] = vals[R] (+) ... (+) vals[p]``;
-* ``l_A = [A, B)``: ``aggs[p] = vals[p] (+) ... (+) vals[B-1]``;
-* ``l_B = [B, E)``, the back: ``aggs[p] = vals[B] (+) ... (+) vals[p]``.
-
-Every insert and evict ends with ``fixup``, one step of an incremental
-reversal of the back into the front (cases *singleton*, *flip*, *shift*,
-*shrink*), keeping the size invariants ``|l_L| + |l_R| + |l_A| + 1 = |l_F| - |l_B|``
-and ``|l_L| = |l_R|`` (or an empty window). So an insert makes at most 4
-combines, an evict at most 3, a query 1 (Theorem 4.3), with no periodic
-rebuild: the latency has no spikes, unlike Two-Stacks.
-
-The queues are two rings of Python lists (no object per element) indexed by
-absolute positions; a ring is preallocated for the window (up to 4096 slices)
-and doubles while a larger window fills, which is the only non-constant step.
+Tangwongsan, Hirzel, Schneider, *Low-Latency Sliding-Window Aggregation in Worst-Case Constant Time*,
+DEBS'17 (Fig. 8-10): two parallel queues of slice partials and partial aggregates, cut by six pointers
+into sublists, and one step of an incremental reversal after every insert and evict, so an insert makes
+at most 4 combines, an evict at most 3, a query 1, with no periodic rebuild (no latency spikes, unlike
+Two-Stacks). :class:`DABA` says how.
 
 Examples
 --------
@@ -48,6 +31,30 @@ class DABA(SlideOneInsert, RingAggregator):
     ----------
     window : CountWindow or TimeWindow
     agg : str or Aggregation
+
+    Notes
+    -----
+    Two parallel queues, ``vals``
+    (the slice partials) and ``aggs`` (partial aggregates), with six pointers
+    ``F <= L <= R <= A <= B <= E`` cutting the window into sublists:
+
+    * ``l_F = [F, B)``, the front, whose first part ``[F, L)`` is aggregated to the
+      right end of the front: ``aggs[p] = vals[p] (+) ... (+) vals[B-1]``;
+    * ``l_L = [L, R)``: ``aggs[p] = vals[p] (+) ... (+) vals[R-1]``;
+    * ``l_R = [R, A)``: ``aggs[p] = vals[R] (+) ... (+) vals[p]``;
+    * ``l_A = [A, B)``: ``aggs[p] = vals[p] (+) ... (+) vals[B-1]``;
+    * ``l_B = [B, E)``, the back: ``aggs[p] = vals[B] (+) ... (+) vals[p]``.
+
+    Every insert and evict ends with ``fixup``, one step of an incremental
+    reversal of the back into the front (cases *singleton*, *flip*, *shift*,
+    *shrink*), keeping the size invariants ``|l_L| + |l_R| + |l_A| + 1 = |l_F| - |l_B|``
+    and ``|l_L| = |l_R|`` (or an empty window). So an insert makes at most 4
+    combines, an evict at most 3, a query 1 (Theorem 4.3), with no periodic
+    rebuild: the latency has no spikes, unlike Two-Stacks.
+
+    The queues are two rings of Python lists (no object per element) indexed by
+    absolute positions; a ring is preallocated for the window (up to 4096 slices)
+    and doubles while a larger window fills, which is the only non-constant step.
 
     Examples
     --------

@@ -1,50 +1,11 @@
 """FiBA, the finger B-tree aggregator: sliding windows over out-of-order streams.
 
-(Over 500 lines: the tree, its fingers and its repairs are one data structure whose
-invariants every operation maintains together.)
-
-Tangwongsan, Hirzel, Schneider, *Sub-O(log n) Out-of-Order Sliding-Window
-Aggregation* (Sections 3-4). The seed text lost most formulas; what follows
-is derived from its prose and checked by ``tests/test_fiba.py``.
-
-:class:`FingerBTree` is a B-tree keyed by time, with ``MAX_ARITY = 2 * MIN_ARITY``,
-values stored in inner nodes as well as leaves, parent pointers and *fingers*
-to the leftmost and rightmost leaves. Searches start at the nearer finger and
-climb only as far as needed; rebalancing (split, merge, move) happens after
-the fact, bottom-up (a *move* evens out the two siblings rather than shifting
-a single entry, so a run of in-order evictions underflows less often). Each node keeps the partial aggregate suited to its
-position, so a change only repairs nodes on the search path and on one spine
-walk, not the whole path to the root:
-
-* a node on neither spine keeps its **up-aggregate**, the aggregate of its
-  subtree: ``c0 (+) v0 (+) c1 (+) ... (+) v_{k-1} (+) c_k``;
-* the **root** keeps its **inner aggregate**, everything except its first and
-  last child: ``v0 (+) c1 (+) ... (+) c_{k-1} (+) v_{k-1}`` (a root leaf: all its values);
-* a non-root node on the **left spine** keeps its **left aggregate**, everything
-  under the root's first child except its own first child:
-  ``v0 (+) c1 (+) ... (+) c_k (+) left(parent)`` (no parent term below the root);
-* a non-root node on the **right spine**, symmetrically, its **right aggregate**:
-  ``right(parent) (+) c0 (+) v0 (+) ... (+) v_{k-1}``.
-
-So ``query() = left(left finger) (+) inner(root) (+) right(right finger)``: O(1).
-An insert or evict at distance ``d`` from the nearer end of the window costs
-amortised ``O(log d)``: O(1) for in-order streams. ``insert(t, v)`` on a time
-already present combines ``old (+) v`` (arrival order) in place; ``evict(t)``
-removes a time (a value in an inner node is replaced by its neighbour from a
-leaf); ``query(t_from, t_to)`` aggregates the times in ``[t_from, t_to]``
-(inclusive) by recursing only along the two boundary paths.
-
-:class:`FiBA` (``"fiba"``) runs the windows of the spec on the tree. Count
-windows key each tuple by its stream position, time windows by its timestamp
-(both rounded down to the start of its slice, or of the slice's head or tail
-when ``range % slide != 0``, so a key is a slice, unless out-of-order input of
-a non-commutative aggregation needs the exact timestamp to keep the order).
-A window is emitted once the watermark passes its end; keys before the next
-window's start are evicted from the left finger. With ``allowed_lateness=L``
-the watermark is ``max timestamp seen - L`` and any tuple at or above it lands
-in its windows; a tuple below it is late: counted in ``stats()["late"]`` and
-returned by ``take_late()``. Without ``allowed_lateness`` a decreasing
-timestamp is refused like in the FIFO algorithms.
+Tangwongsan, Hirzel, Schneider, *Sub-O(log n) Out-of-Order Sliding-Window Aggregation* (Sections 3-4):
+:class:`FingerBTree`, a B-tree keyed by time whose nodes keep partial aggregates suited to their position,
+so a query is O(1) and an insert or evict at distance ``d`` from the nearer end of the window costs
+amortised ``O(log d)`` (O(1) for in-order streams); :class:`FiBA` (``"fiba"``) runs the spec's windows on
+it, out-of-order time windows with ``allowed_lateness`` included. The seed text lost most formulas; what
+follows is derived from its prose and checked by ``tests/test_fiba.py``.
 
 Examples
 --------
@@ -97,6 +58,35 @@ class FingerBTree:
         Returned by queries over no value.
     min_arity : int
         ``MIN_ARITY >= 2``; nodes other than the root have ``MIN_ARITY .. 2*MIN_ARITY`` children.
+
+    Notes
+    -----
+    :class:`FingerBTree` is a B-tree keyed by time, with ``MAX_ARITY = 2 * MIN_ARITY``,
+    values stored in inner nodes as well as leaves, parent pointers and *fingers*
+    to the leftmost and rightmost leaves. Searches start at the nearer finger and
+    climb only as far as needed; rebalancing (split, merge, move) happens after
+    the fact, bottom-up (a *move* evens out the two siblings rather than shifting
+    a single entry, so a run of in-order evictions underflows less often). Each node keeps the partial aggregate suited to its
+    position, so a change only repairs nodes on the search path and on one spine
+    walk, not the whole path to the root:
+
+    * a node on neither spine keeps its **up-aggregate**, the aggregate of its
+      subtree: ``c0 (+) v0 (+) c1 (+) ... (+) v_{k-1} (+) c_k``;
+    * the **root** keeps its **inner aggregate**, everything except its first and
+      last child: ``v0 (+) c1 (+) ... (+) c_{k-1} (+) v_{k-1}`` (a root leaf: all its values);
+    * a non-root node on the **left spine** keeps its **left aggregate**, everything
+      under the root's first child except its own first child:
+      ``v0 (+) c1 (+) ... (+) c_k (+) left(parent)`` (no parent term below the root);
+    * a non-root node on the **right spine**, symmetrically, its **right aggregate**:
+      ``right(parent) (+) c0 (+) v0 (+) ... (+) v_{k-1}``.
+
+    So ``query() = left(left finger) (+) inner(root) (+) right(right finger)``: O(1).
+    An insert or evict at distance ``d`` from the nearer end of the window costs
+    amortised ``O(log d)``: O(1) for in-order streams. ``insert(t, v)`` on a time
+    already present combines ``old (+) v`` (arrival order) in place; ``evict(t)``
+    removes a time (a value in an inner node is replaced by its neighbour from a
+    leaf); ``query(t_from, t_to)`` aggregates the times in ``[t_from, t_to]``
+    (inclusive) by recursing only along the two boundary paths.
 
     Examples
     --------
@@ -670,6 +660,20 @@ class FiBA(WindowOperator):
         B-tree ``MIN_ARITY`` (``>= 2``); ``MAX_ARITY = 2 * min_arity``. The
         default 8 is higher than the paper's best C++ values (2-4): in Python a
         restructuring step costs far more than a few more combines per node.
+
+    Notes
+    -----
+    :class:`FiBA` (``"fiba"``) runs the windows of the spec on the tree. Count
+    windows key each tuple by its stream position, time windows by its timestamp
+    (both rounded down to the start of its slice, or of the slice's head or tail
+    when ``range % slide != 0``, so a key is a slice, unless out-of-order input of
+    a non-commutative aggregation needs the exact timestamp to keep the order).
+    A window is emitted once the watermark passes its end; keys before the next
+    window's start are evicted from the left finger. With ``allowed_lateness=L``
+    the watermark is ``max timestamp seen - L`` and any tuple at or above it lands
+    in its windows; a tuple below it is late: counted in ``stats()["late"]`` and
+    returned by ``take_late()``. Without ``allowed_lateness`` a decreasing
+    timestamp is refused like in the FIFO algorithms.
 
     Examples
     --------

@@ -1,27 +1,10 @@
 """FlatFAT and the Reactive Aggregator: a flat array binary tree of partial aggregates.
 
-Tangwongsan, Hirzel, Schneider, Wu, *General Incremental Sliding-Window
-Aggregation*, VLDB'15 (Sections 4-5).
-
-:class:`FlatFAT` is a complete binary tree over ``capacity`` leaf slots stored
-in one array with heap numbering (root at 1, children of ``v`` at ``2v`` and
-``2v+1``, leaf ``i`` at ``capacity + i``); every internal node holds the
-combination of its two children. Empty slots hold the marker :data:`EMPTY`
-(the paper's bottom), which combines as a neutral element. Bulk ``update``
-repairs the changed leaf-to-root paths level by level (Algorithm 2, ``m``
-writes cost ``O(m + m log(n/m))`` combines); ``prefix``/``suffix`` fold at most
-``log2 n`` nodes (Algorithm 3); ``compact`` closes holes, ``resized`` copies
-the contents into a tree of another capacity (Algorithm 1).
-
-:class:`FlatFATAggregator` (``"flatfat"``) is the Reactive Aggregator over slice
-partials: the window is a circular buffer in the leaves, pushes and pops only
-write leaves, and the internal nodes are repaired in one bulk update when a
-window is queried. An *inverted* buffer (wrapped past the end of the array)
-is answered as ``suffix(front) (+) prefix(back)`` so order is kept for
-non-commutative aggregations. The capacity doubles when the buffer is full
-(or the buffer is compacted, if at most 3/4 of it is in use) and halves when
-fewer than 1/4 of the slots are used: amortised O(1) structure work and
-O(log n) combines per window.
+Tangwongsan, Hirzel, Schneider, Wu, *General Incremental Sliding-Window Aggregation*, VLDB'15 (Sections
+4-5): :class:`FlatFAT`, a complete binary tree of partial aggregates in one array, and
+:class:`FlatFATAggregator` (``"flatfat"``), the Reactive Aggregator over slice partials on it: pushes and
+pops write leaves, a query repairs the changed paths in one bulk update, amortised O(1) structure work and
+O(log n) combines per window, for any associative aggregation.
 
 Examples
 --------
@@ -82,6 +65,18 @@ class FlatFAT:
         Initial contents of slots ``0, 1, ...`` (:data:`EMPTY` for a hole).
     capacity : int, optional
         At least ``len(values)``; rounded up to a power of two (>= 2).
+
+    Notes
+    -----
+    :class:`FlatFAT` is a complete binary tree over ``capacity`` leaf slots stored
+    in one array with heap numbering (root at 1, children of ``v`` at ``2v`` and
+    ``2v+1``, leaf ``i`` at ``capacity + i``); every internal node holds the
+    combination of its two children. Empty slots hold the marker :data:`EMPTY`
+    (the paper's bottom), which combines as a neutral element. Bulk ``update``
+    repairs the changed leaf-to-root paths level by level (Algorithm 2, ``m``
+    writes cost ``O(m + m log(n/m))`` combines); ``prefix``/``suffix`` fold at most
+    ``log2 n`` nodes (Algorithm 3); ``compact`` closes holes, ``resized`` copies
+    the contents into a tree of another capacity (Algorithm 1).
 
     Examples
     --------
@@ -275,6 +270,18 @@ class FlatFATAggregator(SlicedAggregator):
     ----------
     window : CountWindow or TimeWindow
     agg : str or Aggregation
+
+    Notes
+    -----
+    :class:`FlatFATAggregator` (``"flatfat"``) is the Reactive Aggregator over slice
+    partials: the window is a circular buffer in the leaves, pushes and pops only
+    write leaves, and the internal nodes are repaired in one bulk update when a
+    window is queried. An *inverted* buffer (wrapped past the end of the array)
+    is answered as ``suffix(front) (+) prefix(back)`` so order is kept for
+    non-commutative aggregations. The capacity doubles when the buffer is full
+    (or the buffer is compacted, if at most 3/4 of it is in use) and halves when
+    fewer than 1/4 of the slots are used: amortised O(1) structure work and
+    O(log n) combines per window.
 
     Examples
     --------

@@ -1,7 +1,7 @@
 """One batch of many keys in one compiled call: what a keyed driver (a task slot) feeds its keys per batch.
 
 A task slot feeds each batch to every key's operator, a few hundred tuples a key:
-one ``insert_many`` per key costs ~10 us of Python around a merge of ~2-3 us. For
+one ``insert_many`` per key costs several times more Python around it than its merge. For
 the common case, each key's batch on the lean path
 (:meth:`pba_runtime.algorithms.pba.PBA.lean_plan`: count windows, slide 1, the
 compiled merge of scalar partials such as ``max``, ``min`` and ``sum``),
@@ -82,7 +82,7 @@ def insert_many_keyed(ops: Sequence[WindowOperator], values: np.ndarray,
     q, r = first._q, first._r
     P = first._kernel.lift(values, None)  # the lean aggregations lift a float to itself: P is values
     pieces: list[np.ndarray] = []
-    # Python lists while laying out (an item of a numpy array costs ~0.1-0.25 us to set or read), arrays
+    # Python lists while laying out (an item of a numpy array costs more to set or read than a list's), arrays
     # for the compiled call
     xstart: list[int] = []
     nwin: list[int] = []

@@ -1,38 +1,11 @@
 """Bounded-lateness reorder buffer in front of a FIFO window operator.
 
-(Just over 500 lines: one class whose vectorised batch path must make exactly
-the per-tuple path's decisions, so both stay side by side.)
-
-The FIFO algorithms (everything but ``fiba``) need non-decreasing timestamps.
-``pr.create(name, TimeWindow(...), agg, allowed_lateness=L)`` wraps them in a
-:class:`ReorderBuffer`: tuples wait in a heap keyed by ``(timestamp, arrival)``;
-the *watermark* is ``max timestamp seen - L``; tuples with a timestamp at or
-below the watermark are released in order into the inner operator. A tuple
-whose timestamp is below the watermark when it arrives can no longer be placed
-in order: it is *late*. Late tuples are counted (``stats()["late"]``) and kept
-for the caller (:meth:`ReorderBuffer.take_late`), never silently dropped.
-
-The result is exactly the windows of the stream of non-late tuples, stably
-sorted by timestamp (equal timestamps keep their arrival order). A window is
-emitted when the inner operator receives a tuple at or past its end, so at
-most ``L`` time units later than without the buffer, or at :meth:`flush`.
-
-:meth:`ReorderBuffer.insert_many` decides a whole batch at once with the
-per-tuple rule: the watermark a tuple meets is the running maximum of the
-timestamps before it (seeded with the buffer's) minus ``L``, so finding the late
-tuples is one vectorised comparison. For aggregations with a kernel (the numeric
-built-ins) the buffer keeps the waiting values in sorted arrays and releases
-everything at or below the batch's final watermark through *one*
-``insert_many`` of the inner operator (vectorised in PBA and SBA). That feeds
-the inner operator the same tuples in the same order as releasing them tuple
-by tuple: a tuple released early is never after one released later, since the
-later one was not late, i.e. not below the watermark that released the
-earlier. The inner operator's windows depend only on the tuples it receives,
-not on how they are split into calls, so the ends, late tuples and buffer state
-are those of the per-tuple path, and so are the results (up to rounding for
-sum, mean and std, as for any ``insert_many``). Other aggregations (``collect``,
-custom ones without a kernel) go tuple by tuple: the inner operator's
-``insert_many`` would do the same.
+``pr.create(name, TimeWindow(...), agg, allowed_lateness=L)`` wraps a FIFO algorithm (every one but
+``fiba``, which needs non-decreasing timestamps) in a :class:`ReorderBuffer`: tuples wait until the
+watermark (``max timestamp seen - L``) passes them and are released in order; a tuple that arrives below
+the watermark is *late*, counted (``stats()["late"]``) and kept for the caller
+(:meth:`ReorderBuffer.take_late`), never silently dropped. The windows are exactly those of the stream of
+non-late tuples, stably sorted by timestamp.
 
 Examples
 --------
@@ -114,6 +87,37 @@ class ReorderBuffer(WindowOperator):
 
     Notes
     -----
+    The FIFO algorithms (everything but ``fiba``) need non-decreasing timestamps.
+    ``pr.create(name, TimeWindow(...), agg, allowed_lateness=L)`` wraps them in a
+    :class:`ReorderBuffer`: tuples wait in a heap keyed by ``(timestamp, arrival)``;
+    the *watermark* is ``max timestamp seen - L``; tuples with a timestamp at or
+    below the watermark are released in order into the inner operator. A tuple
+    whose timestamp is below the watermark when it arrives can no longer be placed
+    in order: it is *late*. Late tuples are counted (``stats()["late"]``) and kept
+    for the caller (:meth:`ReorderBuffer.take_late`), never silently dropped.
+
+    The result is exactly the windows of the stream of non-late tuples, stably
+    sorted by timestamp (equal timestamps keep their arrival order). A window is
+    emitted when the inner operator receives a tuple at or past its end, so at
+    most ``L`` time units later than without the buffer, or at :meth:`flush`.
+
+    :meth:`ReorderBuffer.insert_many` decides a whole batch at once with the
+    per-tuple rule: the watermark a tuple meets is the running maximum of the
+    timestamps before it (seeded with the buffer's) minus ``L``, so finding the late
+    tuples is one vectorised comparison. For aggregations with a kernel (the numeric
+    built-ins) the buffer keeps the waiting values in sorted arrays and releases
+    everything at or below the batch's final watermark through *one*
+    ``insert_many`` of the inner operator (vectorised in PBA and SBA). That feeds
+    the inner operator the same tuples in the same order as releasing them tuple
+    by tuple: a tuple released early is never after one released later, since the
+    later one was not late, i.e. not below the watermark that released the
+    earlier. The inner operator's windows depend only on the tuples it receives,
+    not on how they are split into calls, so the ends, late tuples and buffer state
+    are those of the per-tuple path, and so are the results (up to rounding for
+    sum, mean and std, as for any ``insert_many``). Other aggregations (``collect``,
+    custom ones without a kernel) go tuple by tuple: the inner operator's
+    ``insert_many`` would do the same.
+
     Waiting tuples live in one of two forms, both ordered by ``(timestamp,
     arrival)``: a heap of lifted partials ``(timestamp, arrival, partial)``, filled
     tuple by tuple (:meth:`insert`, :meth:`restore`, batches of aggregations
