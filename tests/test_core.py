@@ -198,7 +198,7 @@ def test_pools_restore_the_gil_switch_interval(monkeypatch):
     """The first pool lowers the interval, the last one to close puts the previous value back."""
     import sys
 
-    import pba_runtime.pool as pool_mod
+    import pba_runtime.pool.executor as pool_mod
 
     monkeypatch.setattr(pool_mod, "_switch_interval", pool_mod._SwitchInterval())  # apart from pools still open
     old = sys.getswitchinterval()
