@@ -26,13 +26,13 @@ Blocks
     races the parent's unregister and ends in "leaked shared_memory" warnings
     and double unlinks.
 Cleanup
-    Every block is unlinked by ``close()`` of its owner (a chunk store or the
+    Every block is unlinked by ``close()`` of its owner (an aggregator's chunk slots or the
     pool's :class:`PoolMemory`), by a weakref finalizer when its owner is collected, and at
     interpreter exit (:func:`unlink_all`, registered with :mod:`atexit`); the
     memory itself is unmapped when the last view of it goes away, so unlinking
     never invalidates a buffer still in use.
-Chunk stores
-    :class:`ChunkStore` hands one aggregator fixed-size slots (``saa`` and
+Chunk slots
+    :class:`ChunkSlots` hands one aggregator fixed-size slots (``saa`` and
     ``lcs`` of one chunk, ``rows x max(width, 1)`` floats each) carved from a few
     blocks. A slot whose lcs task is still running is only reused once the task
     is over (or its worker is dead).
@@ -87,7 +87,7 @@ except ImportError:  # pragma: no cover - Windows
 __all__ = [
     "SHM_PREFIX",
     "ShmBlock",
-    "ChunkStore",
+    "ChunkSlots",
     "Slot",
     "PoolMemory",
     "partial_width",
@@ -303,8 +303,8 @@ def aligned(n: int) -> int:
     return -(-n // _ALIGN) * _ALIGN
 
 
-class ChunkStore:
-    """Shared-memory chunk slots of one aggregator (made by :func:`pba_runtime.tasks.open_chunk_store`).
+class ChunkSlots:
+    """Shared-memory chunk slots of one aggregator (made by :func:`pba_runtime.tasks.open_chunk_slots`).
 
     Parameters
     ----------
@@ -465,12 +465,12 @@ class ChunkStore:
             blk.unlink()
 
     def __repr__(self) -> str:
-        return f"ChunkStore({self.agg.name!r}, rows={self.rows}, width={self.width}, blocks={len(self._blocks)})"
+        return f"ChunkSlots({self.agg.name!r}, rows={self.rows}, width={self.width}, blocks={len(self._blocks)})"
 
 
 # ----------------------------------------------------------------------------- a pool's shared memory
 class PoolMemory:
-    """The shared memory one process pool hands out: its aggregators' chunk stores and the batch scratch blocks.
+    """The shared memory one process pool hands out: its aggregators' chunk slots and the batch scratch blocks.
 
     The pool closes it with itself (every name unlinked) and reports it in
     ``WorkerPool.stats()``.
@@ -483,7 +483,7 @@ class PoolMemory:
         self._scratch: list[ShmBlock] = []  # free blocks for batch merges
         self._scratch_all: weakref.WeakSet = weakref.WeakSet()
 
-    def add_store(self, store: ChunkStore) -> None:
+    def add_store(self, store: ChunkSlots) -> None:
         """Close ``store`` with this memory."""
         self._stores.add(store)
 
@@ -513,7 +513,7 @@ class PoolMemory:
                 self._scratch.pop(0).unlink()
 
     def stats(self) -> dict[str, int]:
-        """``shm_blocks`` and ``shm_bytes`` held by the chunk stores and the free scratch blocks."""
+        """``shm_blocks`` and ``shm_bytes`` held by the chunk slots and the free scratch blocks."""
         stores = list(self._stores)
         return {"shm_blocks": sum(len(s.block_names) for s in stores) + len(self._scratch),
                 "shm_bytes": sum(s.nbytes for s in stores) + sum(b.size for b in self._scratch)}
