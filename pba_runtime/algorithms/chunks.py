@@ -121,8 +121,8 @@ class LocalChunks:
     @property
     def _blank(self) -> array | None:
         """A zeroed chunk's floats (``None`` unless ``flat``), built when a chunk is first needed: a batch
-        that keeps its slices as one deferred array never needs one (``sliding_aggregate``: ``b`` of
-        ``q = 2^20`` slices cost an 8-16 MB zeroed buffer per call, ~2-5 ms, for nothing)."""
+        that keeps its slices as one deferred array never needs one (``sliding_aggregate`` with ``b`` of
+        ``q = 2^20`` slices would zero a buffer of megabytes per call for nothing)."""
         if self._blank_rows is None and self.flat:
             self._blank_rows = array("d", bytes(8 * self.rows * max(self.width, 1)))
         return self._blank_rows

@@ -162,7 +162,7 @@ class TaskSlot:
         self.spec = spec
         self.pool = CountingPool(kind="thread", workers=spec.pool_workers)
         self.host = KeyedHost(spec.host_spec(), self.pool)
-        # numba's import and the cached merge load (~0.4 s) while the slot waits for its first batch
+        # numba's import and the cached merge load while the slot waits for its first batch
         self._warm = warm_in_background(self.host.engine())
         self.clock = PhaseClock()
         self.tuples = 0
@@ -394,14 +394,13 @@ class TaskSlot:
         """Hand every object allocated so far to the garbage collector's permanent generation (``gc.freeze()``):
         :func:`slot_main` calls it once the slot is up, before it says it is ready.
 
-        Those objects (the forkserver's modules, numba's kernels, pyarrow: ~0.1-1M of them) live as long as the
+        Those objects (the forkserver's modules, numba's kernels, pyarrow) live as long as the
         slot, but many were still in the young generations when the forkserver forked it, so a collection in
         the stream walked them all and wrote to every page they are on, pages the slot shares with its
         forkserver until it writes them (copy on write). Where one landed depended on how many objects a tree's
-        start-up happened to allocate: in one checkout the default job's Arrow sink spent 70 ms of each slot's
-        CPU and ~6,000 page faults in the first batch's ``result_table`` (the first call that allocated enough
-        to start a collection), its formatting 14.8 -> 30-37 ns a tuple; the same commit in another checkout
-        did not. Frozen, the stream's collections see only the stream's own objects.
+        start-up happened to allocate: in one checkout the default job's Arrow sink paid that in the first
+        batch's ``result_table`` (the first call that allocated enough to start a collection), its formatting
+        twice as slow; the same commit in another checkout did not. Frozen, the stream's collections see only the stream's own objects.
         """
         gc.freeze()
         self.frozen = True
