@@ -9,29 +9,10 @@ builds the lcs into the slot's ``lcs`` region, and returns its pid. The main
 loop reads the lcs in place. The tasks themselves (and how they name an
 aggregation) are in :mod:`pba_runtime.tasks`; this module only stores.
 
-Blocks
-    :class:`ShmBlock` creates ``/dev/shm/pba_<pid>_<n>_<random>`` with
-    ``_posixshmem`` (what :mod:`multiprocessing.shared_memory` uses), reserves
-    its pages with ``posix_fallocate`` (a full ``/dev/shm`` is an ``OSError``
-    here, not a ``SIGBUS`` later), maps it and closes the descriptor, so many
-    keys do not hold many file descriptors. Only the creating process
-    registers a block with :mod:`multiprocessing.resource_tracker` (the safety
-    net if it is SIGKILLed) and unregisters it when it unlinks it. Workers
-    attach without registering: Python 3.11's ``SharedMemory(name)`` registers
-    on attach too, which with spawn workers (they share the parent's tracker)
-    races the parent's unregister and ends in "leaked shared_memory" warnings
-    and double unlinks.
-Cleanup
-    Every block is unlinked by ``close()`` of its owner (an aggregator's chunk slots or the
-    pool's :class:`PoolMemory`), by a weakref finalizer when its owner is collected, and at
-    interpreter exit (:func:`unlink_all`, registered with :mod:`atexit`); the
-    memory itself is unmapped when the last view of it goes away, so unlinking
-    never invalidates a buffer still in use.
-Chunk slots
-    :class:`ChunkSlots` hands one aggregator fixed-size slots (``saa`` and
-    ``lcs`` of one chunk, ``rows x max(width, 1)`` floats each) carved from a few
-    blocks. A slot whose lcs task is still running is only reused once the task
-    is over (or its worker is dead).
+Every block is unlinked by ``close()`` of its owner (an aggregator's :class:`ChunkSlots` or the pool's
+:class:`PoolMemory`), by a weakref finalizer when its owner is collected, and at interpreter exit
+(:func:`unlink_all`, registered with :mod:`atexit`); the memory itself is unmapped when the last view of it
+goes away, so unlinking never invalidates a buffer still in use.
 
 Partials must be fixed-size numeric: a kernel (numpy) aggregation, or a
 Python-callable one whose ``identity`` is a float or a non-empty tuple of floats
@@ -167,7 +148,18 @@ class ShmBlock:
     """One POSIX shared-memory block, mapped in this process.
 
     Use :meth:`create` (owner: registers, unlinks) or :meth:`attach` (a worker:
-    maps by name, never unlinks).
+    maps by name, never unlinks). :meth:`create` makes
+    ``/dev/shm/pba_<pid>_<n>_<random>`` with ``_posixshmem`` (what
+    :mod:`multiprocessing.shared_memory` uses), reserves its pages with
+    ``posix_fallocate`` (a full ``/dev/shm`` is an ``OSError`` here, not a
+    ``SIGBUS`` later), maps it and closes the descriptor, so many keys do not
+    hold many file descriptors. Only the creating process registers a block
+    with :mod:`multiprocessing.resource_tracker` (the safety net if it is
+    SIGKILLed) and unregisters it when it unlinks it. Workers attach without
+    registering: Python 3.11's ``SharedMemory(name)`` registers on attach too,
+    which with spawn workers (they share the parent's tracker) races the
+    parent's unregister and ends in "leaked shared_memory" warnings and double
+    unlinks.
     """
 
     __slots__ = ("name", "size", "mm", "owner", "_finalizer", "__weakref__")
@@ -301,6 +293,10 @@ def aligned(n: int) -> int:
 
 class ChunkSlots:
     """Shared-memory chunk slots of one aggregator (made by :func:`pba_runtime.tasks.open_chunk_slots`).
+
+    Fixed-size slots (``saa`` and ``lcs`` of one chunk, ``rows x max(width, 1)``
+    floats each) carved from a few blocks. A slot whose lcs task is still
+    running is only reused once the task is over (or its worker is dead).
 
     Parameters
     ----------
