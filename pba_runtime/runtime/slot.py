@@ -59,7 +59,7 @@ from .output_stage import OutputStage
 from .sinks import TEXT_FORMATS
 from .task_slot import STAGED_FORMATS, SlotSpec, TaskSlot, _parent_alive, _ParentGone, make_operator
 
-# SlotSpec, TaskSlot, make_operator and STAGED_FORMATS live in task_slot; this is where the process imports them
+# SlotSpec, TaskSlot, make_operator and STAGED_FORMATS live in task_slot, re-exported here: the path users import
 __all__ = ["SlotSpec", "TaskSlot", "slot_main", "make_operator", "STAGED_FORMATS", "POLL"]
 
 log = logging.getLogger("pba_runtime")
