@@ -1,9 +1,5 @@
 """Shared-memory storage for the process worker pool: blocks, chunk slots, batch scratch, workers' mappings.
 
-(Just over 500 lines: every user of a block, a chunk store, the pool's
-scratch, a worker's mapping, follows the same create/track/unlink rules kept
-here, next to each other.)
-
 A process pool never ships a chunk's data to a worker. The main loop writes
 each chunk's slice partials (``saa``) straight into a slot of a POSIX
 shared-memory block; a task names the block, the byte offsets of the slot's
@@ -13,29 +9,10 @@ builds the lcs into the slot's ``lcs`` region, and returns its pid. The main
 loop reads the lcs in place. The tasks themselves (and how they name an
 aggregation) are in :mod:`pba_runtime.tasks`; this module only stores.
 
-Blocks
-    :class:`ShmBlock` creates ``/dev/shm/pba_<pid>_<n>_<random>`` with
-    ``_posixshmem`` (what :mod:`multiprocessing.shared_memory` uses), reserves
-    its pages with ``posix_fallocate`` (a full ``/dev/shm`` is an ``OSError``
-    here, not a ``SIGBUS`` later), maps it and closes the descriptor, so many
-    keys do not hold many file descriptors. Only the creating process
-    registers a block with :mod:`multiprocessing.resource_tracker` (the safety
-    net if it is SIGKILLed) and unregisters it when it unlinks it. Workers
-    attach without registering: Python 3.11's ``SharedMemory(name)`` registers
-    on attach too, which with spawn workers (they share the parent's tracker)
-    races the parent's unregister and ends in "leaked shared_memory" warnings
-    and double unlinks.
-Cleanup
-    Every block is unlinked by ``close()`` of its owner (a chunk store or the
-    pool's :class:`PoolMemory`), by a weakref finalizer when its owner is collected, and at
-    interpreter exit (:func:`unlink_all`, registered with :mod:`atexit`); the
-    memory itself is unmapped when the last view of it goes away, so unlinking
-    never invalidates a buffer still in use.
-Chunk stores
-    :class:`ChunkStore` hands one aggregator fixed-size slots (``saa`` and
-    ``lcs`` of one chunk, ``rows x max(width, 1)`` floats each) carved from a few
-    blocks. A slot whose lcs task is still running is only reused once the task
-    is over (or its worker is dead).
+Every block is unlinked by ``close()`` of its owner (an aggregator's :class:`ChunkSlots` or the pool's
+:class:`PoolMemory`), by a weakref finalizer when its owner is collected, and at interpreter exit
+(:func:`unlink_all`, registered with :mod:`atexit`); the memory itself is unmapped when the last view of it
+goes away, so unlinking never invalidates a buffer still in use.
 
 Partials must be fixed-size numeric: a kernel (numpy) aggregation, or a
 Python-callable one whose ``identity`` is a float or a non-empty tuple of floats
@@ -87,7 +64,7 @@ except ImportError:  # pragma: no cover - Windows
 __all__ = [
     "SHM_PREFIX",
     "ShmBlock",
-    "ChunkStore",
+    "ChunkSlots",
     "Slot",
     "PoolMemory",
     "partial_width",
@@ -159,8 +136,8 @@ def unlink_all() -> int:
 def _map(fd: int, nbytes: int, populate: bool) -> mmap.mmap:
     """Map ``nbytes`` of ``fd`` shared. ``populate`` (Linux; elsewhere ignored): every page's entry is made now
     (``MAP_POPULATE``), in one call, instead of at each page's first touch. A block's pages exist from its
-    creation (``posix_fallocate``), yet each process's first touch of each 4 KB page still faulted: a byte
-    ring of 18 MiB took 4,608 faults, ~1.6 us each on this machine (7.2 ms), against 1.1 ms to populate it."""
+    creation (``posix_fallocate``), yet each process's first touch of each 4 KB page still faults, one page at a
+    time; populating a large block (a byte ring) at once costs far less."""
     flag = getattr(mmap, "MAP_POPULATE", 0) if populate else 0
     if not flag:
         return mmap.mmap(fd, nbytes)
@@ -171,7 +148,18 @@ class ShmBlock:
     """One POSIX shared-memory block, mapped in this process.
 
     Use :meth:`create` (owner: registers, unlinks) or :meth:`attach` (a worker:
-    maps by name, never unlinks).
+    maps by name, never unlinks). :meth:`create` makes
+    ``/dev/shm/pba_<pid>_<n>_<random>`` with ``_posixshmem`` (what
+    :mod:`multiprocessing.shared_memory` uses), reserves its pages with
+    ``posix_fallocate`` (a full ``/dev/shm`` is an ``OSError`` here, not a
+    ``SIGBUS`` later), maps it and closes the descriptor, so many keys do not
+    hold many file descriptors. Only the creating process registers a block
+    with :mod:`multiprocessing.resource_tracker` (the safety net if it is
+    SIGKILLed) and unregisters it when it unlinks it. Workers attach without
+    registering: Python 3.11's ``SharedMemory(name)`` registers on attach too,
+    which with spawn workers (they share the parent's tracker) races the
+    parent's unregister and ends in "leaked shared_memory" warnings and double
+    unlinks.
     """
 
     __slots__ = ("name", "size", "mm", "owner", "_finalizer", "__weakref__")
@@ -303,8 +291,12 @@ def aligned(n: int) -> int:
     return -(-n // _ALIGN) * _ALIGN
 
 
-class ChunkStore:
-    """Shared-memory chunk slots of one aggregator (made by :func:`pba_runtime.tasks.open_chunk_store`).
+class ChunkSlots:
+    """Shared-memory chunk slots of one aggregator (made by :func:`pba_runtime.tasks.open_chunk_slots`).
+
+    Fixed-size slots (``saa`` and ``lcs`` of one chunk, ``rows x max(width, 1)``
+    floats each) carved from a few blocks. A slot whose lcs task is still
+    running is only reused once the task is over (or its worker is dead).
 
     Parameters
     ----------
@@ -465,12 +457,12 @@ class ChunkStore:
             blk.unlink()
 
     def __repr__(self) -> str:
-        return f"ChunkStore({self.agg.name!r}, rows={self.rows}, width={self.width}, blocks={len(self._blocks)})"
+        return f"ChunkSlots({self.agg.name!r}, rows={self.rows}, width={self.width}, blocks={len(self._blocks)})"
 
 
 # ----------------------------------------------------------------------------- a pool's shared memory
 class PoolMemory:
-    """The shared memory one process pool hands out: its aggregators' chunk stores and the batch scratch blocks.
+    """The shared memory one process pool hands out: its aggregators' chunk slots and the batch scratch blocks.
 
     The pool closes it with itself (every name unlinked) and reports it in
     ``WorkerPool.stats()``.
@@ -483,7 +475,7 @@ class PoolMemory:
         self._scratch: list[ShmBlock] = []  # free blocks for batch merges
         self._scratch_all: weakref.WeakSet = weakref.WeakSet()
 
-    def add_store(self, store: ChunkStore) -> None:
+    def add_store(self, store: ChunkSlots) -> None:
         """Close ``store`` with this memory."""
         self._stores.add(store)
 
@@ -513,7 +505,7 @@ class PoolMemory:
                 self._scratch.pop(0).unlink()
 
     def stats(self) -> dict[str, int]:
-        """``shm_blocks`` and ``shm_bytes`` held by the chunk stores and the free scratch blocks."""
+        """``shm_blocks`` and ``shm_bytes`` held by the chunk slots and the free scratch blocks."""
         stores = list(self._stores)
         return {"shm_blocks": sum(len(s.block_names) for s in stores) + len(self._scratch),
                 "shm_bytes": sum(s.nbytes for s in stores) + sum(b.size for b in self._scratch)}

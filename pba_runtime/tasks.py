@@ -1,4 +1,4 @@
-"""Worker tasks: how a task names an aggregation, the workers' entry points, and the chunk stores that use them.
+"""Worker tasks: how a task names an aggregation, the workers' entry points, and the chunk slots that use them.
 
 A process pool never ships data: a task is a small tuple naming a
 shared-memory block (:mod:`pba_runtime.shm`), offsets and shapes, and the
@@ -9,7 +9,7 @@ failed task (:func:`pba_runtime.pool.result_or_repair`).
 
 * :func:`run_lcs_task`: the lcs of one chunk slot (PBA's per-tuple path);
 * :func:`run_merge_task`: the windows of the first rows of a batch (:mod:`pba_runtime.batch`);
-* :func:`open_chunk_store`: an aggregator's shared-memory chunk slots, whose lcs tasks go to a process pool.
+* :func:`open_chunk_slots`: an aggregator's shared-memory chunk slots, whose lcs tasks go to a process pool.
 """
 
 from __future__ import annotations
@@ -26,10 +26,10 @@ from typing import Any
 from . import logs
 from .aggregations import BUILTIN_AGGREGATIONS, Aggregation, get_aggregation, moment_sketch
 from .merge import lcs_into, merge_rows
-from .shm import ChunkStore, attached, partial_width
+from .shm import ChunkSlots, attached, partial_width
 
 __all__ = ["AggregationUnavailable", "aggregation_ref", "resolve_ref", "run_lcs_task", "run_merge_task",
-           "open_chunk_store"]
+           "open_chunk_slots"]
 
 log = logging.getLogger("pba_runtime")
 
@@ -120,7 +120,7 @@ def resolve_ref(ref: tuple) -> Aggregation:
 
 # ----------------------------------------------------------------------------- worker side
 def run_lcs_task(task: tuple) -> int:
-    """Worker side of an lcs task (see :meth:`ChunkStore.task`); returns the worker's pid."""
+    """Worker side of an lcs task (see :meth:`ChunkSlots.task`); returns the worker's pid."""
     t0 = time.perf_counter()
     _, name, saa_off, lcs_off, n, width, ref, log_cfg = task
     logs.apply_config(log_cfg)
@@ -157,7 +157,7 @@ def run_merge_task(task: tuple) -> int:
 
 
 # ----------------------------------------------------------------------------- main side
-def open_chunk_store(pool: Any, agg: Aggregation, rows: int, slots: int = 4) -> ChunkStore | None:
+def open_chunk_slots(pool: Any, agg: Aggregation, rows: int, slots: int = 4) -> ChunkSlots | None:
     """Shared-memory chunk slots for one aggregator, or ``None`` if its lcs cannot be built in a process.
 
     ``None`` (use ``pool.submit_thread``) for thread pools, a closed pool,
@@ -170,7 +170,7 @@ def open_chunk_store(pool: Any, agg: Aggregation, rows: int, slots: int = 4) -> 
     ref = aggregation_ref(agg) if width is not None else None
     if ref is None:
         return None
-    store = ChunkStore(agg, ref, rows, width, run_lcs_task, pool.submit, pool.submit_thread, slots_per_block=slots,
+    store = ChunkSlots(agg, ref, rows, width, run_lcs_task, pool.submit, pool.submit_thread, slots_per_block=slots,
                        on_release=pool.settle, log_config=logs.current_config)
     store.reserve()  # the first block now, not in the first insert
     pool.memory.add_store(store)

@@ -23,7 +23,7 @@ otherwise one error names ``PYSPARK_PYTHON``).
 
 Which algorithm ran is counted by :class:`AlgorithmMetrics` (a Spark
 accumulator, :func:`algorithm_metrics`) and logged by the ``spark_integration``
-logger; see :mod:`spark_integration.runtime` for the rules.
+logger; see :mod:`spark_integration.python_worker` for the rules.
 
 Examples
 --------
@@ -34,8 +34,7 @@ TimeWindow(range=3600000, slide=1000, offset=0)
 from .arrow_runner import RunnerConfig, run_keyed_batches
 from .dataframe import cores_per_task_of, executor_cores_of, sliding_window_aggregate
 from .intervals import parse_interval, time_window
-from .rdd import KeyPartitionWarning, pba_partition_function, sliding_window_rdd
-from .runtime import (
+from .python_worker import (
     PBA_MIN_KEY_SLICES,
     SPARK_PBA_MIN_SLICES,
     AlgorithmMetrics,
@@ -45,6 +44,7 @@ from .runtime import (
     close_worker_pool,
     worker_pool,
 )
+from .rdd import KeyPartitionWarning, pba_partition_function, sliding_window_rdd
 from .session import WorkerPythonError, ensure_worker_python
 
 __all__ = [

@@ -12,7 +12,7 @@ so a key larger than any batch streams through the same operator with bounded
 memory. When the key ends, time windows are flushed (the key's final
 watermark: every row of the key is in this partition) and the operator is
 closed. The algorithm is chosen per key by
-:func:`spark_integration.runtime.choose_algorithm`.
+:func:`spark_integration.python_worker.choose_algorithm`.
 
 Inside ``applyInPandas`` each call holds one whole key as a pandas DataFrame:
 :func:`run_key_frame` runs the same per-key steps on its numpy columns and
@@ -46,7 +46,7 @@ import pyarrow.compute as pc
 
 import pba_runtime as pr
 
-from . import runtime as rt
+from . import python_worker as rt
 
 __all__ = [
     "COUNT_COL",
@@ -117,7 +117,7 @@ class RunnerConfig:
     algorithm_column : bool
         Add a string column ``algorithm`` (which algorithm computed the row).
     min_slices : int, optional
-        Overrides :data:`spark_integration.runtime.SPARK_PBA_MIN_SLICES`.
+        Overrides :data:`spark_integration.python_worker.SPARK_PBA_MIN_SLICES`.
     engine : str
         What runs each key's window merge (:mod:`pba_runtime.kernels`).
     log_level : str or int, optional

@@ -49,7 +49,7 @@ import pyarrow as pa
 import pba_runtime as pr
 from pba_runtime.host import validate
 
-from . import runtime as rt
+from . import python_worker as rt
 from .arrow_runner import (
     COUNT_COL,
     NULL_ORDER_HINT,
@@ -289,7 +289,7 @@ def sliding_window_aggregate(
         window's timestamp, in ms for timestamps), ``moment_sketch`` and
         ``collect`` (array<double>), or your own (double results).
     algorithm : str
-        ``"auto"`` (PBA or SBA per key, see :mod:`spark_integration.runtime`) or a
+        ``"auto"`` (PBA or SBA per key, see :mod:`spark_integration.python_worker`) or a
         name in ``pba_runtime.ALGORITHMS``.
     nulls : {"fail", "skip"}
         ``"fail"`` (default): a null value (or a null timestamp of a time
@@ -316,7 +316,7 @@ def sliding_window_aggregate(
         ``factory(workers) -> pba_runtime.WorkerPool`` for the per-process pool.
     min_slices : int, optional
         ``auto`` runs PBA from this many slices per window (default
-        :data:`spark_integration.runtime.SPARK_PBA_MIN_SLICES`).
+        :data:`spark_integration.python_worker.SPARK_PBA_MIN_SLICES`).
     engine : {"auto", "compiled", "numpy", "python"}
         What runs each key's window merge in the workers (:mod:`pba_runtime.kernels`):
         ``"auto"`` takes the compiled kernels (numba, cached on disk) where the

@@ -50,7 +50,7 @@ import numpy as np
 import pba_runtime as pr
 from pba_runtime.host import validate
 
-from . import runtime as rt
+from . import python_worker as rt
 from .arrow_runner import NULL_POLICIES
 from .intervals import as_window
 from .session import ensure_worker_python
@@ -391,7 +391,7 @@ def pba_partition_function(
     batch_size : int
         Records buffered per key before ``insert_many``. Under ``"auto"``, PBA needs
         pieces its batch path splits with the pool (:func:`pba_runtime.batch.splits_rows`:
-        at least :data:`spark_integration.runtime.PBA_MIN_KEY_SLICES` slices, ~1M for
+        at least :data:`spark_integration.python_worker.PBA_MIN_KEY_SLICES` slices, ~1M for
         windows under 2^11 slices): smaller ones run SBA (``small_key``).
     metrics : AlgorithmMetrics, optional
         Counts which algorithm ran (a Spark accumulator; see :func:`spark_integration.algorithm_metrics`).

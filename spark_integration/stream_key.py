@@ -128,7 +128,7 @@ class StepConfig:
     ----------
     window, agg, algorithm, engine, min_slices, cores
         As for :class:`pba_runtime.host.HostSpec` (through
-        :func:`spark_integration.runtime.key_host`).
+        :func:`spark_integration.python_worker.key_host`).
     chunk_rows : int
         Rows per sealed chunk of the tail.
     cache_keys : int
@@ -211,11 +211,11 @@ class KeyWindows:
     cfg : StepConfig
     host : KeyedHost, optional
         Opens the operators (validation, algorithm choice, pool); default
-        :func:`spark_integration.runtime.key_host` of ``cfg``.
+        :func:`spark_integration.python_worker.key_host` of ``cfg``.
     """
 
     def __init__(self, cfg: StepConfig, host: KeyedHost | None = None):
-        from . import runtime as rt
+        from . import python_worker as rt
 
         self.cfg = cfg
         self.agg = pr.get_aggregation(cfg.agg)

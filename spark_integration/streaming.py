@@ -56,7 +56,7 @@ from pyspark.sql.streaming.stateful_processor import StatefulProcessor
 
 import pba_runtime as pr
 
-from . import runtime as rt
+from . import python_worker as rt
 from .arrow_runner import ORDER_COL, VALUE_COL, _change_points, result_arrow_type, results_array
 from .stream_key import KeyOutput, KeyWindows, StateAccess, StepConfig
 from .stream_state import HEADER_ID, STATE_KEY_SCHEMA, STATE_VALUE_SCHEMA, pack_rows, unpack_rows

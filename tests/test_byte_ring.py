@@ -13,8 +13,7 @@ import numpy as np
 import pytest
 
 import pba_runtime as pr
-from pba_runtime.runtime import Debs14Source, Job
-from pba_runtime.runtime import job as job_module
+from pba_runtime.runtime import Debs14Source, Job, coordinator
 from pba_runtime.runtime.byte_ring import ByteRing
 from pba_runtime.runtime.sinks import format_batch, format_results
 
@@ -144,7 +143,7 @@ def test_a_job_through_its_rings_writes_the_windows_of_the_job_without_them(tmp_
     rings smaller than a batch's lines (sent inline): every key's windows, once, as the per-key reference
     computes them; no ring is left in /dev/shm."""
     if capacity is not None:
-        monkeypatch.setattr(job_module, "ring_capacity", lambda batch_size, queue_size, row_bytes=48: capacity)
+        monkeypatch.setattr(coordinator, "ring_capacity", lambda batch_size, queue_size, row_bytes=48: capacity)
     before = _mine()
     src = Debs14Source(plugs=5, tuples=30_000)
     keys, values, _ = src.take(0, 30_000)

@@ -198,7 +198,7 @@ def test_pools_restore_the_gil_switch_interval(monkeypatch):
     """The first pool lowers the interval, the last one to close puts the previous value back."""
     import sys
 
-    import pba_runtime.pool as pool_mod
+    import pba_runtime.pool.executor as pool_mod
 
     monkeypatch.setattr(pool_mod, "_switch_interval", pool_mod._SwitchInterval())  # apart from pools still open
     old = sys.getswitchinterval()
@@ -241,7 +241,7 @@ def test_closed_pool_falls_back_to_building_lcs_inline():
 
 
 def test_worker_exception_never_loses_a_result(monkeypatch):
-    import pba_runtime.algorithms.chunk_store as store_mod
+    import pba_runtime.algorithms.chunks as store_mod
 
     calls = {"n": 0}
     real = store_mod.build_lcs
@@ -552,7 +552,7 @@ def test_pba_builds_beside_a_worker_that_is_late_mid_task(monkeypatch):
     snapshot taken with tasks still running restores to the same results. Then the worker finishes unread."""
     import threading
 
-    from pba_runtime.algorithms import chunk_store
+    from pba_runtime.algorithms import chunks as chunk_store
 
     real = chunk_store.build_lcs
     gate = threading.Event()

@@ -18,8 +18,7 @@ from hypothesis import strategies as st
 from test_runtime import read_results, reference
 
 import pba_runtime as pr
-from pba_runtime.runtime import Debs14Source, Job
-from pba_runtime.runtime import job as job_module
+from pba_runtime.runtime import Debs14Source, Job, coordinator
 from pba_runtime.runtime.key_grouping import SlotGrouper
 from pba_runtime.runtime.partitioning import group_runs, slot_of
 from pba_runtime.runtime.sources import Batch, Source
@@ -157,7 +156,7 @@ def test_jobs_through_the_input_rings_give_the_reference_windows(tmp_path, monke
     """Default rings, rings so small the coordinator waits for the slots to release, rings smaller than a
     share (sent inline), and batches of the general path between: every window once, as the reference."""
     if capacity is not None:
-        monkeypatch.setattr(job_module, "input_ring_capacity", lambda *a: capacity)
+        monkeypatch.setattr(coordinator, "input_ring_capacity", lambda *a: capacity)
     before = _mine()
     src = _MixedKeys(12_000)
     is_time = isinstance(window, pr.TimeWindow)
@@ -194,7 +193,7 @@ class _FailsLater(Source):
 
 
 def test_a_slot_failing_while_the_coordinator_waits_for_its_ring_stops_the_job(monkeypatch):
-    monkeypatch.setattr(job_module, "input_ring_capacity", lambda *a: 20_000)
+    monkeypatch.setattr(coordinator, "input_ring_capacity", lambda *a: 20_000)
     before = _mine()
     with pytest.raises(pr.runtime.UserError, match="task slot 0"):
         Job(_FailsLater(), pr.CountWindow(range=2, slide=1), "geomean", "sba", parallelism=1, batch_size=1000,

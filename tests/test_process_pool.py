@@ -268,7 +268,7 @@ def test_raising_worker_falls_back_without_restart():
 
 def test_pool_that_keeps_dying_degrades_to_threads(monkeypatch):
     """Workers that die at every task: after MAX_RESTARTS restarts the tasks run in threads; results still equal."""
-    import pba_runtime.pool as pool_mod
+    import pba_runtime.pool.executor as pool_mod
 
     monkeypatch.setattr(pool_mod, "MAX_RESTARTS", 2)
     with pr.WorkerPool(kind="process", workers=1) as pool:

@@ -2,7 +2,7 @@
 
 (Over 500 lines: one operator whose per-tuple path, generic slicing-layer
 path, deferred batch history and vectorised batch path share one merger
-state. Where the chunks live is :mod:`pba_runtime.algorithms.chunk_store`.)
+state. Where the chunks live is :mod:`pba_runtime.algorithms.chunks`.)
 
 Zhang, Akbarinia, Toumani, *Efficient Incremental Computation of Aggregations
 over Sliding Windows*, KDD'21.
@@ -21,7 +21,7 @@ SBA builds each lcs on the main thread at the chunk boundary: same chunks, same
 arithmetic, so PBA's results equal SBA's bit for bit.
 
 Where the chunks live is chosen once, in ``__init__``
-(:func:`pba_runtime.algorithms.chunk_store.open_store`): in this process, their
+(:func:`pba_runtime.algorithms.chunks.open_store`): in this process, their
 lcs built by the pool's thread workers, or, with a process pool
 (``WorkerPool(kind="process")``), in shared-memory slots: the main loop writes
 every slice partial straight into its slot, a worker process builds the lcs in
@@ -81,7 +81,7 @@ from ..kernels.read_only import read_only
 from ..merge import build_lcs
 from ..pool import WorkerPool, default_pool
 from .base import SlicedAggregator, no_timestamps, sizeof, validate_timestamps
-from .chunk_store import Chunk, open_store, row
+from .chunks import Chunk, open_store, row
 
 __all__ = ["PBA", "SBA", "build_lcs"]
 
@@ -141,10 +141,10 @@ class PBA(SlicedAggregator):
             raise TypeError(f"pool must be a pba_runtime.WorkerPool or None, got {type(pool).__name__}")
         self.chunk_size = self._b = chunk_size
         self._pool = (pool if pool is not None else default_pool()) if self.parallel else None
-        # where the chunks live and who builds their lcs, chosen once (see chunk_store)
+        # where the chunks live and who builds their lcs, chosen once (see chunks)
         self._store = open_store(self._pool, self.agg, chunk_size, slots=max(4, -(-q // chunk_size) + 2),
                                  kernel=self._kernel)
-        self._shm = self._store.shm  # its shared-memory slots (shm.ChunkStore), if any
+        self._shm = self._store.shm  # its shared-memory slots (shm.ChunkSlots), if any
         self._width = self._store.width  # floats per partial in a flat row, 0 for a scalar
         self._chunks_closed = 0
         self._lcs_tasks = 0

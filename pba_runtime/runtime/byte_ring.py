@@ -2,11 +2,10 @@
 
 The CSV sink writes one file, so every slot's result lines go through the
 coordinator, which writes them in the order checkpoint alignment requires.
-Sent over the slot's output queue, each batch's bytes (~23 B a row of the
-default job, 6M rows) were pickled by the slot's queue feeder, pushed through
-a pipe in 64 KB reads and unpickled by the coordinator's sink thread, which
-shares the coordinator's GIL with the source loop: each of those reads waits
-for the GIL, and the slots' output stages stalled on a full output queue. Here
+Sent over the slot's output queue, each batch's bytes would be pickled by the
+slot's queue feeder, pushed through a pipe in small reads and unpickled by the
+coordinator's sink thread, which shares the coordinator's GIL with the source
+loop, and the slots' output stages stalled on a full output queue. Here
 a slot writes its lines straight into its ring (the compiled CSV writer's
 buffer *is* the ring), sends only ``(position, length)`` on the queue, and
 the sink thread writes that region of the ring to the file (one ``write``,
@@ -28,7 +27,7 @@ block: :class:`pba_runtime.shm.ShmBlock`, registered with the resource
 tracker) and unlinks its name as soon as its slot has mapped it, so nothing
 is left in ``/dev/shm`` whatever happens to the processes afterwards. Both sides map every page of the
 ring when they map it (``populate``: :class:`~pba_runtime.shm.ShmBlock`), not at each page's first touch
-in the stream: an 18 MiB ring's first lap took 4,608 faults a side, ~1.6 us each here.
+in the stream (a fault a page a side in the ring's first lap).
 
 Examples
 --------

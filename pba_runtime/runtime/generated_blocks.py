@@ -3,8 +3,8 @@
 :class:`~pba_runtime.runtime.sources.Debs14Source` draws a block's keys and loads
 with numpy (:func:`debs14_reference`): 16-bit uniform integers (``rng.integers``),
 a table lookup, uniform doubles (``rng.random``), a scale, a gather of the plugs'
-base loads, a product and ``np.round(..., 3)``: nine passes over the block, ~8 ns a
-tuple in the coordinator of the default job. :func:`debs14_compiled` draws the same
+base loads, a product and ``np.round(..., 3)``: nine passes over the block, in the
+coordinator of the default job. :func:`debs14_compiled` draws the same
 random numbers in one call (``bit_generator.random_raw``: the 64-bit outputs numpy
 turns into them) and does the rest in one compiled loop (numba), with numpy's
 operations in numpy's order, so the keys and values are the same, bit for bit (a
@@ -61,7 +61,7 @@ def debs14_reference(rng: np.random.Generator, table: np.ndarray, base: np.ndarr
     n : int
         Tuples.
     """
-    keys = table.take(rng.integers(0, 1 << 16, size=n, dtype=np.uint16))  # take: ~2x a [] gather
+    keys = table.take(rng.integers(0, 1 << 16, size=n, dtype=np.uint16))  # take: faster than a [] gather
     # in place (the same operations, the same bits): each temporary array is fresh memory the
     # kernel zeroes page by page
     level = rng.random(n)
@@ -91,7 +91,7 @@ def debs14_compiled(rng: np.random.Generator, table: np.ndarray, base: np.ndarra
 
 def compact_table(table: np.ndarray) -> np.ndarray:
     """``table`` in the narrowest of uint8, uint16, int64 that holds its keys (the same keys): the compiled
-    loop's lookups then stay in the L2 cache (64 KB at up to 256 keys, against 512 KB; ~0.4 ns a tuple).
+    loop's lookups then stay in the L2 cache (64 KB at up to 256 keys, against 512 KB).
 
     Examples
     --------

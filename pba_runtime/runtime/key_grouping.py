@@ -2,8 +2,7 @@
 
 The coordinator used to split each batch by slot (a gather per slot of the keys
 and the values) and every slot then sorted its share by key (a stable radix
-sort and a gather): ~5 ns a tuple in the coordinator and ~9 in the slots of the
-default job, and the keys crossed the queues. When the keys are small
+sort and a gather), and the keys crossed the queues. When the keys are small
 non-negative integers (the generated sources' plugs and sensors; at most
 :data:`~pba_runtime.runtime.partitioning.TABLE_KEYS` of them), one counting sort
 does both: each key has a *rank*, its place in the order ``(slot, key)``; the
@@ -11,7 +10,7 @@ batch is counted per rank and each value (and timestamp) is written straight to
 its place, in arrival order within its key (a stable sort). Slot ``i`` then
 gets one contiguous run of values, its distinct keys in increasing order and
 where each key's run starts: what :func:`~pba_runtime.runtime.partitioning.group_runs`
-gave it, without the keys themselves (~2.5 ns a tuple in all, compiled).
+gave it, without the keys themselves.
 
 The compiled pass (numba, cached on disk) has a readable numpy reference,
 :func:`group_reference` (a stable ``argsort`` of the ranks), and a test checks

@@ -6,9 +6,7 @@ by the next batch. glibc serves allocations from 128 KB up (a threshold it raise
 as it sees such blocks freed) with ``mmap`` and gives the memory back when they are freed, and it
 trims the top of its heaps beyond twice that threshold: either way the next batch's arrays are
 fresh pages, which the kernel zeroes one 4 KB page at a time at their first write, inside the
-compiled merge and the copies. Measured on the default job (6M tuples, 2 slots, thread CPU per
-tuple, 3 runs each, environment variables ``MALLOC_MMAP_THRESHOLD_``/``MALLOC_TRIM_THRESHOLD_``
-set for the whole job): the slots' aggregation 32-37 -> 21-22 ns, the job's stream 88-105 -> 67-71 ns.
+compiled merge and the copies, a large share of a slot's aggregation time in the default job.
 
 :func:`keep_freed_memory` sets both thresholds for the calling process: each slot process, and
 ``pba-run``'s own process (its source's batches; a :class:`~pba_runtime.runtime.Job` run from a

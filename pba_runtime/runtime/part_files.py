@@ -62,21 +62,11 @@ __all__ = ["PartWriter", "commit_parts", "prepare_part_dir", "part_files", "valu
 
 #: Rows a slot buffers before it writes them as a row group (Parquet) or record batches of up to this many rows
 #: (Arrow): bounded memory, row groups large enough for readers, and each write short. A slot (its main loop or
-#: its output stage) writes them between two batches' results; at 1M rows (30 ns a row, 8.9 B: the same as here)
-#: one write took ~30 ms of CPU and ~120 ms on the shared machine, and the slot's aggregation waited behind it,
-#: as it did for the last one at the end of the stream. At 128K rows a write takes ~5 ms; 32K rows took the
-#: Parquet job's CPU ratio to the job without a sink from 0.562 to 0.586 (in-process A/B, 7 rounds of 3
-#: repetitions, load 1.1-1.6). 16K: a slot's batch of the default job brings ~32,750 rows, just under 32K, so at
-#: 32K every row group held two batches, the first no longer in the caches; now each batch is written as it
-#: comes, as its own row group (a batch is never split). Fresh ``pba-run`` processes against 32K
-#: (``bench_runtime_versions.py --sinks``, 8 and 12 rounds, load 0.1-2.1; the 12 in
-#: ``bench/results/runtime_sinks_versions_rowgroup16k.json``): the slots' Parquet 14.1 -> 13.5 and
-#: 15.6 -> 14.6 ns a tuple (medians; the rounds' pairs scatter +-7 ns), the CPU ratio 0.63x -> 0.67x and 0.60x
-#: -> 0.63x; alone (one slot's batches, thread CPU, medians of 9) the same batches in pairs cost 0.3 ns a row
-#: more, and Arrow's record batches of 16K rows 11.8 ns a row against 12.3 at 32K. Larger groups of whole
-#: batches (zero-copy chunks, one ``write_table``) save the writer alone ~0.6 ns a row (4 batches a group: 9.53
-#: -> 8.95) but not the job, which then holds several batches' tables: fresh 12M-tuple ``pba-run`` processes,
-#: 8 rounds, load ~1.6, the stream-CPU ratio to no sink 0.630 (16K), 0.629 (64K), 0.623 (128K), 0.588 (256K).
+#: its output stage) writes them between two batches' results, and its aggregation waits behind a long write. A
+#: slot's batch of the default job brings just under this many rows, so each batch is written as it comes, as its
+#: own row group (a batch is never split), while it is still in the caches; larger groups of whole batches save
+#: the writer a little but not the job, which then holds several batches' tables
+#: (``bench/bench_runtime_versions.py --sinks`` compares them).
 ROWS_PER_GROUP = 1 << 14
 
 SUFFIXES = {"parquet": ".parquet", "arrow": ".arrow"}
@@ -88,46 +78,27 @@ SUFFIXES = {"parquet": ".parquet", "arrow": ".arrow"}
 #: filters a time range on: every row group of a part holds every key of its slot (each batch brings them all), so the
 #: key's statistics would skip nothing, and ``start`` is ``end`` minus the range; the column writers take 64K values at
 #: a time (pyarrow's default, 1,024, checks the page size after each; a page may pass its 1 MB target by one such
-#: batch); data pages of version 2 (their levels, here none, are not compressed with the values). Measured on batches
-#: shaped as a slot's of the default job (46 batches of 42 keys x ~780 windows, 1.55M rows, each batch one row group,
-#: thread CPU, medians of 5, pyarrow 26), ns and bytes a row, one column at a time:
-#:
-#: ===========  =================  ================  ============  ===============================
-#: column       as here, LZ4       Snappy            plain, none   other
-#: ===========  =================  ================  ============  ===============================
-#: ``key``      2.10, 0.05 B       1.73, 0.39 B      3.65, 8 B     dictionary 4.1
-#: ``start``    3.13, 0.09 B       2.78, 0.41 B      3.79, 8 B     delta 5.2, dictionary 16-19
-#: ``end``      3.02 (+0.6 stats)  2.92              3.71          delta 5.2
-#: ``value``    2.07, 0.07 B       1.69, 0.41 B      3.60, 8 B     dictionary 5.6, byte-stream-split 3.1
-#: ===========  =================  ================  ============  ===============================
-#:
-#: Each row group costs ~26-27 us besides, whatever its rows (pyarrow's four column writers, their metadata, the
-#: call; measured with 16-row groups): ~0.8 ns a row at a slot's batch of ~32.7K rows. The whole part: 10.1 ns and
-#: 0.28 bytes a row; with Snappy 8.8-9.3 ns and 1.6 bytes, but in the job no cheaper (fresh ``pba-run`` processes, 8
-#: rounds, load 0.2-1.5: the slots' Parquet 16.0 ns a tuple with LZ4, 15.8 with Snappy, the stream 56.2 and 56.3),
-#: so LZ4's 6x smaller files stay. Before: plain ``start`` and ``end`` with LZ4 19.6 ns a row against 18.8
-#: byte-stream-split (then with version-1 pages); delta-encoded 21.7-30.2 (``DeltaBitPackEncode`` was a third of the
-#: slots' Parquet thread in a profile of the job); version-2 pages took the writer from 10.7 to 10.1 ns a row, the
-#: same bytes. pyarrow, pandas, polars, DuckDB and Spark read these parts (checked here: Spark 4 read a part's rows
-#: and sums as pyarrow did).
+#: batch); data pages of version 2 (their levels, here none, are not compressed with the values). Each column's
+#: encoding is the cheapest to write of those tried (plain, dictionary, delta, byte-stream-split; LZ4, Snappy, none)
+#: on batches shaped as a slot's of the default job; Snappy writes about as fast in the job but LZ4's files are
+#: several times smaller, so LZ4 stays. pyarrow, pandas, polars, DuckDB and Spark read these parts (checked here:
+#: Spark 4 read a part's rows and sums as pyarrow did).
 PARQUET_OPTIONS = {"use_dictionary": False, "compression": "lz4", "write_statistics": ["end"],
                    "column_encoding": {"start": "BYTE_STREAM_SPLIT", "end": "BYTE_STREAM_SPLIT"},
                    "write_batch_size": 1 << 16, "data_page_version": "2.0"}
 #: A part's ``value`` column keeps :data:`PARQUET_OPTIONS`' LZ4 only if LZ4 packs a sample of it (the writer's
 #: first table of enough rows) into at most this fraction of its bytes; else it is written uncompressed
-#: (:func:`value_compression`). LZ4's cost follows what it finds: a sliding max's repeated values pack to ~1% at
-#: ~5 ns a row, a deviation's 15-17 digits not at all at ~2 ns (it gives up early), but a mean's (a sum of
-#: readings over the range, whose low bits repeat in places) pack to ~88% at ~23 ns a row, which doubled the
-#: writer of ``--agg mean``'s parts (one slot's part of 2.9M rows, thread CPU, 9 repetitions alternated, with
-#: LZ4 and without: a mean's 33.5-42.1 and 16.5-20.2 ns a row, a deviation's 14.1-21.9 and 13.4-20.6, a max's
-#: 11.3-23.0 and 12.6-19.9, its 0.29 bytes a row becoming 8.2).
+#: (:func:`value_compression`). LZ4's cost follows what it finds: a sliding max's repeated values pack well and
+#: cheaply, a deviation's 15-17 digits not at all (LZ4 gives up early), but a mean's (a sum of readings over the
+#: range, whose low bits repeat in places) pack little at a high cost, which doubled the writer of ``--agg mean``'s
+#: parts.
 VALUE_LZ4_MAX_RATIO = 0.5
 #: Rows a first table needs for that choice: a smaller one (a part closed by an early checkpoint) keeps LZ4, and the
 #: writer chooses at its next part.
 VALUE_SAMPLE_ROWS = 4096
 #: Bytes a part's writer gathers before it writes them to the file. pyarrow's Parquet writer writes each page
-#: header, page and footer piece as it comes: the default job's parts took ~430 ``write`` calls of ~600 bytes
-#: and ~200 ``lseek`` calls per 1M rows (``strace -c`` of a 30M-tuple job); through this buffer, ~20 writes.
+#: header, page and footer piece as it comes, hundreds of small ``write`` and ``lseek`` calls a million rows
+#: (``strace -c`` shows them); through this buffer, a few large writes.
 WRITE_BUFFER = 1 << 20
 _IN_PROGRESS = ".inprogress"
 _PART = re.compile(r"^(\.)?part-(\d{6,})-(\d{4,})\.(parquet|arrow)(\.inprogress)?$")
@@ -336,10 +307,9 @@ class PartWriter:
         """Write ``table`` once as a part would be written (this format, these options) into memory, not into a
         part: a slot calls it before the stream starts.
 
-        A process pays its first table, writer and row group dearly: pyarrow's first writer of a process is
-        ~1.8 ms more than the next, and the memory its columns, pages and buffers take is faulted in as it
-        first grows. In the default job each slot paid ~4-6 ms of that inside its stream of ~3M rows (~370 page
-        faults on this path, ~32 after a write here, at start-up). Nothing is written to the sink's
+        A process pays its first table, writer and row group dearly: pyarrow's first writer of a process costs
+        more than the next, and the memory its columns, pages and buffers take is faulted in as it first grows;
+        without this, each slot of the default job paid that inside its stream. Nothing is written to the sink's
         directory. (With an output stage the part is written on the stage's thread: pyarrow's per-thread
         memory is that thread's own, and only the process-wide part of the warm-up carries over.)
         """

@@ -3,7 +3,7 @@
 A job started with ``forkserver`` (the default where there is one) names this
 module in :func:`multiprocessing.set_forkserver_preload`, after numba's compiled
 kernels. On import, in the forkserver, it loads the job's compiled merge from
-numba's disk cache (:func:`pba_runtime.kernels.warm`, ~0.3-0.4 s), named by
+numba's disk cache (:func:`pba_runtime.kernels.warm`), named by
 the environment variable :data:`WARM_ENV` (``"AGGREGATION:ENGINE"``) that the
 job (or the ``pba-run`` command, which starts the server before its job:
 :mod:`pba_runtime.forkserver`) sets while the forkserver starts. Without it

@@ -76,9 +76,9 @@ _SINK_SPELLINGS = "none, csv:PATH, jsonl:PATH (PATH '-' for stdout), parquet:DIR
 #: Bytes a file sink reserves on disk ahead of what it has written (Linux ``fallocate`` with
 #: ``FALLOC_FL_KEEP_SIZE``, as RocksDB reserves its write-ahead logs: the file's length does not change, so
 #: readers and the checkpoint's offset see only what was written). The kernel then copies each write into
-#: blocks the file already has, instead of reserving them write by write (ext4's delayed allocation):
-#: measured with 750 KB writes of CSV lines, 0.23 -> 0.17 ns of kernel CPU a byte, ~1.3 ns a row of the
-#: default job. What is left of the reserve is given back when the sink closes (a truncate to the length).
+#: blocks the file already has, instead of reserving them write by write (ext4's delayed allocation),
+#: which spends less of the kernel's CPU a byte. What is left of the reserve is given back when the sink closes
+#: (a truncate to the length).
 PREALLOCATE = 64 << 20
 _FALLOC_FL_KEEP_SIZE = 1
 
@@ -149,8 +149,8 @@ def _csv_field(x: Any) -> str:
 @functools.lru_cache(maxsize=1 << 16, typed=True)
 def _line_prefix(fmt: str, key: Any) -> bytes:
     """What a line of ``key``'s windows holds before ``start``, encoded: ``key``'s CSV field and its comma, or
-    ``{"key": <key in JSON>, "start": ``. A slot's keys recur batch after batch (each batch's ~40 keys took
-    ~3 us each to quote, ~3 ns a row of the default job's CSV)."""
+    ``{"key": <key in JSON>, "start": ``. A slot's keys recur batch after batch, and quoting
+    each of them again at every batch would cost a large share of a CSV row."""
     if fmt == "csv":
         return (_csv_field(key) + ",").encode()
     return ('{"key": ' + json.dumps(key) + ', "start": ').encode()
@@ -165,8 +165,7 @@ def _prefix_blob(fmt: str, keys: tuple) -> tuple[np.ndarray, np.ndarray]:
     """The line prefixes of a batch's ``keys`` (:func:`_line_prefix`), as one blob and its offsets (what the
     compiled writer takes, :func:`pba_runtime.runtime.text_lines.blob`). A slot's batches bring mostly the same
     keys in the same order, so a batch of up to :data:`PREFIX_CACHE_KEYS` keys is cached by its keys and their
-    types (``1``, ``True`` and ``1.0`` are one key of a dict, but not one CSV field): the default job's ~42
-    keys' prefixes and blob took ~15 us a batch, ~0.4 ns a row."""
+    types (``1``, ``True`` and ``1.0`` are one key of a dict, but not one CSV field)."""
     from .text_lines import blob
 
     if len(keys) <= PREFIX_CACHE_KEYS:
@@ -216,7 +215,7 @@ def format_results(fmt: str, key: Any, ends: np.ndarray, results: Any, range_: i
 
 
 def _arrow_numbers(values: np.ndarray) -> Any:
-    """A numeric numpy array as a pyarrow array over the same memory (``pa.array`` would import pandas, ~0.5 s
+    """A numeric numpy array as a pyarrow array over the same memory (``pa.array`` would import pandas
     at a slot's first batch, and copy)."""
     import pyarrow as pa
 
@@ -339,7 +338,7 @@ def _table(key_col: Any, ends: np.ndarray, range_: int, value_col: Any, value_nu
 @functools.lru_cache(maxsize=64)
 def _result_schema(key_type: Any, value_type: Any, value_nullable: bool) -> Any:
     """The result table's schema. Fields that cannot hold a null are declared so: the Parquet writer then
-    encodes no definition levels (the default job's parts: 29.4 -> 22.6 ns a row)."""
+    encodes no definition levels, a large share of the writer's time on the default job's parts."""
     import pyarrow as pa
 
     return pa.schema([pa.field("key", key_type, nullable=False), pa.field("start", pa.int64(), nullable=False),
@@ -349,9 +348,7 @@ def _result_schema(key_type: Any, value_type: Any, value_nullable: bool) -> Any:
 
 def _table_of_columns(parts: Any, columns: tuple[np.ndarray, np.ndarray], range_: int) -> Any:
     """:func:`result_table` of a slot's :class:`ResultParts` whose ``columns`` hold scalar numbers: the same
-    table with a batch's Python done once, not once a part (the checks of every part's type, the schema): ~57 ->
-    ~44 us a batch of the default job's 42 keys x ~780 windows (~1.3 ns a row; the key column ~12 us of that,
-    ``start`` ~6)."""
+    table with a batch's Python done once, not once a part (the checks of every part's type, the schema)."""
     ends, values = columns
     key_col = _key_column([k for k, _, _ in parts], [len(e) for _, e, _ in parts])
     return _table(key_col, ends, range_, _arrow_numbers(values))

@@ -1,9 +1,5 @@
 """Sources: where a job's tuples come from, in batches of numpy arrays.
 
-(Over 500 lines: every source shares one batch protocol and one resume contract, the
-position a checkpoint stores, and the text sources share their line reading and the
-one-line errors on bad input; split per format, each would restate that contract.)
-
 A source yields :class:`Batch` objects: ``keys`` (int64 or str), ``values``
 (float64), ``timestamps`` (int64 epoch milliseconds, or ``None``), the source
 *position* after the batch (what a checkpoint stores to resume from) and the
@@ -141,7 +137,7 @@ class Source:
         """Yield batches from ``start`` (a position from an earlier batch; ``None``: the beginning).
 
         ``timestamps=False``: the caller does not need them (count windows); a source may then leave
-        ``Batch.timestamps`` ``None`` (the generators do: ~1.3 ns a tuple less).
+        ``Batch.timestamps`` ``None`` (the generators do: they then skip making them).
         """
         raise NotImplementedError
 

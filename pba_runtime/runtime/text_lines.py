@@ -2,11 +2,10 @@
 
 The CSV sink writes one line ``key,start,end,value`` per window, the JSON-lines sink one object
 ``{"key": ..., "start": ..., "end": ..., "value": ...}``. Formatting those lines was the sinks' bound:
-pyarrow's float-to-string cast and CSV writer cost ~350 ns a row here, Python's ``repr`` ~500, the
-per-line formatter (:func:`pba_runtime.runtime.sinks.format_results`) ~480 ns a JSON line (the default
-``pba-run`` job emits a window per tuple, tens of millions a second). This module writes the whole batch
-in one compiled pass over its columns (no Python object per result), ~4 ns a row of the default job's
-CSV (thread CPU, the loop alone; ~24 before the shortcut below). The two formats differ only in the
+pyarrow's float-to-string cast and CSV writer, Python's ``repr`` and the per-line formatter
+(:func:`pba_runtime.runtime.sinks.format_results`) each cost a row far more than the aggregation (the
+default ``pba-run`` job emits a window per tuple, tens of millions a second). This module writes the whole
+batch in one compiled pass over its columns (no Python object per result). The two formats differ only in the
 text between the numbers and in how ``nan`` and the infinities are spelled: a :class:`Layout`
 (:data:`CSV`, :data:`JSONL`) says which; the key's text and what follows it (``7,`` or ``{"key": 7,
 "start": ``) is the caller's *prefix*.
@@ -17,18 +16,17 @@ and, for a sliding max or min, the same value. The writer keeps the last line it
 template's words followed by the last two digits of both numbers; a row whose ``start`` or ``end`` is
 a multiple of 100 (the digits before the last two change), a key or value change, a line longer than
 96 bytes or numbers of one digit take the full path, which makes that line the new template.
-Formatting the two integers from scratch was ~19 of the ~24 ns a CSV row; incrementing their digits in the
-words of the line before, carry by carry, 6.4 (each row's increments waited on the row before's), the
-template 5.6 (the same batches, medians of 9), and the template as three words when the line fits in 24
-bytes (the default job's ~21) with each number's two digits put in as one two-byte store, 3.9-4.0 (eight
-stores a row -> five; medians of 5, two rounds beside the four-word writer's 5.7-5.9).
+Formatting the two integers from scratch was most of a CSV row's cost; incrementing their digits in the
+words of the line before, carry by carry, made each row wait on the row before's; the template, written
+as three words when the line fits in 24 bytes (the default job's lines do) with each number's two digits
+put in as one two-byte store, is the cheapest of the three.
 
 Floats are written exactly as ``repr`` writes them (as :mod:`json` does too), so they read back to the same
 double: the shortest decimal that rounds to the value, in ``repr``'s layout, found in the loop by
 :func:`pba_runtime.kernels.float_repr.put_repr` (Schubfach; ``-0.0`` too; ``nan`` and the infinities as the
 layout spells them). Results of a mean, a standard deviation or a sum of fractions need 15-17 digits on most
-rows: before, those went to Python's ``repr`` (~500 ns a value) and the CSV sink ran the default job with
-``--agg std`` at 1.8M tuples/s against 10.4M without a sink. :func:`lines` is checked against the readable
+rows: before, those went to Python's ``repr``, and the CSV sink made the default job with ``--agg std``
+several times slower than without a sink. :func:`lines` is checked against the readable
 reference (:func:`pba_runtime.runtime.sinks.format_results`) by the tests, for keys that need quoting too.
 
 Examples
@@ -144,8 +142,7 @@ _MASK63 = np.uint64((1 << 63) - 1)
 @njit(cache=True, nogil=True, inline="always")
 def _put_text(buf, pos, texts, texts_off, k):  # pragma: no cover - compiled
     """Write the layout's text ``k`` at ``pos``, byte by byte; returns the position after it. (As one or two
-    word stores, a row of the full path cost ~10 ns more: 94-96 against 84-89 ns a row of 15-17 digits; the CSV
-    writer before the layouts, with its one-byte texts written as constants, took 81-83.)"""
+    word stores, a row of the full path cost more.)"""
     for j in range(texts_off[k], texts_off[k + 1]):
         buf[pos] = texts[j]
         pos += 1
@@ -270,8 +267,8 @@ def _write_fast(buf, prefix, prefix_off, counts, ends, range_, bits, texts, text
                 continue
             if same_part and n_words and e == prev_end + 1 and s_lo < 99 and e_lo < 99:
                 # a new value: the template's line up to the text before the value (the stores above, written
-                # out again: as an inlined helper of both branches they made the loop ~4x slower, and one branch
-                # for both rows cost the default job's loop 3.9 -> 4.35 ns a row), then the value below
+                # out again: as an inlined helper of both branches they made the loop several times slower, and
+                # one branch for both rows slowed the default job's loop too), then the value below
                 s_lo += 1
                 e_lo += 1
                 if n_words <= 4:
@@ -307,8 +304,7 @@ def _write_fast(buf, prefix, prefix_off, counts, ends, range_, bits, texts, text
                     pos += 1
             else:
                 prev_lo = pos
-                # _put_float written out: inlined here, it cost a row of the full path ~15 ns (110-117 against
-                # 94-96 ns a row of 15-17 digits, medians of 7, alternated, the texts then stored as words)
+                # _put_float written out: inlined here as a helper, it slowed a row of the full path
                 if v & _MASK63 < _EXPONENT:  # finite
                     pos = put_repr(buf, pos, v, g, pow10u, digits2, little)
                 else:  # nan or an infinity, as the layout spells it
@@ -337,8 +333,7 @@ def _write_vectors(buf, prefix, prefix_off, counts, ends, range_, bits, texts, t
     number spelled as :func:`_write_fast` spells a value, put together as the layout says; returns the length
     written. No shortcut: a vector's numbers rarely repeat from window to window, and they are most of the
     line. The line's head (prefix, start, end) is :func:`_write_ints`'s, written out: as a helper of both, inlined
-    it took the int loop from ~37-54 to ~46-79 ns a row and called to ~91-131 (medians of 9, alternated, beside a
-    CI run)."""
+    or called, it slowed the int loop."""
     pos = 0
     row = 0
     for p in range(counts.shape[0]):

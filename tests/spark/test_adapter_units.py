@@ -18,7 +18,7 @@ from oracle import assert_results_equal, count_windows, time_windows
 
 import pba_runtime as pr
 import spark_integration as si
-from spark_integration import runtime as rt
+from spark_integration import python_worker as rt
 from spark_integration.arrow_runner import (
     ORDER_COL,
     VALUE_COL,

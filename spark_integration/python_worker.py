@@ -22,8 +22,8 @@ threshold). Each runner keeps its keys in a :class:`pba_runtime.host.KeyedHost`
   is 1 (the default: every core runs a task of its own, so PBA's worker thread
   would only compete with another task), the executor has one core
   (``local[1]``, ``spark.executor.cores=1``), or the worker process is pinned to
-  one CPU. Measured on local[2] (``bench/bench_spark.py``): forced PBA was slower
-  than SBA there; set ``spark.task.cpus=2`` to give each task a core for its pool;
+  one CPU. On local[2] forced PBA is slower than SBA (``bench/bench_spark.py``
+  shows it); set ``spark.task.cpus=2`` to give each task a core for its pool;
 * ``small_key``: the key's whole stream (or, in the RDD function, each piece
   it is fed in) is shorter than a batch that PBA splits with the pool
   (``pba_runtime.batch.splits_rows``), so PBA could only add overhead;

@@ -14,7 +14,7 @@ it has:
     pools for partials that are not fixed-size numeric) or on the main thread.
 :class:`SharedChunks`
     ``saa`` and ``lcs`` are ``memoryview`` regions of a shared-memory slot
-    (:class:`pba_runtime.shm.ChunkStore`): the main loop writes each partial in
+    (:class:`pba_runtime.shm.ChunkSlots`): the main loop writes each partial in
     place and a worker process builds the lcs in place from a task that only
     names the slot.
 
@@ -52,8 +52,8 @@ import numpy as np
 from ..aggregations import Aggregation, Kernel
 from ..merge import build_lcs
 from ..pool import result_or_repair
-from ..shm import ChunkStore
-from ..tasks import open_chunk_store
+from ..shm import ChunkSlots
+from ..tasks import open_chunk_slots
 
 __all__ = ["Chunk", "LocalChunks", "SharedChunks", "open_store", "row"]
 
@@ -121,8 +121,8 @@ class LocalChunks:
     @property
     def _blank(self) -> array | None:
         """A zeroed chunk's floats (``None`` unless ``flat``), built when a chunk is first needed: a batch
-        that keeps its slices as one deferred array never needs one (``sliding_aggregate``: ``b`` of
-        ``q = 2^20`` slices cost an 8-16 MB zeroed buffer per call, ~2-5 ms, for nothing)."""
+        that keeps its slices as one deferred array never needs one (``sliding_aggregate`` with ``b`` of
+        ``q = 2^20`` slices would zero a buffer of megabytes per call for nothing)."""
         if self._blank_rows is None and self.flat:
             self._blank_rows = array("d", bytes(8 * self.rows * max(self.width, 1)))
         return self._blank_rows
@@ -207,7 +207,7 @@ class LocalChunks:
 
 
 class SharedChunks(LocalChunks):
-    """Chunks in shared-memory slots (:class:`pba_runtime.shm.ChunkStore`), their lcs built by worker processes.
+    """Chunks in shared-memory slots (:class:`pba_runtime.shm.ChunkSlots`), their lcs built by worker processes.
 
     A slot goes back to the store when its chunk leaves the operator, and is
     reused once its lcs task is over. Partials must be floats (tuples of
@@ -216,7 +216,7 @@ class SharedChunks(LocalChunks):
 
     shared = True
 
-    def __init__(self, agg: Aggregation, rows: int, shm: ChunkStore, kernel: Kernel | None = None):
+    def __init__(self, agg: Aggregation, rows: int, shm: ChunkSlots, kernel: Kernel | None = None):
         self.agg = agg
         self.rows = rows
         self.shm = shm
@@ -299,14 +299,14 @@ def open_store(pool: Any, agg: Aggregation, rows: int, slots: int, kernel: Kerne
 
     Shared-memory slots with a process pool when the partials are fixed-size
     numeric and the workers can rebuild the aggregation
-    (:func:`pba_runtime.tasks.open_chunk_store`); otherwise local chunks whose lcs
+    (:func:`pba_runtime.tasks.open_chunk_slots`); otherwise local chunks whose lcs
     a thread pool (or a process pool's thread workers) builds, or, without a
     pool (SBA), the main thread.
     """
     if pool is None:
         return LocalChunks(agg, rows, None, kernel)
     if pool.kind == "process":
-        shm = open_chunk_store(pool, agg, rows, slots=slots)
+        shm = open_chunk_slots(pool, agg, rows, slots=slots)
         if shm is not None:
             return SharedChunks(agg, rows, shm, kernel)
         return LocalChunks(agg, rows, pool.submit_thread, kernel)

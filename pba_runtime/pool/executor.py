@@ -1,49 +1,16 @@
-"""Worker pools that build lcs buffers beside the main loop.
+"""The worker pool: its threads or its generations of worker processes, the tasks it runs, and the default pool.
 
-(Over 500 lines: a process pool's life cycle, that is starting, restarting a
-generation, degrading to threads, closing, the executor's semaphores and the
-exit hooks, is one piece of state under one lock; split, its invariants would
-span modules.)
-
-One pool serves many aggregators (one per key), as the paper's Flink
-integration runs one pool per task slot. A thread pool works in parallel with
-the main loop for kernel (numpy) aggregations, whose accumulate loops release
-the GIL; a Python-callable aggregation holds the GIL, so its lcs only overlaps
-the main loop in a process pool.
-
-Process pools
--------------
-``WorkerPool(kind="process", workers=N)`` runs ``N`` worker processes
-(``spawn`` or ``forkserver``; never ``fork``: a forked child of a threaded
-parent, such as a Spark Python worker, can deadlock). Chunk partials and lcs
-live in shared memory (:mod:`pba_runtime.shm`, held by the pool's
-:attr:`~WorkerPool.memory`): an aggregator gets a chunk store
-(:func:`pba_runtime.tasks.open_chunk_store`), its main loop writes each chunk's
-partials into a slot, and a task names the slot (block name, offsets, rows) and
-the aggregation, never the data. Aggregations whose partials are not fixed-size
-numeric (for example ``collect``), or that a worker could not import (a
-lambda, a closure), run in the pool's thread workers instead
-(:meth:`~WorkerPool.submit_thread`).
-
-Faults: a worker killed (``BrokenProcessPool``) or hung past ``task_timeout``
-is noticed when its result is needed (or at the next submit); the pool kills
-that generation of workers, waits for them to exit and starts new ones
-(:meth:`~WorkerPool.recover`), and the aggregator builds the affected lcs on
-the main thread (counted in its ``fallbacks``), so no result is lost or
-duplicated: :func:`result_or_repair` is that one repair, used by PBA and the
-batch merge. A task that *raises* leaves its worker healthy: the lcs is built
-on the main thread, no restart. After :data:`MAX_RESTARTS` restarts within
-:data:`RESTART_WINDOW` seconds the pool gives up on processes and runs its
-tasks in threads (``stats()["degraded"]``).
-
-Examples
---------
->>> with WorkerPool(kind="thread", workers=1) as pool:
-...     pool.submit(sum, [1, 2, 3]).result()
-6
->>> with WorkerPool(kind="process", workers=1, task_timeout=30) as pool:  # doctest: +SKIP
-...     pool.submit(sum, [1, 2, 3]).result()
-6
+``WorkerPool(kind="process", workers=N)`` runs ``N`` worker processes (``spawn`` or ``forkserver``; never
+``fork``: a forked child of a threaded parent, such as a Spark Python worker, can deadlock). Chunk partials and
+lcs live in shared memory (:mod:`pba_runtime.shm`, held by the pool's :attr:`~WorkerPool.memory`): an
+aggregator gets shared chunk slots (:func:`pba_runtime.tasks.open_chunk_slots`), its main loop writes each
+chunk's partials into a slot, and a task names the slot (block name, offsets, rows) and the aggregation, never
+the data. Aggregations whose partials are not fixed-size numeric (for example ``collect``), or that a worker
+could not import (a lambda, a closure), run in the pool's thread workers instead
+(:meth:`~WorkerPool.submit_thread`). A worker that died or hung is replaced by a new generation
+(:meth:`~WorkerPool.recover`, :mod:`pba_runtime.pool.repair`); after :data:`MAX_RESTARTS` restarts within
+:data:`RESTART_WINDOW` seconds the pool gives up on processes and runs its tasks in threads
+(``stats()["degraded"]``).
 """
 
 from __future__ import annotations
@@ -52,23 +19,20 @@ import atexit
 import logging
 import multiprocessing
 import os
-import signal
 import sys
 import threading
 import time
-import weakref
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool, ProcessPoolExecutor
 from typing import Any
 
-import numpy as np
+from .. import logs
+from ..shm import PoolMemory
+from .cleanup import _join_manager, _live_pools, _release_semaphores, _semaphores
+from .workers import _ping, _worker_init, quiet_worker_thread
 
-from . import logs
-from .shm import PoolMemory
-
-__all__ = ["WorkerPool", "default_pool", "default_pool_free", "exit_with_parent", "quiet_worker_thread", "result_or_repair",
-           "DEFAULT_TASK_TIMEOUT", "START_METHODS"]
+__all__ = ["WorkerPool", "default_pool", "default_pool_free", "DEFAULT_TASK_TIMEOUT", "START_METHODS"]
 
 POOL_KINDS = ("thread", "process")
 START_METHODS = ("spawn", "forkserver")
@@ -92,7 +56,6 @@ RESTART_WINDOW = 60.0
 log = logging.getLogger("pba_runtime")
 
 _UNSET: Any = object()
-
 
 class _SwitchInterval:
     """The GIL switch interval, lowered to :data:`THREAD_SWITCH_INTERVAL` while at least one pool is open.
@@ -131,147 +94,6 @@ class _SwitchInterval:
 
 
 _switch_interval = _SwitchInterval()
-
-
-def result_or_repair(pool: Any, fut: Future, fallback: Callable[[], Any], *, task: str, repair: str,
-                     done: bool | None = None, timed: bool = True,
-                     on_error: Callable[[BaseException, str], None] | None = None) -> tuple[Any, bool]:
-    """The result of a pool task, or ``fallback()`` run on this thread if the task failed: the one repair.
-
-    Every task the project submits is a pure function of its arguments that
-    writes only its own output, so running it again here gives the same result.
-    A worker that died (``BrokenProcessPool``) or hung past the pool's
-    ``task_timeout`` may still hold or write the task's memory: its whole
-    generation is killed and replaced first (:meth:`WorkerPool.recover`). A task
-    that raised leaves its worker healthy: no restart.
-
-    Parameters
-    ----------
-    pool : WorkerPool
-        The pool that ran ``fut``.
-    fut : Future
-    fallback : callable
-        Computes the result on this thread.
-    task, repair : str
-        For the warning: ``"<task> failed (<why>); <repair>"``.
-    done : bool, optional
-        Whether ``fut`` finished in time, if the caller already waited
-        (:meth:`WorkerPool.wait_for`); ``None``: wait here.
-    timed : bool
-        Wait with the pool's ``task_timeout`` (``False``: until the task ends,
-        for thread tasks that share the caller's arrays).
-    on_error : callable, optional
-        ``on_error(exc, why)`` when the task raised, before the repair.
-
-    Returns
-    -------
-    (result, repaired) : tuple
-        ``repaired`` is true when ``fallback`` gave the result (callers count it).
-
-    Examples
-    --------
-    >>> with WorkerPool(kind="thread", workers=1) as pool:
-    ...     fut = pool.submit(lambda: 1 / 0)
-    ...     result_or_repair(pool, fut, lambda: "here", task="demo task", repair="computing it here")
-    ('here', True)
-    """
-    if done is None:
-        done = pool.wait_for(fut) if timed else True
-    if done:
-        try:
-            return fut.result(), False
-        except Exception as exc:  # a worker fault never loses a result: compute it here
-            why = f"{type(exc).__name__}: {exc}"
-            restart = isinstance(exc, BrokenProcessPool)
-            if on_error is not None:
-                on_error(exc, why)
-    else:
-        why = f"no result after task_timeout={pool.task_timeout}s: worker hung"
-        restart = True
-    log.warning("%s failed (%s); %s", task, why, repair)
-    if restart:  # no worker of that generation may still write into the task's memory (or hog the pool)
-        pool.recover(fut, why)
-    return fallback(), True
-
-
-#: Exit status of a process that ended because its parent died (:func:`exit_with_parent`).
-ORPHAN_EXIT_CODE = 3
-
-
-def exit_with_parent(code: int = ORPHAN_EXIT_CODE) -> threading.Thread | None:
-    """End this process as soon as its :mod:`multiprocessing` parent dies, whatever its threads are doing.
-
-    A daemon thread waits on the parent's sentinel (a pipe the parent holds
-    open; it reads end-of-file when the parent is gone, even after
-    ``kill -9``) and then calls ``os._exit(code)``. A check between blocking
-    calls is not enough: a child can be blocked for good in ``read()`` of a
-    message its parent was killed while writing. ``prctl(PR_SET_PDEATHSIG)``
-    is no substitute either: under ``forkserver`` the parent is the fork
-    server, not the process that started the child, and it fires when the
-    *thread* that started the child ends.
-
-    Returns the thread, or ``None`` in a process that has no
-    :mod:`multiprocessing` parent (nothing to watch).
-
-    Parameters
-    ----------
-    code : int
-        Exit status when the parent is gone.
-    """
-    parent = multiprocessing.parent_process()
-    if parent is None:
-        return None
-
-    def watch() -> None:
-        parent.join()
-        os._exit(code)
-
-    thread = threading.Thread(target=watch, name="pba-parent-watch", daemon=True)
-    thread.start()
-    return thread
-
-
-def quiet_worker_thread() -> None:
-    """Initializer of every worker thread (and of every worker process, through :func:`_worker_init`): numpy's
-    warnings for non-finite arithmetic (``inf - inf``, overflow) off for the rest of this thread.
-
-    A window holding NaN or infinities gives numpy's result silently on the batch entry points
-    (:func:`~pba_runtime.aggregations.quiet_non_finite`), but their ``np.errstate`` holds only on the calling
-    thread: a PBA chunk's lcs built by a worker warned (``invalid value encountered in accumulate``). Here it
-    costs nothing a task; numpy 2 keeps this setting per thread, so the user's own threads keep theirs.
-
-    >>> from concurrent.futures import ThreadPoolExecutor
-    >>> import numpy as np
-    >>> with ThreadPoolExecutor(1, initializer=quiet_worker_thread) as ex:
-    ...     ex.submit(np.add.accumulate, np.array([np.inf, -np.inf])).result()
-    array([inf, nan])
-    >>> np.geterr()["invalid"]  # this thread's is unchanged
-    'warn'
-    """
-    np.seterr(invalid="ignore", over="ignore")
-
-
-def _worker_init(log_cfg: tuple | None) -> None:
-    """Initializer of every worker process.
-
-    Logging as in the main process; Ctrl-C is the parent's business; the worker
-    exits when its parent dies (its blocks are then reclaimed by the resource
-    tracker, which outlives the last worker holding its pipe); numpy's
-    non-finite warnings off, as in the worker threads (:func:`quiet_worker_thread`).
-    """
-    quiet_worker_thread()
-    try:
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-    except (ValueError, OSError):  # pragma: no cover
-        pass
-    exit_with_parent()
-    logs.apply_config(log_cfg)
-    log.debug("worker pid %d started (parent %d)", os.getpid(), os.getppid())
-
-
-def _ping() -> int:
-    return os.getpid()
-
 
 class WorkerPool:
     """A pool of workers that run lcs tasks.
@@ -616,133 +438,6 @@ class WorkerPool:
         state = "closed" if self._closed else "open"
         extra = f", start_method={self.start_method!r}" if self.kind == "process" else ""
         return f"WorkerPool(kind={self.kind!r}, workers={self.workers}{extra}, {state})"
-
-
-#: How long :func:`_join_manager` waits for a killed executor's manager thread (it takes milliseconds).
-MANAGER_JOIN_TIMEOUT = 5.0
-
-
-def _join_manager(ex: ProcessPoolExecutor, timeout: float = MANAGER_JOIN_TIMEOUT) -> bool:
-    """Wait until the manager thread of an executor whose workers are dead has ended; whether it has.
-
-    Once its workers are gone the thread fails the pending futures, closes the
-    queues and closes its wakeup pipe under the executor's shutdown lock. At
-    interpreter exit ``concurrent.futures``' own hook writes to every such pipe
-    without that lock: a thread still closing its pipe then made it print an
-    ``OSError: [Errno 9] Bad file descriptor`` traceback (a script that killed a
-    worker and exited, 1 run in 15 here). Our exit hook runs before that one
-    (:func:`_close_process_pools`), and every kill joins the thread, so the
-    pipe is closed, and marked closed, before the hook looks at it.
-    """
-    thread = getattr(ex, "_executor_manager_thread", None)
-    if thread is None or thread is threading.current_thread():
-        return True
-    thread.join(timeout)
-    return not thread.is_alive()
-
-
-def _semaphores(ex: ProcessPoolExecutor) -> list:
-    """The :mod:`multiprocessing` locks and semaphores of an executor's queues (named ``/dev/shm/sem.mp-*``)."""
-    locks = []
-    for q in (getattr(ex, "_call_queue", None), getattr(ex, "_result_queue", None)):
-        for attr in ("_rlock", "_wlock", "_sem"):
-            lock = getattr(q, attr, None)
-            if lock is not None and hasattr(lock, "_semlock"):
-                locks.append(lock)
-    return locks
-
-
-def _release_semaphores(locks: list) -> int:
-    """Unlink the names of an executor's semaphores (:func:`_semaphores`) once its workers are gone.
-
-    Each :mod:`multiprocessing` lock or semaphore unlinks its name when the
-    object is collected, or at interpreter exit. A broken executor can stay
-    referenced long after its restart (its manager thread, a traceback), so its
-    names would stay until exit, where a late unregister could also reach a
-    resource tracker that no longer knows them (``KeyError`` tracebacks).
-    Running each lock's own finalizer now unlinks and unregisters it exactly
-    once (a finalizer runs at most once); a process that still holds the
-    semaphore keeps using it, as with an unlinked file. Returns how many were
-    released.
-    """
-    from multiprocessing import util
-
-    if not locks:
-        return 0
-    done = 0
-    registry = getattr(util, "_finalizer_registry", {})
-    for fin in list(registry.values()):
-        ref = getattr(fin, "_weakref", None)
-        obj = ref() if ref is not None else None
-        if obj is not None and any(obj is lock for lock in locks):
-            try:
-                fin()
-                done += 1
-            except OSError:  # pragma: no cover - already unlinked
-                pass
-    return done
-
-
-_live_pools: weakref.WeakSet = weakref.WeakSet()
-
-
-def _close_process_pools() -> None:
-    """At exit: kill the workers of pools never closed (a hung one would block the interpreter's exit)."""
-    for pool in list(_live_pools):
-        try:
-            pool.close(wait=False)
-        except Exception:  # pragma: no cover
-            pass
-
-
-def _forget_pools_in_child() -> None:
-    """In a child forked by ``os.fork`` (not by :mod:`multiprocessing`, which clears them itself): the
-    parent's pools are not the child's to close.
-
-    Without this, a forked child that ended normally killed the parent's workers (through the exit hook
-    below, on its copy of the pool) and, through :mod:`multiprocessing`'s exit finalizers on its copy of the
-    executor's locks, unlinked the names of the semaphores the parent still uses (a worker the parent spawns
-    later opens them by name) and unregistered them from the tracker the two processes share. The copies
-    are dropped from the exit hook, those finalizers from the child's registry and the workers from its
-    children (``multiprocessing``'s exit joined them: ``AssertionError: can only join a child process``);
-    :meth:`WorkerPool.close` in the child leaves the processes alone.
-    """
-    pools = list(_live_pools)
-    if not pools:
-        return
-    _live_pools.clear()
-    from multiprocessing import process, util
-
-    children = getattr(process, "_children", set())  # not the child's: its exit would try to join them
-    for pool in pools:
-        for p in pool._procs(pool._executor):
-            children.discard(p)
-    locks = [lock for pool in pools for lock in _semaphores(pool._executor)]
-    registry = getattr(util, "_finalizer_registry", {})
-    for key, fin in list(registry.items()):
-        ref = getattr(fin, "_weakref", None)
-        obj = ref() if ref is not None else None
-        if obj is not None and any(obj is lock for lock in locks):
-            registry.pop(key, None)
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_forget_pools_in_child)
-
-
-# concurrent.futures joins its process pools in a threading-exit hook that runs before
-# atexit; register ours the same way, later, so it runs first (hooks run newest first).
-# Why not only the public atexit: threading's shutdown joins concurrent.futures' manager
-# threads (which wait for the workers) *before* atexit handlers run, so a hung worker would
-# block the exit before our handler could kill it. The public alternative, a non-daemon
-# thread that joins the main thread and then kills the workers, runs *concurrently* with
-# concurrent.futures' own exit hook (two shutdowns of one executor racing) rather than
-# before it. So the private hook stays where it exists, with atexit as the fallback where
-# it does not (close() is idempotent, the second call is a no-op).
-_register = getattr(threading, "_register_atexit", None)
-if _register is not None:
-    _register(_close_process_pools)
-atexit.register(_close_process_pools)
 
 
 _default: WorkerPool | None = None
