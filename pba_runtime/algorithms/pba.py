@@ -1,58 +1,14 @@
-"""PBA (Parallel Boundary Aggregator) and SBA, its one-thread version.
+"""PBA (Parallel Boundary Aggregator) and SBA, its one-thread version: the per-tuple merger.
 
-(Over 500 lines: one operator whose per-tuple path, generic slicing-layer
-path, deferred batch history and vectorised batch path share one merger
-state. Where the chunks live is :mod:`pba_runtime.algorithms.chunk_store`.)
-
-Zhang, Akbarinia, Toumani, *Efficient Incremental Computation of Aggregations
-over Sliding Windows*, KDD'21.
-
-Slices are grouped into chunks of ``b`` slices. Within the open chunk the main
-loop keeps ``csa``, the cumulative aggregation from the chunk's first slice;
-when a chunk closes, its slice aggregations (``saa``) go to a worker that builds
-``lcs``, the cumulative aggregation from the right. A window holding slices
-``[f, g)`` is then ``lcs[f] (+) ca... (+) csa[g-1]``: at most three parts when
-``b > q/2`` (``q`` slices per window), and two for most windows when ``b`` is
-close to ``q`` (see :mod:`pba_runtime.chunking`). A window that needs an lcs that is not
-ready is a *stall* (counted): the main loop takes a task a thread worker has not started back,
-builds one it is late with beside it (:meth:`PBA._lcs`), and waits only for worker processes.
-
-SBA builds each lcs on the main thread at the chunk boundary: same chunks, same
-arithmetic, so PBA's results equal SBA's bit for bit.
-
-Where the chunks live is chosen once, in ``__init__``
-(:func:`pba_runtime.algorithms.chunk_store.open_store`): in this process, their
-lcs built by the pool's thread workers, or, with a process pool
-(``WorkerPool(kind="process")``), in shared-memory slots: the main loop writes
-every slice partial straight into its slot, a worker process builds the lcs in
-place from a task that only names the slot, and the main loop reads the lcs
-where the worker left it. That covers kernel aggregations and Python-callable
-ones with fixed-size numeric partials (a float or a tuple of floats, as their
-``identity``), whose Python ``combine`` loop then runs beside the main loop
-instead of holding its GIL. Other partials (``collect``) use the pool's thread
-workers. A worker that dies, hangs past the pool's ``task_timeout`` or raises
-costs one lcs built on the main thread (counted in ``stats()["fallbacks"]``):
-nothing is lost or duplicated. Whether a closed chunk's lcs is submitted (PBA)
-or built here (SBA) is chosen by the class (``_close_chunk``).
-
-One push (:meth:`PBA._push`): a chunk opens with :meth:`PBA._start_chunk`, each
-partial is written as row ``i`` of the open chunk's rows (both stores allocate
-them when the chunk opens) and combined into ``csa``, and the chunk closes with
-:meth:`PBA._end_chunk`. The per-tuple path of count windows with slide 1 (the
-paper's main experiment, :meth:`PBA._tuple_insert`) inlines the three lines
-between those calls instead of calling ``_push``: the call and the attribute
-reads it repeats cost 1-19% of a tuple (medians of 7 interleaved pairs, see
-``docs/internals/code-map.md``, "PBA's structure"). That path keeps only ``_g``, ``_f``, ``_csa``
-and its chunk bookkeeping up to date per tuple; every other entry point calls
-``_leave_tuple_mode()`` first, which derives the slicing layer's counters.
-
-Both also have a vectorised batch path (``insert_many``): slice aggregations by
-``reduceat``, then csa and lcs of chunk-shaped 2-D arrays by ``accumulate``
-(the lcs in the pool, in parallel with the csa on the main thread) and every
-window by one vectorised merge. Batches use chunks of exactly ``q`` slices
-(two parts per window, the fewest merges); the state they leave behind is the
-same slice history the per-tuple path uses, so batches and single inserts can
-be mixed freely.
+Zhang, Akbarinia, Toumani, *Efficient Incremental Computation of Aggregations over Sliding Windows*,
+KDD'21. Slices are grouped into chunks of ``b``. The main loop keeps ``csa``, the cumulative aggregation
+from the open chunk's first slice; a closed chunk's slice aggregations (``saa``) go to a worker that
+builds ``lcs``, the cumulative aggregation from the right (SBA builds it here: the same arithmetic, so
+PBA's results equal SBA's bit for bit). A window over slices ``[f, g)`` is ``lcs[f] (+) ca... (+)
+csa[g-1]``, at most three parts when ``b > q/2`` (:mod:`pba_runtime.chunking`); one whose lcs is late is
+a *stall* (:meth:`PBA._lcs`). Where chunks live (here, or a process pool's shared memory) is
+:mod:`pba_runtime.algorithms.chunk_store`'s; the batch paths and the inlined per-tuple path are engines
+(:mod:`pba_runtime.engines`), chosen once in ``__init__``, each leaving the same merger state.
 
 Examples
 --------
@@ -65,7 +21,6 @@ Examples
 
 from __future__ import annotations
 
-import logging
 import time
 from array import array
 from concurrent.futures import Future
@@ -75,7 +30,7 @@ import numpy as np
 
 from ..aggregations import quiet_non_finite
 from ..chunking import plan_chunk_size
-from ..engines import BatchPlan, count_batch, history
+from ..engines import BatchPlan, count_batch, history, tuple_path
 from ..kernels import resolve_engine
 from ..merge import build_lcs
 from ..pool import WorkerPool, default_pool
@@ -83,8 +38,6 @@ from .base import SlicedAggregator, no_timestamps, sizeof, validate_timestamps
 from .chunk_store import Chunk, open_store, row
 
 __all__ = ["PBA", "SBA", "build_lcs"]
-
-log = logging.getLogger("pba_runtime")
 
 
 class PBA(SlicedAggregator):
@@ -95,36 +48,32 @@ class PBA(SlicedAggregator):
     window : CountWindow or TimeWindow
     agg : str or Aggregation
     pool : WorkerPool, optional
-        Builds the lcs; ``None`` uses the process-wide default thread pool. A
-        process pool keeps chunks in shared memory when the partials are
-        fixed-size numeric (see the module doc), else uses its thread workers.
+        Builds the lcs; ``None`` uses the process-wide default thread pool. A process pool keeps chunks
+        in shared memory when the partials are fixed-size numeric, else uses its thread workers.
     chunk_size : int, optional
         Slices per chunk, ``1 <= chunk_size <= range // slide``; default from
-        :func:`pba_runtime.chunking.plan_chunk_size` (numpy or Python-loop
-        lcs costs, depending on the aggregation).
+        :func:`pba_runtime.chunking.plan_chunk_size`.
     engine : {"auto", "compiled", "numpy", "python"}
-        What runs the batch path's window merge (:mod:`pba_runtime.kernels`);
-        ``stats()["engine"]`` reports the one chosen.
+        What runs the batch path's window merge (:mod:`pba_runtime.kernels`); ``stats()["engine"]``
+        reports the one chosen.
     """
 
     name = "pba"
     parallel = True
     engines = ("compiled", "numpy", "python")
-    #: Who chose the algorithm (``stats()["chosen_by"]``): ``"request"``, or ``"auto"`` (``pr.create``,
-    #: ``pr.sliding_aggregate``), and why (``stats()["why"]``, a sentence, or a function giving it; ``None``
-    #: when requested).
+    #: Who chose the algorithm (``stats()["chosen_by"]``: ``"request"``, or ``"auto"``), and why
+    #: (``stats()["why"]``: a sentence, a function giving it, or ``None`` when requested).
     chosen_by = "request"
     _why: Any = None
-    #: Set by ``pr.create("auto")``: ``n_values -> (algorithm, why)``, the batch policy the operator's first
-    #: ``insert_many`` asks when nothing was inserted before (``algorithms.choose_batch_algorithm``).
+    #: Set by ``pr.create("auto")``: ``n_values -> (algorithm, why)``, the batch policy a fresh operator's
+    #: first ``insert_many`` asks (``algorithms.choose_batch_algorithm``).
     _auto_batch: Any = None
 
-    # the batch engines' reads and writes of the merger (pba_runtime.engines), bound as its methods
-    _history, _defer_history, _build_deferred = history.history, history.defer_history, history.build_deferred
-    _load_history, _start_open_chunk = history.load_history, history.start_open_chunk
-    _pop_to, _finish_batch = history.pop_to, history.finish_batch
+    # the engines' functions the operator calls (pba_runtime.engines), bound as its methods
+    _build_deferred, _insert_each = history.build_deferred, SlicedAggregator.insert_many  # (per-tuple engine's)
     lean_plan, lean_finish, _finish_lean = count_batch.lean_plan, count_batch.lean_finish, count_batch.finish_lean
-    _insert_each = SlicedAggregator.insert_many  # the per-tuple engine's batch
+    _enter_tuple_mode, _leave_tuple_mode = tuple_path.enter_tuple_mode, tuple_path.leave_tuple_mode
+    _tuple_insert, _front_mid = tuple_path.tuple_insert, tuple_path.front_mid
     _check_timestamps, _no_timestamps = staticmethod(validate_timestamps), staticmethod(no_timestamps)
 
     def __init__(self, window, agg, *, pool: WorkerPool | None = None, chunk_size: int | None = None,
@@ -141,52 +90,34 @@ class PBA(SlicedAggregator):
             raise TypeError(f"pool must be a pba_runtime.WorkerPool or None, got {type(pool).__name__}")
         self.chunk_size = self._b = chunk_size
         self._pool = (pool if pool is not None else default_pool()) if self.parallel else None
-        # where the chunks live and who builds their lcs, chosen once (see chunk_store)
-        self._store = open_store(self._pool, self.agg, chunk_size, slots=max(4, -(-q // chunk_size) + 2),
-                                 kernel=self._kernel)
-        self._shm = self._store.shm  # its shared-memory slots (shm.ChunkStore), if any
-        self._width = self._store.width  # floats per partial in a flat row, 0 for a scalar
-        self._chunks_closed = 0
-        self._lcs_tasks = 0
-        self._stalls = 0
+        self._open_store()
+        self._chunks_closed = self._lcs_tasks = self._stalls = self._fallbacks = 0
         self._stall_time = 0.0
-        self._fallbacks = 0
-        self._worker_late = 0  # lcs not ready when a window needed it (each counted once in stalls too)
-        self._lcs_taken_back = 0  # ... whose task had not started: cancelled, built here
-        self._lcs_built_inline = 0  # ... that a thread worker was building: built here beside it
+        # lcs not ready when a window needed it (each a stall too): its task taken back, or built beside it
+        self._worker_late = self._lcs_taken_back = self._lcs_built_inline = 0
         self._reset_merger()
         # the per-tuple path for count windows with slide 1 (the paper's main experiment)
         self._fast = not self._is_time and self._s == 1 and not self.agg.positional
         self._lower_float = self.agg.lower is float
-        # built-in max/min/sum lift a float to itself
-        self._float_passthrough = self.agg.float_passthrough
+        self._float_passthrough = self.agg.float_passthrough  # built-in max/min/sum lift a float to itself
         self._combine, self._lower = self.agg.combine, self.agg.lower
-        # the per-tuple path's vectorised lcs (+) ca_middle (scalar kernel partials only)
-        kernel = self.agg.kernel
+        kernel = self.agg.kernel  # the per-tuple path's vectorised lcs (+) ca_middle (scalar kernel partials)
         self._mid_combine = kernel.combine if kernel is not None and not kernel.shape else None
         self._tuple_mode = False
         self._plan_batches()
 
     def _plan_batches(self, fused: bool = True) -> None:
-        """The batch engine, chosen once (:class:`pba_runtime.engines.BatchPlan`): the plan and its runner."""
+        """The batch engine, chosen once: the plan (:class:`pba_runtime.engines.BatchPlan`) and its runner."""
         self._plan = BatchPlan.of(self, fused)
         self._batch = self._plan.build(self)
 
-    @property
-    def _fused_time(self) -> bool:
-        """Whether time-window batches run the fused engine; set ``False``, the episode engine (its reference)."""
-        return self._plan.engine == "fused"
-
-    @_fused_time.setter
-    def _fused_time(self, fused: bool) -> None:
-        self._plan_batches(fused)
+    _fused_time = property(lambda self: self._plan.engine == "fused", _plan_batches)  # set False: its reference
 
     # ------------------------------------------------------------------ merger
     def _reset_merger(self, f: int = 0, g: int = 0) -> None:
         """An empty merger whose next slice is ``g`` (and front ``f``), relative to the last reset."""
         self._drop_all()
-        self._pushed = g  # slices pushed since the last reset
-        self._popped = f  # slices popped since the last reset
+        self._pushed, self._popped = g, f  # slices pushed and popped since the last reset
         self._chunks: dict[int, Chunk] = {}
         self._open: Chunk | None = None  # the chunk being filled
         self._csa = self.agg.identity
@@ -195,12 +126,8 @@ class PBA(SlicedAggregator):
         self._cursor()
 
     def _cursor(self) -> None:
-        """Where the next push writes: ``_ob``, the open chunk's first slice, and ``_open_rows``, its rows.
-
-        Derived from ``_g`` and ``_open`` after a reset, a load or a restore; kept
-        by :meth:`_start_chunk` afterwards. ``_ob = g - b``: no chunk open (the
-        next push opens one).
-        """
+        """Where the next push writes: ``_open_base``, the open chunk's first slice (``g - b``: none open, the
+        next push opens one), and ``_open_rows``, its rows; kept by :meth:`_start_chunk` afterwards."""
         g, b = self._pushed, self._b
         if g % b:
             self._open_base = g - g % b
@@ -257,13 +184,10 @@ class PBA(SlicedAggregator):
     def _lcs(self, c: int) -> Any:
         """The lcs of closed chunk ``c``: built here if nobody did; if its task is late, helped (a stall).
 
-        A late task a thread worker has not started is taken back (cancelled) and built here; one it is
-        building is built here too, into a buffer of its own (the lcs is a pure function of the chunk's
-        partials, which nobody writes any more), and the worker's result is dropped: the main loop never
-        waits for a thread worker longer than one build. A task of the worker *processes* (chunks in
-        shared memory) is waited for, as before: that wait is what notices a dead or hung process
-        (``task_timeout``, ``BrokenProcessPool``), and taking their tasks back would leave the
-        processes idle whenever a chunk's slack is shorter than a round trip to them.
+        A late task a thread worker has not started is taken back and built here; one it is building is
+        built here too, into a buffer of its own (the lcs is a pure function of partials nobody writes any
+        more), the worker's result dropped. A worker *process*'s task is waited for: that wait notices a
+        dead or hung process (``task_timeout``), and taking its tasks back would leave the processes idle.
         """
         rec = self._chunks[c]
         lcs = rec.lcs
@@ -326,11 +250,7 @@ class PBA(SlicedAggregator):
             first = combine(first, self._chunks[c].ca)
         return combine(first, last)
 
-    # ------------------------------------------------------------------ per-tuple path
-    # Count windows, slide 1, any store: push (inlined), pop one, query, per tuple. While
-    # ``_tuple_mode`` is set only _g, _f, _csa and the chunk bookkeeping are kept up to
-    # date; every other entry point calls _leave_tuple_mode() first, which derives the
-    # slicing layer's counters (_n, _back, _front, _next_k, _emitted).
+    # ------------------------------------- entry points (count windows, slide 1: engines/tuple_path.py)
     def insert(self, value: Any, timestamp: int | None = None) -> list[tuple[int, Any]]:
         if self._tuple_mode:
             if timestamp is None:
@@ -343,90 +263,6 @@ class PBA(SlicedAggregator):
         self._enter_tuple_mode()
         return self._tuple_insert(value)
 
-    def _enter_tuple_mode(self) -> None:
-        f, b = self._popped, self._b
-        self._front_base = f - f % b  # first slice of the front chunk
-        self._front_lcs_rows = None  # the front chunk's lcs as rows, once resolved
-        self._front_mid_rows = None  # lcs (+) ca of the one middle chunk, once a window spans three chunks
-        self._tuple_w0 = max(0, self._pushed - self._r + 1)
-        self._tuple_e0 = self._emitted
-        self._tuple_mode = True
-
-    def _leave_tuple_mode(self) -> None:
-        if not self._tuple_mode:
-            return
-        self._tuple_mode = False
-        g, f = self._pushed, self._popped
-        self._n = self._back = g
-        self._front = f
-        windows = max(0, g - self._r + 1)
-        self._emitted = self._tuple_e0 + windows - self._tuple_w0
-        if windows:
-            self._next_k = g - self._r + 1
-
-    def _tuple_insert(self, value: Any) -> list[tuple[int, Any]]:
-        p = value if value.__class__ is float and self._float_passthrough else self.agg.lift(value)
-        g = self._pushed
-        b = self._b
-        # push: _push's middle, inlined (see the module doc)
-        i = g - self._open_base
-        if i == b:
-            csa = self._start_chunk(g, p)
-            i = 0
-        else:
-            saa = self._open_rows
-            w = self._width
-            try:  # first: a partial the store refuses changes nothing
-                if w:
-                    saa[i * w : i * w + w] = array("d", p)
-                else:
-                    saa[i] = p
-            except (TypeError, ValueError, OverflowError):
-                self._store.refuse(p)
-            csa = self._csa = self._combine(self._csa, p)
-        if i == b - 1:
-            self._end_chunk(csa)
-        g += 1
-        self._pushed = g
-        k = g - self._r
-        if k < 0:
-            return []
-        # pop one slice
-        fb = self._front_base
-        j = k - fb
-        if j == b:  # the window left the front chunk
-            self._store.drop(self._chunks.pop(fb // b, None))
-            fb = self._front_base = fb + b
-            self._front_lcs_rows = self._front_mid_rows = None
-            j = 0
-        self._popped = k
-        # query
-        ob = self._open_base
-        if fb == ob:  # the window lies in one chunk
-            res = self._query() if j else csa
-        elif j and ob - fb == 2 * b and self._mid_combine is not None:
-            # three parts: lcs[j] (+) ca_mid is one numpy combine per front chunk, not one per tuple
-            fm = self._front_mid_rows
-            if fm is None:
-                fm = self._front_mid_rows = self._front_mid(fb // b)
-            res = self._combine(fm[j], csa)
-        else:
-            if j:
-                lcs = self._front_lcs_rows
-                if lcs is None:
-                    lcs = self._front_lcs(fb // b)
-                first = lcs[j]
-            else:
-                first = self._chunks[fb // b].ca
-            if ob - fb > b:  # a middle chunk: its ca (several only for user chunk sizes below q/2)
-                if ob - fb == 2 * b:
-                    first = self._combine(first, self._chunks[fb // b + 1].ca)
-                else:
-                    for c in range(fb // b + 1, ob // b):
-                        first = self._combine(first, self._chunks[c].ca)
-            res = self._combine(first, csa)
-        return [(g, res if self._lower_float else self._lower(res))]
-
     def _front_lcs(self, c: int) -> Any:
         """The lcs of front chunk ``c``, indexable by row (tuples of floats for vector partials), kept in ``_front_lcs_rows``."""
         lcs = self._lcs(c)
@@ -436,30 +272,15 @@ class PBA(SlicedAggregator):
         self._front_lcs_rows = lcs
         return lcs
 
-    def _front_mid(self, c: int) -> array:
-        """``lcs[j] (+) ca_{c+1}`` for every ``j`` of front chunk ``c``: the per-tuple combines, element for
-        element, in one numpy call (~0.5 ns a slice: no latency spike next to the lcs the chunk needed anyway)."""
-        lcs = self._front_lcs_rows
-        if lcs is None:
-            lcs = self._front_lcs(c)
-        out = array("d")
-        out.frombytes(self._mid_combine(np.asarray(lcs, dtype=np.float64), self._chunks[c + 1].ca).tobytes())
-        return out
-
     def insert_many(self, values, timestamps=None):
         if self._auto_batch is not None:
             self._decide_batch(values)
         return self._batch.insert_many(values, timestamps)
 
     def _decide_batch(self, values: Any, final: bool = False) -> None:
-        """An ``"auto"`` operator's first batch into a fresh stream: the batch policy decides (once).
-
-        SBA becomes PBA, with its pool, when the policy splits this batch; otherwise the
-        per-tuple choice stays (a PBA over a large window keeps its worker for the
-        tuples to come), unless the batch is the whole stream (``final``,
-        ``sliding_aggregate``): then PBA becomes SBA, whose batch runs the same
-        merge without starting a pool. ``stats()["why"]`` then says the batch's reason.
-        """
+        """An ``"auto"`` operator's first batch into a fresh stream: the batch policy decides (once). SBA
+        becomes PBA, with its pool, when the policy splits this batch; PBA becomes SBA when the policy says
+        so of the whole stream (``final``); otherwise the per-tuple choice stays."""
         if not hasattr(values, "__len__") or not len(values):
             return  # an empty batch leaves the stream fresh: the next one decides
         decide, self._auto_batch = self._auto_batch, None
@@ -479,13 +300,17 @@ class PBA(SlicedAggregator):
         self._store.close()
         self.__class__ = cls
         self._pool = pool
+        self._open_store()
+
+    def _open_store(self) -> None:
+        """Where the chunks live and who builds their lcs, chosen once for the pool (see chunk_store)."""
         q, b = self._q, self._b
         self._store = open_store(self._pool, self.agg, b, slots=max(4, -(-q // b) + 2), kernel=self._kernel)
-        self._shm = self._store.shm
-        self._width = self._store.width
+        self._shm = self._store.shm  # its shared-memory slots (shm.ChunkStore), if any
+        self._width = self._store.width  # floats per partial in a flat row, 0 for a scalar
 
     # ------------------------------------------------------------------ bookkeeping
-    # (a state's "_g" and "_f" are _pushed and _popped: checkpoints keep their keys)
+    # (a state's "_g" and "_f" are _pushed and _popped: checkpoints keep their keys, engines/history.py)
     _STATE_FIELDS = SlicedAggregator._STATE_FIELDS + ("_csa", "_chunks_closed", "_lcs_tasks", "_stalls",
                                                       "_stall_time", "_fallbacks", "_worker_late",
                                                       "_lcs_taken_back", "_lcs_built_inline")
@@ -494,27 +319,10 @@ class PBA(SlicedAggregator):
         self._leave_tuple_mode()
         if self._deferred is not None and not self._store.flat:
             self._build_deferred()  # Python partials in the state: any engine restores it
-        st = super()._get_state()
-        st["_g"], st["_f"] = self._pushed, self._popped
-        if self._deferred is not None:  # after a batch: the slices as one array, as they are
-            X, f, g = self._deferred
-            st["deferred"] = (np.array(X), f, g)
-            st["chunks"], st["open"], st["chunk_size"] = {}, None, self._b
-            return st
-        chunks = {}
-        for c in list(self._chunks):
-            rec = self._chunks[c]
-            lcs = self._lcs(c) if rec.lcs is not None else None
-            n = self._pushed - c * self._b if rec is self._open else self._b  # rows written
-            chunks[c] = self._store.snapshot(rec, n, lcs)  # copies: a snapshot never points into the store
-        st["chunks"] = chunks
-        st["open"] = next((c for c, rec in self._chunks.items() if rec is self._open), None)
-        st["chunk_size"] = self._b
-        return st
+        return history.snapshot(self, super()._get_state())
 
     def _insert_and_flush(self, values, timestamps=None):
-        """Fused time windows: the batch and the end of stream in one compiled call (no second call,
-        and no copy of the results to join them); otherwise ``insert_many`` then ``flush``."""
+        """The batch and the end of stream in one call where the engine has one (fused), else in two."""
         if self._auto_batch is not None:
             self._decide_batch(values, final=True)
         insert_and_flush = self._batch.insert_and_flush
@@ -536,20 +344,9 @@ class PBA(SlicedAggregator):
         self._leave_tuple_mode()
         if st["chunk_size"] != self._b:
             raise ValueError(f"state was taken with chunk_size {st['chunk_size']}, this operator has {self._b}")
-        # counters a state taken before the late-worker help had not: zero
-        st = {"_worker_late": 0, "_lcs_taken_back": 0, "_lcs_built_inline": 0, **st}
+        st = {"_worker_late": 0, "_lcs_taken_back": 0, "_lcs_built_inline": 0, **st}  # older states: zero
         super()._set_state(st)
-        self._pushed, self._popped = st["_g"], st["_f"]
-        self._drop_all()
-        self._deferred = None
-        if st.get("deferred") is not None:
-            X, f, g = st["deferred"]
-            self._reset_merger(f, g)
-            self._deferred = (X, f, g)
-            return
-        self._chunks = {c: self._store.restore(saa, lcs, ca) for c, (saa, lcs, ca) in st["chunks"].items()}
-        self._open = self._chunks.get(st["open"]) if st["open"] is not None else None
-        self._cursor()
+        history.restore(self, st)
 
     @property
     def emitted(self) -> int:
@@ -560,19 +357,11 @@ class PBA(SlicedAggregator):
         self._leave_tuple_mode()
         st = super().stats()
         st.update(
-            chunk_size=self._b,
-            chunks=self._chunks_closed,
-            lcs_tasks=self._lcs_tasks,
-            stalls=self._stalls,
-            stall_time=self._stall_time,
-            fallbacks=self._fallbacks,
-            worker_late=self._worker_late,
-            lcs_taken_back=self._lcs_taken_back,
-            lcs_built_inline=self._lcs_built_inline,
-            pool=None if self._pool is None else self._pool.kind,
-            shared_memory=self._store.shared,
-            chosen_by=self.chosen_by,
-            why=self._why() if callable(self._why) else self._why,
+            chunk_size=self._b, chunks=self._chunks_closed, lcs_tasks=self._lcs_tasks, stalls=self._stalls,
+            stall_time=self._stall_time, fallbacks=self._fallbacks, worker_late=self._worker_late,
+            lcs_taken_back=self._lcs_taken_back, lcs_built_inline=self._lcs_built_inline,
+            pool=None if self._pool is None else self._pool.kind, shared_memory=self._store.shared,
+            chosen_by=self.chosen_by, why=self._why() if callable(self._why) else self._why,
         )
         return st
 
@@ -594,9 +383,7 @@ class PBA(SlicedAggregator):
                 if isinstance(rec.lcs, Future):
                     rec.lcs.cancel()
             self._drop_all()
-            self._chunks = {}
-            self._open = None
-            self._deferred = None
+            self._chunks, self._open, self._deferred = {}, None, None
             self._store.close()  # shared memory: unlinks its blocks
         super().close()
 

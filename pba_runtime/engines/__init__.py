@@ -9,7 +9,7 @@ the operator and its per-tuple merger in :mod:`pba_runtime.algorithms.pba`.
 
 from __future__ import annotations
 
-from . import count_batch, history, time_batch
+from . import count_batch, history, time_batch, tuple_path
 from .plan import ENGINES, BatchEngine, BatchPlan, Runner
 
-__all__ = ["BatchEngine", "BatchPlan", "Runner", "ENGINES", "count_batch", "history", "time_batch"]
+__all__ = ["BatchEngine", "BatchPlan", "Runner", "ENGINES", "count_batch", "history", "time_batch", "tuple_path"]

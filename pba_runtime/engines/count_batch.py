@@ -18,6 +18,7 @@ import numpy as np
 from ..aggregations import as_float_array, quiet_non_finite
 from ..batch import COMPILED_SPLIT_MIN, _results, windows_from_values, windows_with_ends
 from ..kernels import merge_range
+from .history import finish_batch, held_slices, pop_to
 
 __all__ = ["insert_lean", "insert_slices", "insert_values", "lean_plan", "lean_finish", "finish_lean"]
 
@@ -60,7 +61,7 @@ def lean_plan(op, N: int) -> tuple[int, int, np.ndarray | None] | None:
     nwin = n0 + N - r - k_lo + 1
     if N == 0 or nwin <= 0 or nwin >= COMPILED_SPLIT_MIN or op._front != k_lo:
         return None
-    hist = op._history() if op._back > op._front else None
+    hist = held_slices(op) if op._back > op._front else None
     return k_lo, nwin, (hist if hist is not None and len(hist) else None)
 
 
@@ -157,14 +158,14 @@ def insert_slices(op, values, timestamps=None):
     g0 = op._back
     g1 = g0 + len(new_slices)
     if k_hi < k_lo:
-        X = np.concatenate([op._history(), new_slices]) if op._pushed > op._popped else new_slices
-        op._finish_batch(X, op._front, g1, N, fill, cur)
+        X = np.concatenate([held_slices(op), new_slices]) if op._pushed > op._popped else new_slices
+        finish_batch(op, X, op._front, g1, N, fill, cur)
         return op._pack([], [])
     nwin = k_hi - k_lo + 1
     # slices [k_lo, g1) as one array: history, then the new slices
     if op._front < k_lo:
-        op._pop_to(k_lo)
-    hist = op._history() if g0 > op._front else None
+        pop_to(op, k_lo)
+    hist = held_slices(op) if g0 > op._front else None
     X = new_slices if hist is None or not len(hist) else np.concatenate([hist, new_slices])
     ends, full = windows_with_ends(kernel, X, q, nwin, k_lo * s + r, s, op._pool, agg=op.agg,
                                   engine=op.engine, lowered=not m)
@@ -186,7 +187,7 @@ def insert_slices(op, values, timestamps=None):
     results = kernel.lower(full) if m else full
     op._emitted += nwin
     op._next_k = k_hi + 1
-    op._finish_batch(X, k_lo, g1, N, fill, cur, front=k_hi + 1)
+    finish_batch(op, X, k_lo, g1, N, fill, cur, front=k_hi + 1)
     if op.agg.result == "int":
         results = np.asarray(results, dtype=np.int64)
     return ends, results
@@ -205,8 +206,8 @@ def insert_values(op, vals: np.ndarray) -> tuple[np.ndarray, Any]:
     k_hi = n0 + N - r  # >= k_lo: N >= q
     g1 = op._back + N
     if op._front < k_lo:
-        op._pop_to(k_lo)
-    hist = op._history() if op._back > op._front else None
+        pop_to(op, k_lo)
+    hist = held_slices(op) if op._back > op._front else None
     if hist is not None and len(hist):
         old = hist if hist.ndim == 1 else hist[:, engine.value_column]
         V = np.concatenate([old, vals])
@@ -219,7 +220,7 @@ def insert_values(op, vals: np.ndarray) -> tuple[np.ndarray, Any]:
     front = k_hi + 1
     tail = V[front - k_lo :]
     pos = np.arange(front, front + len(tail)) if op.agg.positional else None
-    op._finish_batch(kernel.lift(tail, pos), front, g1, N, 0, op.agg.identity, front=front)
+    finish_batch(op, kernel.lift(tail, pos), front, g1, N, 0, op.agg.identity, front=front)
     if op.agg.result == "int":
         results = np.asarray(results, dtype=np.int64)
     return ends, results

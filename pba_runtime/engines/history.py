@@ -1,22 +1,22 @@
-"""The merger's slice history as arrays, and back: what every batch engine reads and leaves behind.
+"""The merger's slice history as arrays, and back: what every batch engine reads and leaves, and snapshots.
 
-A batch reads the slices ``[front, back)`` its windows still need as one array (:func:`history`), and
+A batch reads the slices ``[front, back)`` its windows still need as one array (:func:`held_slices`), and
 leaves the ones the next windows need as one array again (:func:`finish_batch`, :func:`defer_history`);
 only a per-tuple call cuts them into PBA's chunks (:func:`build_deferred`, :func:`load_history`), so a
 run of batches never builds chunk records. Each function takes the operator (``op``: a
 :class:`~pba_runtime.algorithms.pba.PBA`, whose merger state it reads and writes) and is bound as one of
-its methods (``PBA._history`` is :func:`history`, ...): the same calls as before they moved here.
+its methods where the operator calls it (``PBA._build_deferred``).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["history", "defer_history", "build_deferred", "load_history", "start_open_chunk", "pop_to",
-           "finish_batch"]
+__all__ = ["held_slices", "defer_history", "build_deferred", "load_history", "start_open_chunk", "pop_to",
+           "finish_batch", "snapshot", "restore"]
 
 
-def history(op) -> np.ndarray:
+def held_slices(op) -> np.ndarray:
     """Slice partials ``[f, g)`` held by the merger, as a kernel array (read only)."""
     if op._deferred is not None:
         return op._deferred[0]
@@ -35,8 +35,8 @@ def history(op) -> np.ndarray:
 def defer_history(op, X: np.ndarray, f: int, g: int) -> None:
     """Hold slice partials ``X`` = slices ``[f, g)`` (relative indices) as one owned array.
 
-    A batch that follows reads them as they are (``_history``); only a
-    per-tuple call cuts them into chunks (``_build_deferred``), so a run of
+    A batch that follows reads them as they are (:func:`held_slices`); only a
+    per-tuple call cuts them into chunks (:func:`build_deferred`), so a run of
     batches never pays for chunk records, their ``ca`` or copies to ``array('d')``.
     """
     op._reset_merger(f, g)
@@ -48,7 +48,7 @@ def build_deferred(op) -> None:
     """Cut the history a batch left as one array into chunks (a per-tuple call needs them)."""
     X, f, g = op._deferred
     op._deferred = None
-    op._load_history(X, f, g)
+    load_history(op, X, f, g)
 
 
 def load_history(op, X: np.ndarray, f: int, g: int) -> None:
@@ -59,7 +59,7 @@ def load_history(op, X: np.ndarray, f: int, g: int) -> None:
     if g <= f:
         # nothing held: the next push opens chunk g // b at its slice g % b
         if g % b:
-            op._start_open_chunk(np.empty((0,) + kernel.shape), g)
+            start_open_chunk(op, np.empty((0,) + kernel.shape), g)
         return
     for c in range(f // b, (g - 1) // b + 1):
         lo = max(f, c * b)
@@ -73,7 +73,7 @@ def load_history(op, X: np.ndarray, f: int, g: int) -> None:
             # per-tuple window needing it builds it once (_lcs)
             op._chunks[c] = op._store.from_rows(rows, ca)
         else:
-            op._start_open_chunk(rows, g, c)
+            start_open_chunk(op, rows, g, c)
 
 
 def start_open_chunk(op, rows: np.ndarray, g: int, c: int | None = None) -> None:
@@ -102,9 +102,45 @@ def finish_batch(op, X, x0, g1, N, fill, cur, front=None) -> None:
     front = op._front if front is None else front
     front = min(front, g1)
     keep = X[front - x0 :]
-    op._defer_history(keep, front, g1)
+    defer_history(op, keep, front, g1)
     op._front = front
     op._back = g1
     op._n += N
     op._fill = fill
     op._cur = cur
+
+
+def snapshot(op, st: dict) -> dict:
+    """``st`` (the slicing layer's state) with the merger's: the slices as one array after a batch, else
+    every chunk's rows, lcs and total (copies: a snapshot never points into the store)."""
+    st["_g"], st["_f"] = op._pushed, op._popped  # a checkpoint's keys, kept
+    if op._deferred is not None:  # after a batch: the slices as one array, as they are
+        X, f, g = op._deferred
+        st["deferred"] = (np.array(X), f, g)
+        st["chunks"], st["open"], st["chunk_size"] = {}, None, op._b
+        return st
+    chunks = {}
+    for c in list(op._chunks):
+        rec = op._chunks[c]
+        lcs = op._lcs(c) if rec.lcs is not None else None
+        n = op._pushed - c * op._b if rec is op._open else op._b  # rows written
+        chunks[c] = op._store.snapshot(rec, n, lcs)  # copies: a snapshot never points into the store
+    st["chunks"] = chunks
+    st["open"] = next((c for c, rec in op._chunks.items() if rec is op._open), None)
+    st["chunk_size"] = op._b
+    return st
+
+
+def restore(op, st: dict) -> None:
+    """The merger as :func:`snapshot` left it in ``st`` (the slicing layer's part already restored)."""
+    op._pushed, op._popped = st["_g"], st["_f"]
+    op._drop_all()
+    op._deferred = None
+    if st.get("deferred") is not None:
+        X, f, g = st["deferred"]
+        op._reset_merger(f, g)
+        op._deferred = (X, f, g)
+        return
+    op._chunks = {c: op._store.restore(saa, lcs, ca) for c, (saa, lcs, ca) in st["chunks"].items()}
+    op._open = op._chunks.get(st["open"]) if st["open"] is not None else None
+    op._cursor()

@@ -18,6 +18,7 @@ import numpy as np
 from ..aggregations import as_float_array, quiet_non_finite
 from ..batch import _results, windows_with_ends
 from ..kernels.read_only import read_only
+from .history import defer_history, held_slices
 
 __all__ = ["insert_fused", "insert_and_flush_fused", "flush_fused", "insert_episodes", "flush_episodes",
            "fused_layout", "fused_timestamps", "time_fused", "fused_halves", "episode"]
@@ -125,7 +126,7 @@ def time_fused(op, vals: np.ndarray, ts: np.ndarray, flush: bool) -> tuple[np.nd
         x0 = min(next_k, front)
         pieces = [kernel.identity_array(front - x0).reshape((-1,) + row)] if front > x0 else []
         if op._pushed > op._popped:
-            pieces.append(op._history().reshape((-1,) + row))
+            pieces.append(held_slices(op).reshape((-1,) + row))
         X = np.concatenate(pieces) if len(pieces) > 1 else (pieces[0] if pieces else hist)
         hist = np.ascontiguousarray(X[next_k - x0 : S - x0])
         cur[0] = kernel.to_array([op._cur]).reshape(row)
@@ -176,7 +177,7 @@ def time_fused(op, vals: np.ndarray, ts: np.ndarray, flush: bool) -> tuple[np.nd
         op._flushed = True
     if st[TF.HAVE]:
         S, next_k, L = int(st[TF.SLICE]), int(st[TF.NEXT_K]), int(st[TF.HIST])
-        op._defer_history(hist_out[:L].reshape((L,) + shape), 0, L)
+        defer_history(op, hist_out[:L].reshape((L,) + shape), 0, L)
         op._front, op._back, op._slice, op._next_k = next_k, S, S, next_k
         op._cur = kernel.to_partials(cur.reshape((1,) + shape))[0]
         op._head = kernel.to_partials(head.reshape((1,) + shape))[0]
@@ -346,7 +347,7 @@ def episode(op, P: np.ndarray, ts: np.ndarray, G: np.ndarray, last: bool) -> tup
     if front > x0:
         pieces.append(kernel.identity_array(front - x0))
     if op._pushed > op._popped:
-        pieces.append(op._history())
+        pieces.append(held_slices(op))
     pieces.append(full)
     X = np.concatenate(pieces) if len(pieces) > 1 else full
     nwin = K - next_k + 1
@@ -365,7 +366,7 @@ def episode(op, P: np.ndarray, ts: np.ndarray, G: np.ndarray, last: bool) -> tup
     if last:
         new_front = max(front, op._next_k)
         keep = X[new_front - x0 : g_last - x0]
-        op._defer_history(keep, new_front - base, g_last - base)
+        defer_history(op, keep, new_front - base, g_last - base)
         op._front, op._back, op._slice = new_front, g_last, g_last
         op._head = kernel.to_partials(head[g_last - S0 : g_last - S0 + 1])[0] if m else op.agg.identity
         op._cur = kernel.to_partials(tail[g_last - S0 : g_last - S0 + 1])[0]
