@@ -3,7 +3,7 @@
 :meth:`BatchPlan.of` reads the window, the aggregation and the kernel engine (``engine=``) and names one
 engine of :data:`ENGINES`; :meth:`BatchPlan.build` binds that engine's functions to the operator, giving
 the :class:`Runner` the operator holds (``PBA._batch``), whose methods its ``insert_many``, ``flush`` and
-``sliding_aggregate`` call directly. Every fast engine names its reference, the slower engine its results
+``sliding_aggregate`` call directly. Every fast engine names its reference, the engine its results
 equal (``tests/test_engines.py`` checks each against it).
 
 Examples
