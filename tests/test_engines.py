@@ -95,8 +95,8 @@ def _check(engine, make, agg, values, bounds, ts=None, bits=False):
 def test_lean_engine_equals_the_count_engine(agg, seed):
     """Count windows, slide 1, compiled scalar merges: bit for bit as the general count engine."""
     window, n, rng = _count_case(seed, slide_one=True)
-    assert ENGINES["lean"].reference == "count"
-    _check("lean", lambda: pr.create("sba", window, agg, engine="compiled"), agg, _values(rng, n, agg),
+    assert ENGINES["count_lean"].reference == "count_slices"
+    _check("count_lean", lambda: pr.create("sba", window, agg, engine="compiled"), agg, _values(rng, n, agg),
            _bounds(rng, n), bits=True)
 
 
@@ -108,10 +108,10 @@ def test_count_engine_equals_the_per_tuple_operator(agg, engine, seed):
     window, n, rng = _count_case(seed, slide_one=seed % 2 == 0)
     make = lambda: pr.create("pba", window, agg, engine=engine)  # noqa: E731
     with make() as op:
-        if op._plan.engine != "count":  # the lean engine's case: its own test
+        if op._plan.engine != "count_slices":  # the lean engine's case: its own test
             pytest.skip("the lean engine")
-    assert ENGINES["count"].reference == "per_tuple"
-    _check("count", make, agg, _values(rng, n, agg), _bounds(rng, n))
+    assert ENGINES["count_slices"].reference == "per_tuple"
+    _check("count_slices", make, agg, _values(rng, n, agg), _bounds(rng, n))
 
 
 @pytest.mark.parametrize("seed", SEEDS)
@@ -119,8 +119,8 @@ def test_count_engine_equals_the_per_tuple_operator(agg, engine, seed):
 def test_fused_engine_equals_the_episode_engine(agg, seed):
     """Time windows, compiled built-ins: one compiled call a batch == the episode engine."""
     window, n, ts, rng = _time_case(seed)
-    assert ENGINES["fused"].reference == "episodes"
-    _check("fused", lambda: pr.create("pba", window, agg, engine="compiled"), agg, _values(rng, n, agg),
+    assert ENGINES["time_fused"].reference == "time_episodes"
+    _check("time_fused", lambda: pr.create("pba", window, agg, engine="compiled"), agg, _values(rng, n, agg),
            _bounds(rng, n), ts)
 
 
@@ -129,18 +129,18 @@ def test_fused_engine_equals_the_episode_engine(agg, seed):
 def test_episode_engine_equals_the_per_tuple_operator(agg, seed):
     """Time windows, the numpy engine (and moment_sketch's compiled one): episodes == per-tuple inserts."""
     window, n, ts, rng = _time_case(seed)
-    assert ENGINES["episodes"].reference == "per_tuple"
+    assert ENGINES["time_episodes"].reference == "per_tuple"
     engine = "compiled" if agg == "moment_sketch" else "numpy"
     v = _values(rng, n, agg)
     if agg == "moment_sketch":
         v = np.abs(np.nan_to_num(v, nan=1.0, posinf=2.0, neginf=3.0))
         with pr.create("pba", window, agg, engine=engine) as fast, pr.create("pba", window, agg, engine=engine) as slow:
-            assert fast._plan.engine == "episodes"
+            assert fast._plan.engine == "time_episodes"
             got, want = run_batches(fast, v, _bounds(rng, n), ts), run_per_tuple(slow, v.tolist(), ts)
         assert got[0] == want[0]
         np.testing.assert_allclose(np.asarray(got[1]), np.asarray(want[1]), rtol=1e-9, atol=1e-9)
         return
-    _check("episodes", lambda: pr.create("pba", window, agg, engine=engine), agg, v, _bounds(rng, n), ts)
+    _check("time_episodes", lambda: pr.create("pba", window, agg, engine=engine), agg, v, _bounds(rng, n), ts)
 
 
 @pytest.mark.parametrize("seed", SEEDS)

@@ -111,7 +111,7 @@ class PBA(SlicedAggregator):
         self._plan = BatchPlan.of(self, fused)
         self._batch = self._plan.build(self)
 
-    _fused_time = property(lambda self: self._plan.engine == "fused", _plan_batches)  # set False: its reference
+    _fused_time = property(lambda self: self._plan.engine == "time_fused", _plan_batches)  # set False: its reference
 
     # ------------------------------------------------------------------ merger
     def _reset_merger(self, f: int = 0, g: int = 0) -> None:

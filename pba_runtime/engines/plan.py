@@ -11,7 +11,7 @@ Examples
 >>> import pba_runtime as pr
 >>> with pr.create("sba", pr.CountWindow(range=4, slide=1), "max", engine="compiled") as op:
 ...     op._plan.engine, ENGINES[op._plan.engine].reference
-('lean', 'count')
+('count_lean', 'count_slices')
 """
 
 from __future__ import annotations
@@ -48,11 +48,11 @@ class BatchEngine:
 
 ENGINES: dict[str, BatchEngine] = {e.name: e for e in (
     BatchEngine("per_tuple", "per_tuple", insert_per_tuple),
-    BatchEngine("lean", "count", count_batch.insert_lean),
-    BatchEngine("count", "per_tuple", count_batch.insert_slices),
-    BatchEngine("fused", "episodes", time_batch.insert_fused, time_batch.flush_fused,
+    BatchEngine("count_lean", "count_slices", count_batch.insert_lean),
+    BatchEngine("count_slices", "per_tuple", count_batch.insert_slices),
+    BatchEngine("time_fused", "time_episodes", time_batch.insert_fused, time_batch.flush_fused,
                 time_batch.insert_and_flush_fused),
-    BatchEngine("episodes", "per_tuple", time_batch.insert_episodes, time_batch.flush_episodes),
+    BatchEngine("time_episodes", "per_tuple", time_batch.insert_episodes, time_batch.flush_episodes),
 )}
 
 
@@ -67,7 +67,7 @@ class Runner:
         self.insert_many = MethodType(engine.insert_many, op)
         self.flush = None if engine.flush is None else MethodType(engine.flush, op)
         self.insert_and_flush = None if engine.insert_and_flush is None else MethodType(engine.insert_and_flush, op)
-        self.lean = engine.name == "lean"
+        self.lean = engine.name == "count_lean"
 
 
 @dataclass(frozen=True)
@@ -90,13 +90,13 @@ class BatchPlan:
         if op._is_time:
             compiled_slicing = engine.compiled
             compiled_fold = compiled_slicing and engine.layout in ("scalar", "columns")
-            name = "fused" if fused and engine.compiled and time_batch.fused_layout(engine) else "episodes"
+            name = "time_fused" if fused and engine.compiled and time_batch.fused_layout(engine) else "time_episodes"
             return cls(name, compiled_slicing, compiled_fold)
         # count windows, slide 1, the compiled merge of scalar partials: the lean engine's case
         agg = op.agg
         lean = (op._s == 1 and op._q > 1 and engine.compiled and engine.layout == "scalar"
                 and engine.from_values is None and not agg.positional and agg.float_passthrough)
-        return cls("lean" if lean else "count")
+        return cls("count_lean" if lean else "count_slices")
 
     def build(self, op: Any) -> Runner:
         """The runner operator ``op`` holds: this plan's engine bound to it."""

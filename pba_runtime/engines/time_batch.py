@@ -278,6 +278,7 @@ def insert_episodes(op, values, timestamps=None) -> tuple[np.ndarray, Any]:
     if op._plan.compiled_slicing:
         from ..kernels import slicing  # numba's import waits for the first compiled batch
 
+        op._slicing = slicing  # (fold_slices reads it)
         time_slices = slicing.time_slices
     else:
         from ..windows import time_slices
@@ -381,8 +382,7 @@ def fold_slices(op, P: np.ndarray, G: np.ndarray, S0: int, dense: np.ndarray) ->
     if not len(G):
         return
     if op._plan.compiled_fold:
-        from ..kernels import slicing
-
+        slicing = op._slicing
         if dense.ndim == 1:
             slicing.fold_scalar(read_only(np.ascontiguousarray(P)), G, S0, dense, op.engine.ops[0])
         else:
