@@ -79,9 +79,9 @@ def lean_finish(op, X: np.ndarray, k_lo: int, nwin: int, N: int, out: np.ndarray
 
 
 def finish_lean(op, X, x0, g1, N, front) -> None:
-    """``_finish_batch(X, x0, g1, N, 0, identity, front=front)``, its calls inlined
-    (:meth:`_defer_history`, :meth:`_reset_merger`, :meth:`_cursor`: the same state, a test checks it):
-    the lean path runs it for every key of every batch."""
+    """``finish_batch(op, X, x0, g1, N, 0, identity, front=front)``, its calls inlined
+    (:func:`~.history.defer_history`, ``PBA._reset_merger``, ``PBA._cursor``: the same state, a test checks
+    it): the lean path runs it for every key of every batch."""
     front = min(front, g1)
     keep = X[front - x0 :]
     if op._chunks:  # _reset_merger(front, g1)
