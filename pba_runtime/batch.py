@@ -40,9 +40,9 @@ __all__ = ["window_merge", "windows_with_ends", "windows_from_values", "splits_r
 # a pool hand-off costs more than it saves.
 PARALLEL_BATCH_MIN = 1 << 16
 # The compiled merge cuts a batch of this many windows and up into blocks of whole rows that the
-# main thread and a pool's threads claim (a hand-off costs ~20-50 us; the merge runs 100-700M
-# windows/s), about COMPILED_BLOCKS of them: small enough that a thread whose core is busy
-# holds the others up by little, large enough that each call's ~10 us is noise.
+# main thread and a pool's threads claim (below it a hand-off costs more than the merge it moves),
+# about COMPILED_BLOCKS of them: small enough that a thread whose core is busy holds the others up
+# by little, large enough that each call's fixed cost is noise (bench/bench_kernels.py).
 COMPILED_SPLIT_MIN = 1 << 15
 COMPILED_BLOCKS = 12
 
@@ -191,11 +191,9 @@ def _merge_compiled(engine: Engine, X: np.ndarray, q: int, nwin: int, pool: Work
         run(engine, X, q, 0, nwin, out, ends, first_end, step)
         return (ends if ends_spec is not None else None), out
     # each thread faults in the fresh output pages of the blocks it claims, as it writes them: the
-    # kernel zeroes a page at its first write (~8 GB/s here, as much time as a sum merge), and two
-    # threads zero theirs at once (per-VMA fault locks since Linux 6.4; a 2 MB page at a time, numpy
-    # asks for huge pages). Measured (fresh 80 MB, 12 blocks, loaded machine, medians of 11): faulted
-    # in on the main thread first, then written by two threads 47 ms [21-58]; written (and faulted)
-    # by the two threads 33 ms [14-49]; one thread 29 ms [20-47].
+    # kernel zeroes a page at its first write (as much time as a sum merge), and two threads zero
+    # theirs at once (per-VMA fault locks since Linux 6.4; a 2 MB page at a time, numpy asks for huge
+    # pages): faster than faulting them all in on the main thread first (bench/bench_kernels.py).
     claim = itertools.count()  # next() is atomic: each block goes to one thread
 
     def claimer(taken: list[int]) -> None:
@@ -228,14 +226,14 @@ def _results(nwin: int, shape: tuple, dtype: type, with_ends: bool) -> tuple[np.
 
     glibc serves a freed block again without new pages only while a single allocation is
     alive at that size: two arrays of 16 MB each (2M windows) came fresh from the kernel at
-    every batch, zeroed page by page (measured: 4.75 ms to allocate and fill both, against
-    0.93 ms as one block of 32 MB; ~1.7 ns per window, as much as the sum merge itself). Larger
-    blocks come from the ones earlier callers dropped (:func:`.kernels.result_memory.result_block`).
+    every batch, zeroed page by page (as much time as the sum merge itself), where one block of
+    32 MB is served again. Larger blocks come from the ones earlier callers dropped
+    (:func:`.kernels.result_memory.result_block`).
     """
     n_ends = nwin if with_ends else 0
     if np.dtype(dtype).itemsize != 8:  # not a float64/int64 result: two arrays
         return np.empty((nwin,) + tuple(shape), dtype=dtype), np.empty(n_ends, dtype=np.int64)
-    n_out = nwin * int(math.prod(shape))  # not np.prod: ~2 us a call
+    n_out = nwin * int(math.prod(shape))  # not np.prod: its call costs more than this one
     buf = result_block(8 * (n_out + n_ends)).view(np.float64)
     out = buf[:n_out].view(dtype).reshape((nwin,) + tuple(shape))
     return out, buf[n_out:].view(np.int64)
@@ -249,7 +247,7 @@ def compiled_blocks(q: int, nwin: int, start_cost: bool = False) -> list[tuple[i
     ``start_cost``: the merge builds a block's first row's lcs apart, a chain over ``q`` values that
     one thread builds beside the previous row's windows (the one-loop ``sum`` and ``mean``,
     ``kernels.block_start_cost``): about half a row's work per block, so such a merge gets one
-    block per 11 rows at most (~5% more work than one thread), two at least.
+    block per 11 rows at most (a few per cent more work than one thread), two at least.
 
     Examples
     --------
@@ -264,8 +262,7 @@ def compiled_blocks(q: int, nwin: int, start_cost: bool = False) -> list[tuple[i
     if nwin < COMPILED_SPLIT_MIN or q < 1:
         return [(0, nwin)]
     rows = -(-nwin // q)
-    # rows per block, two at least (one-row blocks at q = 2^20, 10M values, sum: 21.7 ms of CPU against 18.9
-    # with two-row blocks and 16.1 on one thread)
+    # rows per block, two at least (one-row blocks of a large q cost more CPU than two-row ones)
     per = max(2, -(-max(nwin // COMPILED_BLOCKS, COMPILED_SPLIT_MIN // 2) // q))
     if start_cost:
         per = max(per, -(-rows // max(2, 1 + rows // 11)))

@@ -1,7 +1,7 @@
 """The keyed batch path (``algorithms/keyed_batch.py``, the lean ``insert_many``): fast == slow, bit for bit.
 
 Every key's windows through :func:`insert_many_keyed` (one compiled call for the lean keys) and
-through the lean single-key ``insert_many`` equal the general batch path's (``_insert_many``, the
+through the lean single-key ``insert_many`` equal the general batch path's (``count_batch.insert_slices``, the
 readable reference) bit for bit, and the naive oracle's; keys appear in only some batches, batches
 are too short for a window, a snapshot is taken and restored midway, and other algorithms and
 aggregations (not lean) mix in.
@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 import pba_runtime as pr
 from pba_runtime.algorithms.keyed_batch import insert_many_keyed
+from pba_runtime.engines import count_batch
 from pba_runtime.runtime.partitioning import group_runs
 from tests.oracle import assert_results_equal, count_windows
 
@@ -72,7 +73,7 @@ def _run_reference(make, keys, values, batches):
         for lo, hi in batches:
             vals = values[lo:hi][keys[lo:hi] == k]
             if len(vals):
-                parts.append(op._insert_many(vals) if hasattr(op, "_insert_many") else op.insert_many(vals))
+                parts.append(count_batch.insert_slices(op, vals) if hasattr(op, "_batch") else op.insert_many(vals))
         op.close()
         out[k] = (np.concatenate([e for e, _ in parts]), np.concatenate([r for _, r in parts]))
     return out
@@ -146,7 +147,7 @@ def test_keyed_hypothesis(seed, r, n_keys, n, agg):
 
 
 def test_lean_single_key_equals_general_path():
-    """The lean single-key ``insert_many`` (the host's and the API's path) == ``_insert_many``, bit for bit,
+    """The lean single-key ``insert_many`` (the host's and the API's path) == ``count_batch.insert_slices``, bit for bit,
     with per-tuple inserts and a flush in between."""
     rng = np.random.default_rng(5)
     _, values = _stream(rng, 5000, 1)
@@ -157,7 +158,7 @@ def test_lean_single_key_equals_general_path():
         chunk = values[pos : pos + size]
         pos += size
         ea, ra = a.insert_many(chunk)
-        eb, rb = b._insert_many(chunk)
+        eb, rb = count_batch.insert_slices(b, chunk)
         assert ea.tolist() == eb.tolist() and _bits(ra) == _bits(rb)
         if size == 7:
             for v in values[pos : pos + 3].tolist():
@@ -179,7 +180,7 @@ def test_lean_path_takes_strided_and_other_inputs():
     for chunk in (base[::2], np.arange(10), list(range(10)), base[:10]):
         a, b = pr.create("sba", w, "max"), pr.create("sba", w, "max")
         ea, ra = a.insert_many(chunk)
-        eb, rb = b._insert_many(chunk)
+        eb, rb = count_batch.insert_slices(b, chunk)
         assert ea.tolist() == eb.tolist() and ra.tolist() == rb.tolist()
 
 
@@ -194,7 +195,7 @@ def test_warm_loads_the_keyed_merge_too():
     assert C.merge_scalar_keyed.signatures
 
 
-_MERGER_FIELDS = ("_g", "_f", "_open", "_ob", "_osaa", "_front", "_back", "_n", "_fill", "_emitted", "_next_k",
+_MERGER_FIELDS = ("_pushed", "_popped", "_open", "_open_base", "_open_rows", "_front", "_back", "_n", "_fill", "_emitted", "_next_k",
                   "_chunks_closed")
 
 
@@ -215,7 +216,7 @@ def test_lean_finish_keeps_the_state_the_general_path_keeps(chunk_size):
         chunk = values[pos : pos + size]
         pos += size
         ea, ra = a.insert_many(chunk)  # the lean path (_finish_lean)
-        eb, rb = b._insert_many(chunk)  # the general path (_finish_batch)
+        eb, rb = count_batch.insert_slices(b, chunk)  # the general path (_finish_batch)
         assert ea.tolist() == eb.tolist() and _bits(ra) == _bits(rb)
         for f in _MERGER_FIELDS:
             assert getattr(a, f) == getattr(b, f), f

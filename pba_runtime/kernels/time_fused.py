@@ -1,66 +1,32 @@
 """The fused time-window batch: slicing, gaps, slice folds, PBA's lcs/csa and every window, in one compiled call.
 
 The per-tuple slicing layer (:meth:`pba_runtime.algorithms.base.SlicedAggregator._step_time` and
-``_advance``) run as one loop in machine code over a batch of ``(timestamp, partial)``, in blocked
-form. Slices are laid out in PBA's rows of ``q``, aligned at the episode's first window; the loop
-works a row at a time:
-
-- *fold*: the row's tuples fold into the open slice (its head, units ``< m``, or the rest), with no
-  division (timestamps are sorted); a tuple in the next slice of the row closes the open one, which
-  is a store and a counter: no window work per slice;
-- *event*: a tuple past the row or after a gap, a tuple whose first window begins after the last
-  tuple's slice (it ends the *episode*: every window holding an older tuple is emitted, then the
-  slicing restarts), or the end of the batch. Only then are windows computed: the previous row's
-  (``lcs[j] (+) csa[j-1]``, ``lcs[0]`` for column 0, ``(+)`` the head of slice ``k+q`` when
-  ``m > 0``), the csa a chain over the current row, and the current row's lcs once it is full
-  (the common full row: both chains in one loop, ``_emit_lcs``; a full row with columns without a
-  tuple or windows already out: the two chains side by side too, ``_emit_then_lcs``). The csa is a
-  constant past the row's last tuple (``a (+) ident`` is idempotent), so the windows of a gap or a
-  drain are a loop without a chain;
-  a row's lcs chains only over the columns that may hold a tuple; empty slices are filled in bulk.
-
-Loops that may vectorise index views from ``range(0, ...)``: numba adds no wraparound to such an
-index (with ``range(i0, i1)`` the windows' loop compiled to gathers and scatters, 4x slower). The
-scratch: two rows of slices, two rows' lcs, one row of heads.
-
-Between batches the operator keeps its usual state (the slices ``[next_k, S)`` of the pending
-windows, the open slice's head and rest, ``S``, ``next_k``); a batch re-aligns its rows at its
-first pending window, so any split gives the per-tuple windows, with ``max``/``min``/``count``/
-``argmax`` bit for bit and float sums to rounding (the spec's rule). The end-of-stream flush is
-the same call with ``flush`` set (with or without tuples: ``sliding_aggregate`` runs its batch and
-flush as one call): the open windows are drained in the loop.
-
-A long batch may be cut at an episode's end and run as two calls side by side (episodes share no state):
-:func:`episode_cut` finds the cut, :func:`part_windows` counts the first part's windows so that the
-second part's go right after them (``PBA._fused_halves`` runs the parts; ``SPLIT_MIN``).
-
-A call stops at an event when fewer than ``2q + 2`` result rows are left (an event emits at most
-``2q`` windows), with its row in the state vector (``RESUME``); the caller gives it a larger
-result array and calls again until ``DONE``.
-
-Partials are values the loop keeps in registers (``ld``/``sto``/``comb`` move and combine them): a
-float combined by a code of :mod:`.compiled` (``max``, ``min``, ``sum``, ``count``, ``ufunc=``
-aggregations), a pair of sums (``mean``, ``geomean``), ``argmax``'s ``(value, position)`` and
-``std``'s ``(n, mean, M2, lo)`` (Chan et al.'s merge, as ``aggregations._chan``). Each kind of partial has
-a kernel of its own (``run_max``, ``run_add``, ..., ``run_std``): the kind reaches the helpers as a
-literal, and numba's ``overload`` writes out that kind's combine, load and store, so no code is
-tested per combine and a kernel compiles only its own. The helpers are plain calls (LLVM inlines what
-pays; numba's own inlining, ``inline="always"``, took most of a compile), without numba's reference
-counting (``_nrt=False``: nothing is allocated inside, and the counts of the views handed to the
-helpers cost ~40% of a slice). ``std``'s and ``mean``'s kernels read the batch's values and lift each
-one as they fold it (``LIFTED``). The slow reference is the operator's episode path (``PBA._episode``,
-numpy or compiled merge); ``tests/test_kernels.py`` checks fast == slow.
+``_advance``) run as one loop in machine code over a batch of ``(timestamp, partial)``, in blocked form
+(:func:`_drive`): slices laid out in PBA's rows of ``q``, aligned at the episode's first window; a row's
+tuples fold into its slices with no window work, and the windows are computed only at a row's *events*
+(the row full, a gap, the end of an episode or of the batch) from the previous row's lcs and a chain
+over the current row. Between batches the operator keeps its usual state (the slices of the pending
+windows, the open slice's head and rest), so any split gives the per-tuple windows (``max``/``min``/
+``count``/``argmax`` bit for bit, float sums to rounding, the spec's rule); the end-of-stream flush is
+the same call with ``flush`` set. A call stops when fewer than ``2q + 2`` result rows are left, its row
+in the state vector (``RESUME``), and is called again with a larger array until ``DONE``. Each kind of
+partial (a float combined by a code of :mod:`.compiled`, two sums, ``argmax``'s pair, ``std``'s
+``(n, mean, M2, lo)``) has a kernel of its own (``run_max``, ..., ``run_std``) whose combine, load and
+store numba's ``overload`` writes out from a literal kind (:mod:`.time_partials`); helpers run without reference counting
+(``_nrt=False``: nothing is allocated inside). Where a long batch may be cut in two is
+:mod:`.time_cut`'s; the Python around the call is :mod:`pba_runtime.engines.time_batch`, and the slow
+reference is its episode engine (``tests/test_kernels.py``, ``tests/test_engines.py``).
 """
 
 from __future__ import annotations
 
-import numpy as np
-from numba import njit, types
-from numba.extending import overload
+from numba import njit
 
-from .compiled import _JIT, ADD, FMAX, MAX, MIN, MUL, _argmax, _chan
+from .compiled import _JIT, ADD, FMAX, MAX, MIN, MUL
 from .lean_load import lean_loads
 from .stepwise.index import uidx
+from .time_cut import _BLOCK, SPLIT_MIN, episode_cut, part_windows, timestamps_ok  # noqa: F401  (_BLOCK: tests)
+from .time_partials import PAIR, comb, ld, sto
 
 __all__ = ["runner", "RUNNERS", "LIFTED", "LOWERED", "timestamps_ok", "episode_cut", "part_windows", "SPLIT_MIN",
            "LANES_MIN", "FUSE_ROWS", "STATE", "LANES", "FUSE", "HAVE", "SLICE", "NEXT_K", "BASE", "WINDOWS",
@@ -70,10 +36,6 @@ __all__ = ["runner", "RUNNERS", "LIFTED", "LOWERED", "timestamps_ok", "episode_c
 HAVE, SLICE, NEXT_K, BASE, RO, FR, LR, WINDOWS, NEXT_TUPLE, HIST, RESUME, DONE, LANES, FUSE = range(14)
 STATE = 14
 
-# The kind of partial a kernel is compiled for: a scalar combine code of :mod:`.compiled` (ADD .. FMIN),
-# or one of these. Passed down as a literal, so each kernel holds one combine, written out where it is used.
-PAIR, ARGMAX, STD = 6, 7, 8
-_WIDTH = {PAIR: 2, ARGMAX: 2, STD: 4}  # floats per partial (scalars: 1-D arrays)
 # compiled lifts (:class:`pba_runtime.kernels.CompiledKernel`) the kernels do themselves: given the
 # values, a 1-D array, they read each value as its partial (the same floats as the lift writes), so
 # the batch's partials (32 bytes a value for std) are never written nor read
@@ -83,107 +45,6 @@ LIFTED = ("lift_std", "lift_pair")
 LOWERED = ("lower_std", "lower_ratio")
 # helpers: plain calls (LLVM inlines what pays), no reference counting (views are passed, nothing allocated)
 _HELPER = {**_JIT, "_nrt": False}
-
-
-def _kind(K):
-    """The literal kind of a helper's ``K`` argument, or ``None`` (numba then retries with the literal)."""
-    return K.literal_value if isinstance(K, types.IntegerLiteral) else None
-
-
-# A partial as a value the loop keeps in registers: a float, or a tuple of floats. ``ld``/``sto`` move
-# it from/to row ``i`` of an array, ``comb`` combines two; each resolved at compile time from the kind
-# ``K`` (numba's ``overload``), so a kernel holds its own combine only (no code tested per combine).
-def ld(a, i, K):
-    """Row ``i`` of ``a`` as a partial of kind ``K``."""
-
-
-def sto(a, i, v, K):
-    """Store partial ``v`` of kind ``K`` at row ``i`` of ``a``."""
-
-
-def comb(a, b, K):
-    """Two partials of kind ``K`` combined."""
-
-
-@overload(ld, prefer_literal=True, jit_options=_HELPER)
-def _ld(a, i, K):
-    k = _kind(K)
-    if k is None:
-        return None
-    w = _WIDTH.get(k, 0)
-    if w == 0:
-        return lambda a, i, K: a[i]
-    if a.ndim == 1:  # the batch's values, lifted here (see LIFTED): std's (1, x, 0, 0), mean's (x, 1)
-        if k == STD:
-            return lambda a, i, K: (1.0, a[i], 0.0, 0.0)
-        if k == PAIR:
-            return lambda a, i, K: (a[i], 1.0)
-        return None
-    if w == 2:
-        return lambda a, i, K: (a[i, 0], a[i, 1])
-    return lambda a, i, K: (a[i, 0], a[i, 1], a[i, 2], a[i, 3])
-
-
-@overload(sto, prefer_literal=True, jit_options=_HELPER)
-def _sto(a, i, v, K):
-    k = _kind(K)
-    if k is None:
-        return None
-    w = _WIDTH.get(k, 0)
-    if w == 0:
-        def store1(a, i, v, K):
-            a[i] = v
-        return store1
-    if a.ndim == 1:  # the results, lowered as they are stored (see LOWERED)
-        if k == STD:
-            def store_std(a, i, v, K):  # compiled.lower_std's arithmetic
-                n = v[0]
-                mu = v[1]
-                a[i] = np.sqrt(v[2] / (n - 1.0)) if (n > 1.0 and mu - mu == 0.0) else np.nan
-            return store_std
-        if k == PAIR:
-            def store_ratio(a, i, v, K):  # compiled.lower_ratio's
-                a[i] = v[0] / v[1]
-            return store_ratio
-        return None
-    if w == 2:
-        def store2(a, i, v, K):
-            a[i, 0] = v[0]
-            a[i, 1] = v[1]
-        return store2
-
-    def store4(a, i, v, K):
-        a[i, 0] = v[0]
-        a[i, 1] = v[1]
-        a[i, 2] = v[2]
-        a[i, 3] = v[3]
-    return store4
-
-
-@overload(comb, prefer_literal=True, jit_options=_HELPER)
-def _comb(a, b, K):
-    """The combines of :mod:`.compiled` (``c_add``, ``c_max``, ...), two sums (``mean``'s and
-    ``geomean``'s partials: the only two-column built-ins), ``argmax``'s and Chan et al.'s update."""
-    k = _kind(K)
-    if k is None:
-        return None
-    if k == ADD:
-        return lambda a, b, K: a + b
-    if k == MAX:
-        return lambda a, b, K: a if (a >= b or a != a) else b
-    if k == MIN:
-        return lambda a, b, K: a if (a <= b or a != a) else b
-    if k == MUL:
-        return lambda a, b, K: a * b
-    if k == FMAX:
-        return lambda a, b, K: a if (a >= b or b != b) else b
-    if k == PAIR:
-        return lambda a, b, K: (a[0] + b[0], a[1] + b[1])
-    if k == ARGMAX:
-        return lambda a, b, K: _argmax(a[0], a[1], b[0], b[1])
-    if k == STD:
-        return lambda a, b, K: _chan(a[0], a[1], a[2], a[3], b[0], b[1], b[2], b[3])
-    return lambda a, b, K: a if (a <= b or b != b) else b  # FMIN
 
 
 @njit(**_HELPER)
@@ -431,7 +292,9 @@ def _fold_lanes(ts, P, rv, i, iend, off, s, B, col, hi, cur, ident, K):
 @njit(**_HELPER)
 def _drive(P, ts, s, off, r, q, m, hist, flush, ident_a, st, cur_a, head_a, ring, lcs, hd, out, ends, hist_out,
            K):
-    """The loop (see the module doc). ``st``: the state vector (``HAVE``, ``SLICE``, ...); ``cur_a``,
+    """The loop (see the module doc): index views from ``range(0, ...)`` where a loop may vectorise (numba
+    adds no wraparound to such an index; with ``range(i0, i1)`` the loop compiled to gathers and scatters).
+    ``st``: the state vector (``HAVE``, ``SLICE``, ...); ``cur_a``,
     ``head_a`` (row 0): the open slice's rest and head; ``ring``: two rows of slices (the previous
     and the current one, at ``ring[q - ro:]`` and ``ring[ro:]``); ``lcs``: the previous row's;
     ``hd``: the current row's heads (``m > 0``). ``hist`` (slices ``next_k ..``) is the first row
@@ -509,7 +372,7 @@ def _drive(P, ts, s, off, r, q, m, hist, flush, ident_a, st, cur_a, head_a, ring
         col0 = col
         if m == 0:  # no heads: the loop of the common case, one combine per tuple
             rv = ring[ro : ro + q]
-            if K < PAIR:  # scalar partials only (K is a literal: a constant test; wider ones measured slower)
+            if K < PAIR:  # scalar partials only (K is a literal: a constant test; wider ones were slower, bench_kernels)
                 iend = i + _first_at_least(ts[i:n], (B + q) * s + off)  # the tuples of the row's slices
                 if iend - i >= st[LANES]:
                     col, hi, cur = _fold_lanes(ts, P, rv, i, iend, off, s, B, col, hi, cur, ident, K)
@@ -660,28 +523,6 @@ def _drive(P, ts, s, off, r, q, m, hist, flush, ident_a, st, cur_a, head_a, ring
     st[HIST] = L
 
 
-@njit(**_JIT)
-def timestamps_ok(ts, lo, hi, first):
-    """Whether ``ts`` is non-decreasing, from ``first`` on, within ``[lo, hi]``: one pass, no branch per
-    timestamp (:func:`pba_runtime.algorithms.base.validate_timestamps` in three numpy passes and a
-    temporary; the caller runs that one when this says no, for its error message)."""
-    bad = False
-    prev = first
-    for i in range(ts.shape[0]):
-        t = ts[i]
-        bad |= (t < prev) | (t < lo) | (t > hi)
-        prev = t
-    return not bad
-
-
-# batches of at least this many records are cut in two at an episode's end, the second part run by a
-# pool thread (:func:`episode_cut`; the caller reads it here: a test lowers it, 2**62 runs one call)
-SPLIT_MIN = 1 << 18
-
-
-_BLOCK = 512  # timestamps tested for a gap in one vectorised loop
-
-
 @njit(**_HELPER)
 def _first_at_least(a, v):
     """``np.searchsorted(a, v)`` of a non-decreasing ``a``: the first index whose value is ``>= v`` (``len(a)``
@@ -696,64 +537,6 @@ def _first_at_least(a, v):
         else:
             hi = mid
     return lo
-
-
-@njit(**_HELPER)
-def _any_gap(a, gap):
-    """Whether two neighbours of ``a`` are ``gap`` or more apart (a loop that vectorises: no exit)."""
-    hit = False
-    for u in range(a.shape[0] - 1):
-        hit |= a[uidx(u + 1)] - a[uidx(u)] >= gap
-    return hit
-
-
-@njit(**_JIT)
-def episode_cut(ts, off, s, r, i0, i1):
-    """The first ``i`` in ``[max(i0, 1), i1)`` whose tuple starts an episode (its first window begins after
-    the slice of tuple ``i - 1``: every window holding an older tuple is complete), or ``-1``. Such a tuple
-    is at least ``r - s + 1`` after the one before it: blocks without such a gap are passed over in a
-    vectorised test, and the division runs only at the gaps."""
-    gap = r - s + 1
-    i1 = min(i1, ts.shape[0])
-    for b0 in range(max(i0, 1), i1, _BLOCK):
-        b1 = min(b0 + _BLOCK, i1)
-        if not _any_gap(ts[b0 - 1 : b1], gap):
-            continue
-        for i in range(b0, b1):
-            if ts[i] - ts[i - 1] >= gap and ts[i] - off >= ((ts[i - 1] - off) // s) * s + r:
-                return i
-    return -1
-
-
-@njit(**_JIT)
-def part_windows(ts, off, s, r, n, have, S, next_k):
-    """How many windows a call over the tuples ``ts[:n]`` emits when it drains its last episode (``flush``),
-    from the state ``have``, ``S`` (the open slice) and ``next_k`` (the first pending window). An episode
-    emits every window from its first (``next_k`` for the one carried in, else the first holding its
-    first tuple) to the last holding its last tuple (each of those holds a tuple: a window between two
-    tuples of an episode that held none would make the later one start an episode). Blocks without a
-    gap of ``r - s + 1`` are passed over as in :func:`episode_cut`."""
-    gap = r - s + 1
-    t = ts[0] - off
-    w = 0
-    first = (t - r) // s + 1
-    if have:
-        if t >= S * s + r:  # the carried episode ends: its windows up to its last slice
-            w += max(0, S - next_k + 1)
-        else:
-            first = next_k
-    for b0 in range(1, n, _BLOCK):
-        b1 = min(b0 + _BLOCK, n)
-        if not _any_gap(ts[b0 - 1 : b1], gap):
-            continue
-        for i in range(b0, b1):
-            if ts[i] - ts[i - 1] >= gap:
-                tp = ts[i - 1] - off
-                ti = ts[i] - off
-                if ti >= (tp // s) * s + r:
-                    w += tp // s - first + 1
-                    first = (ti - r) // s + 1
-    return w + (ts[n - 1] - off) // s - first + 1
 
 
 # One kernel per kind, each with its combine written out (compiled on first use, cached on disk).
