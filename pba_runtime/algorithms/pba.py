@@ -165,7 +165,7 @@ class PBA(SlicedAggregator):
         kernel = self.agg.kernel
         self._mid_combine = kernel.combine if kernel is not None and not kernel.shape else None
         self._tuple_mode = False
-        # time-window batches: the compiled engine slices in compiled passes (kernels/slicing.py), and
+        # time-window batches: the compiled engine slices in compiled passes (kernels/time_slicing.py), and
         # folds scalar/column partials into their slices there too; the numpy engine runs the reference
         self._compiled_slicing = self._is_time and self.engine.compiled
         self._compiled_fold = self._compiled_slicing and self.engine.layout in ("scalar", "columns")
@@ -775,7 +775,7 @@ class PBA(SlicedAggregator):
             return self._time_fused(vals, ts, flush=self._flush_in_batch)
         P = kernel.lift(vals, ts if self.agg.positional else None)
         if self._compiled_slicing:
-            from ..kernels import slicing  # numba's import waits for the first compiled batch
+            from ..kernels import time_slicing as slicing  # numba's import waits for the first compiled batch
 
             self._slicing = slicing
             time_slices = slicing.time_slices

@@ -1,7 +1,7 @@
 """The compiled per-tuple engine: each algorithm stepped one tuple at a time, in machine code.
 
 Not the vectorised batch path: every tuple goes through the slicing layer and the algorithm's
-``push``/``pop``/``query`` exactly as the Python operators do (:mod:`.slicing`, written once, and one
+``push``/``pop``/``query`` exactly as the Python operators do (:mod:`.loop_template`, written once, and one
 module per algorithm: :mod:`.sba` for SBA and PBA, :mod:`.two_stacks`, :mod:`.slick_deque`, :mod:`.daba`,
 :mod:`.flatfat`, :mod:`.soe`; FiBA has none, see ``docs/stepwise.md``), over the built-in
 aggregations and the user aggregations numba compiles (:mod:`.monoids`). PBA's lcs are built by
@@ -39,14 +39,14 @@ import numpy as np
 
 from ...aggregations import Aggregation, get_aggregation
 from ...windows import TimeWindow
-from . import daba, flatfat, sba, slicing, slick_deque, soe, two_stacks
+from . import daba, flatfat, loop_template, sba, slick_deque, soe, two_stacks
 from .clock import ns_per_tick
 from .monoids import Monoid, monoid_of
 
 __all__ = ["ALGORITHMS", "Stepper", "loop_module", "monoid_of"]
 
 #: name -> (the merger's template snippets, whether the lcs go to a worker)
-ALGORITHMS: dict[str, tuple[slicing.Algorithm, bool]] = {
+ALGORITHMS: dict[str, tuple[loop_template.Algorithm, bool]] = {
     "sba": (sba.ALGORITHM, False),
     "pba": (sba.ALGORITHM, True),
     "two_stacks": (two_stacks.ALGORITHM, False),
@@ -62,7 +62,7 @@ SOE_NEEDS = "an invertible aggregation (sum, count, mean, std, geomean)"
 _modules: dict[tuple, Any] = {}
 _lock = threading.Lock()
 _SPIN_LIMIT_NS = 2e9  # the longest the main loop waits to reuse a slot a started worker has not finished with
-N_PARALLEL = slicing.N_PARAMS + 2  # pr_[N_PARALLEL]: whether a worker builds the lcs
+N_PARALLEL = loop_template.N_PARAMS + 2  # pr_[N_PARALLEL]: whether a worker builds the lcs
 #: PBA's worker spins (sched_yield) this long after its last task before it naps: a chunk's period at
 #: W[2^14, 1] is ~65 us, a nap on this VM 50-150 us (so it never naps mid-stream, and idles once it ends)
 WORKER_SPIN_NS = 2e6
@@ -97,7 +97,7 @@ def _cache_dir() -> Path | None:
         return None
 
 
-def loop_module(alg: slicing.Algorithm, mono: Monoid, latency: bool, time: bool) -> Any:
+def loop_module(alg: loop_template.Algorithm, mono: Monoid, latency: bool, time: bool) -> Any:
     """The compiled loop of ``alg`` over ``mono`` for count (``time=False``) or time windows (a module or
     namespace with ``run`` and the helpers)."""
     key = (alg.name, mono.key, latency, time)
@@ -105,7 +105,7 @@ def loop_module(alg: slicing.Algorithm, mono: Monoid, latency: bool, time: bool)
         hit = _modules.get(key)
     if hit is not None:
         return hit
-    body = slicing.source(alg, mono.width, positional=mono.positional, latency=latency,
+    body = loop_template.source(alg, mono.width, positional=mono.positional, latency=latency,
                           vector=mono.result == "vector", time=time)
     names = ("run",) + tuple(dict.fromkeys(n for n in ("build_lcs", "lcs_worker", "worker_loop", "wait_slot", "kept")
                                            + alg.helper_names if f"def {n}(" in body))
@@ -213,8 +213,8 @@ class Stepper:
         self._shape = (w,) if w else ()
         ident = self.mono.identity_array()
         self._ida = ident
-        self.si = np.zeros(len(slicing.COMMON_INTS) + len(self.alg.ints), dtype=np.int64)
-        self.sp = np.repeat(ident, len(slicing.COMMON_PARTS) + len(self.alg.parts), axis=0)
+        self.si = np.zeros(len(loop_template.COMMON_INTS) + len(self.alg.ints), dtype=np.int64)
+        self.sp = np.repeat(ident, len(loop_template.COMMON_PARTS) + len(self.alg.parts), axis=0)
         params = [r, s, q, m, off, int(self._is_time)]
         self.pool = pool if parallel else None
         self.chunk_size = None
@@ -272,7 +272,7 @@ class Stepper:
         self.lcs_tasks = 0
         self.why = ""
 
-    def _soe_merger(self) -> slicing.Algorithm:
+    def _soe_merger(self) -> loop_template.Algorithm:
         """SoE's merger for this aggregation: exact accumulators for the built-in sums (as the Python SoE),
         the two-part total with the compiled ``inverse`` otherwise; the Python SoE's error if not invertible."""
         if not self.agg.invertible:
@@ -300,7 +300,7 @@ class Stepper:
         return soe.ALGORITHM
 
     def _int(self, name: str) -> int:
-        return (slicing.COMMON_INTS + self.alg.ints).index(name)
+        return (loop_template.COMMON_INTS + self.alg.ints).index(name)
 
     def counter(self, name: str) -> int:
         """One of the loop's scalars (``stalls``, ``flips``, ...)."""

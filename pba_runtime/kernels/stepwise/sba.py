@@ -34,7 +34,7 @@ No Python runs between the two threads: the hand-off is a store and a fence.
 
 from __future__ import annotations
 
-from .slicing import Algorithm
+from .loop_template import Algorithm
 
 __all__ = ["ALGORITHM", "TAG"]
 

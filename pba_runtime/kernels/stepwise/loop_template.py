@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import re
 import textwrap
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ..codegen import expand
@@ -55,6 +56,8 @@ class Algorithm:
     query_head: str = ""
     helpers: str = ""  # module-level functions the snippets call (compiled with the loop)
     helper_names: tuple[str, ...] = ()  # more functions to compile (their source: ``helpers`` or widths)
+    #: module-level functions written for one partial width: ``width -> source`` (SlickDeque's ``kept``)
+    width_helpers: Callable[[int], str] | None = None
     #: helpers numba inlines into their callers (a call that passes arrays costs their reference counts)
     inline: tuple[str, ...] = ()
     extra: dict = field(default_factory=dict)
@@ -288,10 +291,8 @@ def source(alg: Algorithm, w: int, *, positional: bool, latency: bool, vector: b
     else:
         src = re.sub(r"^[ \t]*@LAT .*\n", "", src, flags=re.M)
     helpers = alg.helpers
-    if "kept" in alg.helper_names:
-        from .slick_deque import same_source
-
-        helpers += "\n" + same_source(w)
+    if alg.width_helpers is not None:
+        helpers += "\n" + alg.width_helpers(w)
     names = ("values", "ts", "out_ends", "out_res", "lat", "si", "sp", "ida", "pr_") + alg.arrays
     return unsigned_indices(expand(helpers + "\n" + src, w), names)
 
