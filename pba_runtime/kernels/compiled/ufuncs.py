@@ -37,7 +37,7 @@ def _scalar_rows(X, q, a0, a1, out, comb, lcs, csa, div=1.0):
     Per row: the row's lcs (from its end) and the next row's csa (from its start) in one
     loop, two independent chains, then every window of the row in a loop that vectorises.
     Every loop walks forward over views (the lcs over reversed ones): numba then knows no
-    index is negative and drops the wraparound test of each access (1.7x, measured).
+    index is negative and drops the wraparound test of each access.
     """
     c = a0 // q
     lr = lcs[::-1]
@@ -83,11 +83,8 @@ def _sum_rows(X, q, a0, a1, out, lcs, div=1.0):
     ``lcs``: ``2*q`` scratch (row ``c``'s lcs in one half, row ``c+1``'s in the other). ``div``
     (``mean``): each window's sum divided by it as it is written.
 
-    Measured (the merge alone, one thread, CPU time, 10M values, ms, two-pass -> this): ``sum``
-    2^9 11.5 -> 15.0, 2^10 15.9 -> 15.6, 2^11 18.8 -> 14.5, 2^13 18.9 -> 14.7, 2^17 15.0 -> 13.3,
-    2^20 15.6 -> 12.9; ``mean`` 2^10 16.9 -> 17.6, 2^11 18.4 -> 16.7, 2^13 19.3 -> 17.7, 2^17
-    14.8 -> 15.7, 2^20 18.1 -> 15.3. Used from ``SUM_ONE_LOOP_MIN`` (where the two-pass scratch,
-    16 bytes a slice, no longer fits the 32 KB L1).
+    Used from ``SUM_ONE_LOOP_MIN`` slices a row, where the two-pass scratch (16 bytes a slice) no
+    longer fits a core's L1 and this one loop beats :func:`_scalar_rows` (``bench/bench_kernel_cpu.py``).
     """
     inv = _exact_inverse(div)
     c = a0 // q
@@ -211,8 +208,7 @@ def merge_columns(X, q, a0, a1, out, ends, first_end, step, ops, lcs, csa):
     time, a strided pass each. From ``COLUMNS_ROW_MIN`` columns, a pass per column would read
     every cache line of ``X`` once per column (``moment_sketch``: 23), so the rows are walked
     once instead, and in each row every run of columns with one combine
-    (:func:`_columns_row`). Measured (CPU time, one thread): 4 columns 54 vs 30 M windows/s,
-    8 columns 15 vs 21, 23 columns 3 vs 9 (per column vs by rows).
+    (:func:`_columns_row`; ``bench/bench_kernels.py`` times ``moment_sketch``).
     """
     K = X.shape[1]
     if K < COLUMNS_ROW_MIN:
