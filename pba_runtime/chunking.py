@@ -1,6 +1,6 @@
-r"""The chunk manager: how many slices make one PBA chunk.
-
-Paper (Zhang, Akbarinia, Toumani, KDD'21), with ``q = r // s`` and ``m = r % s``:
+r"""The chunk manager: how many slices make one PBA chunk, from the paper's theorems (Zhang, Akbarinia,
+Toumani, KDD'21) and :func:`generalized_chunk_size`'s extension of Theorem 1 to a main loop and a worker of
+unequal costs (:func:`plan_chunk_size`, the default of SBA and PBA). With ``q = r // s`` and ``m = r % s``:
 
 * **Theorem 1** (count windows): ``b* = q`` if ``q <= s + m + 1``, otherwise
   ``b* = (s*(q + 1) + m + 1) // (s + 1)``; then ``k = q // b* == 1``.
@@ -8,48 +8,6 @@ Paper (Zhang, Akbarinia, Toumani, KDD'21), with ``q = r // s`` and ``m = r % s``
   ``b* = q`` if ``q <= (s + 2*T_u + C) / T_u``, otherwise
   ``b* = (q*(s + T_u) + s + 2*T_u + C) // (s + 2*T_u)``, with ``C = 0`` if
   ``m == 0`` else ``C = s*m + T_u``.
-
-Generalisation to unequal costs (what this runtime needs)
---------------------------------------------------------
-Theorem 1 assumes that the main loop and the worker pay the same ``T_u`` per
-combine. Here the main loop is Python (``T_m``: the cost of one tuple through
-``insert``) and the worker is numpy (``T_w``: the cost of one lcs element), with
-a fixed latency ``L`` to hand a chunk to the worker and get it back.
-
-When chunk ``c`` closes, the worker starts its lcs from the right: ``lcs[j]`` is
-ready ``L + (b - 1 - j) * T_w`` after the boundary. The first window that needs
-it starts at slice ``j = 1`` of chunk ``c`` (``j = 0`` uses the chunk aggregation
-``ca`` that the main loop already has) and ends ``r - (b - 1)*s`` tuples after the
-boundary, i.e. after ``r - (b - 1)*s - 1`` more main-loop combines. Later ``j``
-are easier (the worker needs less, the main loop gives more), so there is no
-stall iff::
-
-    L + (b - 2) * T_w  <=  (r - (b - 1)*s - 1) * T_m
-    <=>  b  <=  ((r + s - 1) * T_m + 2*T_w - L) / (T_w + s*T_m)
-
-With ``T_w = T_m`` and ``L = 0`` the bound is ``(r + s + 1) / (s + 1)``, exactly
-Theorem 1 (``min(q, floor(.))`` is its two cases). We take the largest ``b``
-that avoids stalls, clamped to ``[q // 2 + 1, q]``: above ``q`` a window would
-need a range inside one chunk, below ``q // 2 + 1`` it would span more than three
-chunks (``k > 1``), i.e. more merges. Fewer, larger chunks also mean fewer
-3-part windows: a window spans three chunks for about ``q - b`` of every ``b``
-window starts.
-
-The costs are fixed constants (:data:`DEFAULT_COSTS`, :data:`PYTHON_LOOP_COSTS`; ``bench/bench_chunking.py``
-measures them), not calibrated at run time, so that a given window always gets the same chunks (and so
-bit-identical floating-point results across runs, machines, SBA and PBA).
-
-Time windows: Theorem 2 in the main loop's time
------------------------------------------------
-Theorem 2 measures a slice by the stream's clock: at the stream's own pace a slice lasts ``s`` (a second,
-say), far longer than any lcs takes, so it gives ``b* = q``, a chunk of a whole window's slices, whose lcs
-is needed one slice after the chunk closes. A replay, or a runtime catching up on a backlog, runs faster
-than that clock: a slice then lasts as long as the main loop takes over its tuples, at least one tuple's
-step. Counted in that time, one tuple per slice (the least a slice with data costs; more tuples only add
-slack), a time window is the count window ``W[q, 1]`` over slices, and its chunk is planned as one:
-:func:`plan_chunk_size` uses ``generalized_chunk_size(q, 1)``, and ``pr.replay`` (both loops compiled, equal
-costs) Theorem 1 over slices, ``theorem1(q, 1) = (q + 2) // 2``: with ``b = q`` the main loop would wait
-for the lcs at every chunk.
 
 Examples
 --------
@@ -144,7 +102,35 @@ MIN_WORKER_CHUNK = 512
 
 
 def generalized_chunk_size(r: int, s: int, costs: CostModel = CostModel()) -> int:
-    """Largest stall-free chunk size for unequal main-loop/worker costs (see module doc).
+    """Largest stall-free chunk size for unequal main-loop/worker costs.
+
+    Theorem 1 assumes that the main loop and the worker pay the same ``T_u`` per
+    combine. Here the main loop is Python (``T_m``: the cost of one tuple through
+    ``insert``) and the worker is numpy (``T_w``: the cost of one lcs element), with
+    a fixed latency ``L`` to hand a chunk to the worker and get it back.
+
+    When chunk ``c`` closes, the worker starts its lcs from the right: ``lcs[j]`` is
+    ready ``L + (b - 1 - j) * T_w`` after the boundary. The first window that needs
+    it starts at slice ``j = 1`` of chunk ``c`` (``j = 0`` uses the chunk aggregation
+    ``ca`` that the main loop already has) and ends ``r - (b - 1)*s`` tuples after the
+    boundary, i.e. after ``r - (b - 1)*s - 1`` more main-loop combines. Later ``j``
+    are easier (the worker needs less, the main loop gives more), so there is no
+    stall iff::
+
+        L + (b - 2) * T_w  <=  (r - (b - 1)*s - 1) * T_m
+        <=>  b  <=  ((r + s - 1) * T_m + 2*T_w - L) / (T_w + s*T_m)
+
+    With ``T_w = T_m`` and ``L = 0`` the bound is ``(r + s + 1) / (s + 1)``, exactly
+    Theorem 1 (``min(q, floor(.))`` is its two cases). We take the largest ``b``
+    that avoids stalls, clamped to ``[q // 2 + 1, q]``: above ``q`` a window would
+    need a range inside one chunk, below ``q // 2 + 1`` it would span more than three
+    chunks (``k > 1``), i.e. more merges. Fewer, larger chunks also mean fewer
+    3-part windows: a window spans three chunks for about ``q - b`` of every ``b``
+    window starts.
+
+    The costs are fixed constants (:data:`DEFAULT_COSTS`, :data:`PYTHON_LOOP_COSTS`; ``bench/bench_chunking.py``
+    measures them), not calibrated at run time, so that a given window always gets the same chunks (and so
+    bit-identical floating-point results across runs, machines, SBA and PBA).
 
     With equal costs and no launch latency it equals :func:`theorem1`.
 
@@ -180,7 +166,17 @@ def plan_chunk_size(window: CountWindow | TimeWindow, agg=None, costs: CostModel
     :data:`DEFAULT_COSTS` when the aggregation has a numpy kernel (or ``agg`` is
     None), :data:`PYTHON_LOOP_COSTS` when its lcs is a Python loop. Time windows
     are planned as the count window ``W[q, 1]`` over their ``q = r // s`` slices
-    (Theorem 2 in the main loop's time: see the module doc).
+    (Theorem 2 in the main loop's time, below).
+
+    Theorem 2 measures a slice by the stream's clock: at the stream's own pace a slice lasts ``s`` (a second,
+    say), far longer than any lcs takes, so it gives ``b* = q``, a chunk of a whole window's slices, whose lcs
+    is needed one slice after the chunk closes. A replay, or a runtime catching up on a backlog, runs faster
+    than that clock: a slice then lasts as long as the main loop takes over its tuples, at least one tuple's
+    step. Counted in that time, one tuple per slice (the least a slice with data costs; more tuples only add
+    slack), a time window is the count window ``W[q, 1]`` over slices, and its chunk is planned as one:
+    :func:`plan_chunk_size` uses ``generalized_chunk_size(q, 1)``, and ``pr.replay`` (both loops compiled, equal
+    costs) Theorem 1 over slices, ``theorem1(q, 1) = (q + 2) // 2``: with ``b = q`` the main loop would wait
+    for the lcs at every chunk.
 
     >>> from pba_runtime import CountWindow, TimeWindow, get_aggregation
     >>> plan_chunk_size(CountWindow(range=8192, slide=1))
