@@ -86,7 +86,7 @@ def _child(agg: str, n: int, range_: int, steady: int, variant: str, kind: str =
     if variant == "numba_load":  # numba's own load on the kernels (what lean_load replaces)
         import importlib
 
-        for name in ("compiled", *(("slicing", "time_fused") if kind == "time" else ())):
+        for name in ("compiled", *(("time_slicing", "time_fused") if kind == "time" else ())):
             for obj in vars(importlib.import_module(f"pba_runtime.kernels.{name}")).values():
                 if hasattr(obj, "_cache"):
                     obj._cache.__dict__.pop("load_overload", None)

@@ -1,6 +1,6 @@
-r"""The chunk manager: how many slices make one PBA chunk.
-
-Paper (Zhang, Akbarinia, Toumani, KDD'21), with ``q = r // s`` and ``m = r % s``:
+r"""The chunk manager: how many slices make one PBA chunk, from the paper's theorems (Zhang, Akbarinia,
+Toumani, KDD'21) and :func:`generalized_chunk_size`'s extension of Theorem 1 to a main loop and a worker of
+unequal costs (:func:`plan_chunk_size`, the default of SBA and PBA). With ``q = r // s`` and ``m = r % s``:
 
 * **Theorem 1** (count windows): ``b* = q`` if ``q <= s + m + 1``, otherwise
   ``b* = (s*(q + 1) + m + 1) // (s + 1)``; then ``k = q // b* == 1``.
@@ -8,55 +8,6 @@ Paper (Zhang, Akbarinia, Toumani, KDD'21), with ``q = r // s`` and ``m = r % s``
   ``b* = q`` if ``q <= (s + 2*T_u + C) / T_u``, otherwise
   ``b* = (q*(s + T_u) + s + 2*T_u + C) // (s + 2*T_u)``, with ``C = 0`` if
   ``m == 0`` else ``C = s*m + T_u``.
-
-Generalisation to unequal costs (what this runtime needs)
---------------------------------------------------------
-Theorem 1 assumes that the main loop and the worker pay the same ``T_u`` per
-combine. Here the main loop is Python (``T_m``: the cost of one tuple through
-``insert``) and the worker is numpy (``T_w``: the cost of one lcs element), with
-a fixed latency ``L`` to hand a chunk to the worker and get it back.
-
-When chunk ``c`` closes, the worker starts its lcs from the right: ``lcs[j]`` is
-ready ``L + (b - 1 - j) * T_w`` after the boundary. The first window that needs
-it starts at slice ``j = 1`` of chunk ``c`` (``j = 0`` uses the chunk aggregation
-``ca`` that the main loop already has) and ends ``r - (b - 1)*s`` tuples after the
-boundary, i.e. after ``r - (b - 1)*s - 1`` more main-loop combines. Later ``j``
-are easier (the worker needs less, the main loop gives more), so there is no
-stall iff::
-
-    L + (b - 2) * T_w  <=  (r - (b - 1)*s - 1) * T_m
-    <=>  b  <=  ((r + s - 1) * T_m + 2*T_w - L) / (T_w + s*T_m)
-
-With ``T_w = T_m`` and ``L = 0`` the bound is ``(r + s + 1) / (s + 1)``, exactly
-Theorem 1 (``min(q, floor(.))`` is its two cases). We take the largest ``b``
-that avoids stalls, clamped to ``[q // 2 + 1, q]``: above ``q`` a window would
-need a range inside one chunk, below ``q // 2 + 1`` it would span more than three
-chunks (``k > 1``), i.e. more merges. Fewer, larger chunks also mean fewer
-3-part windows: a window spans three chunks for about ``q - b`` of every ``b``
-window starts.
-
-Measured here (``bench/bench_chunking.py``, 2 cores): ``T_w/T_m`` is 0.006 (max,
-sum) to 0.03 (the 23-wide moment sketch), and a thread hand-off while the main
-loop is busy takes ~190 us each way (``L`` of 40-350 tuples per way). With the
-constants below (``T_w/T_m = 0.03``, ``L = 600`` tuples) ``W[8192, 1]`` gets
-``b = 7370`` instead of Theorem 1's 4097: 89% instead of 50% of windows merge two
-parts rather than three, with no more stalls. The costs are fixed constants, not
-calibrated at run time, so that a given window always gets the same chunks (and
-so bit-identical floating-point results across runs, machines, SBA and PBA).
-
-Time windows: Theorem 2 in the main loop's time
------------------------------------------------
-Theorem 2 measures a slice by the stream's clock: at the stream's own pace a slice lasts ``s`` (a second,
-say), far longer than any lcs takes, so it gives ``b* = q``, a chunk of a whole window's slices, whose lcs
-is needed one slice after the chunk closes. A replay, or a runtime catching up on a backlog, runs faster
-than that clock: a slice then lasts as long as the main loop takes over its tuples, at least one tuple's
-step. Measured in that time, one tuple per slice (the least a slice with data costs; more tuples only add
-slack), a time window is the count window ``W[q, 1]`` over slices, and its chunk is planned as one:
-:func:`plan_chunk_size` uses ``generalized_chunk_size(q, 1)``, and ``pr.replay`` (both loops compiled, equal
-costs) Theorem 1 over slices, ``theorem1(q, 1) = (q + 2) // 2``. Measured with ``pr.replay`` (PBA,
-``moment_sketch``, ``W[1 h, 1 s]``, 100 tuples a slice, 20,000 windows, 2 cores): with ``b = q`` the main
-loop waited for the lcs at 7 of the 7 chunks, ~120 us each, and its largest latency was 176-185 us; with
-``b = 1801`` it waited at none (at most once, for the worker's first chunk), largest latency 1-21 us.
 
 Examples
 --------
@@ -124,22 +75,15 @@ class CostModel:
     launch: float = 0.0
 
 
-# Measured on the 2-core project machine (bench/bench_chunking.py), rounded up:
-# numpy builds an lcs element in 0.6-3% of a Python insert, and a thread hand-off
-# there and back costs up to ~600 inserts.
+# numpy's lcs element against a Python insert, and a thread hand-off there and back in inserts, rounded up
+# from bench/bench_chunking.py.
 DEFAULT_COSTS = CostModel(worker=0.03, launch=600.0)
 
-#: Chunk planning costs for aggregations without a kernel. Their lcs is a Python
-#: loop of ``combine``, not numpy: on the 2-core project machine 0.12-0.16 us per
-#: element when a core is free, and 0.2-0.45 us (a 107560-row lcs in 22-50 ms)
-#: when it is shared, against 1-2.5 us per main-loop insert
-#: (bench/bench_process_pool.py): about 0.3 of an insert rather than
-#: :data:`DEFAULT_COSTS`' 0.03 for numpy; and a hand-off to a
-#: worker process and back costs up to ~2 ms (2000 inserts) on a busy machine.
-#: With the numpy constants a ``W[2^17, 1]`` chunk (b = 126671) leaves 4400
-#: tuples of slack for a 15-50 ms Python lcs, so every chunk stalls; these give
-#: b = 99286 (31786 tuples of slack). SBA and PBA plan alike, so they still get
-#: the same chunks (and the same bits) for a given window and aggregation.
+#: Chunk planning costs for aggregations without a kernel. Their lcs is a Python loop of ``combine``, not
+#: numpy, so an lcs element costs a good share of a main-loop insert and the hand-off goes to a worker process
+#: (``bench/bench_process_pool.py`` measures both): with :data:`DEFAULT_COSTS` a large chunk would leave too
+#: little slack for a Python lcs and every chunk would stall. SBA and PBA plan alike, so they still get the
+#: same chunks (and the same bits) for a given window and aggregation.
 PYTHON_LOOP_COSTS = CostModel(worker=0.3, launch=2000.0)
 
 
@@ -147,20 +91,46 @@ PYTHON_LOOP_COSTS = CostModel(worker=0.3, launch=2000.0)
 #: lcs are built on the main loop, as SBA does (same chunks: the same bits).
 #:
 #: Why: Theorem 1's chunk leaves ``b - 1`` tuples between a chunk's close and the first window that
-#: needs its lcs, and the compiled main loop steps a tuple in ~4 ns (SBA, max, slide 1), so the slack is
-#: ~4 ns per slice; against it the worker pays the hand-off (the queue's, ``saa``'s and ``lcs``' cache
-#: lines cross cores: ~0.3-1 us with the worker spinning on a free core; 5-12 us per stall measured on
-#: the loaded 2-core project machine, where it must first be scheduled) and ``b - 2`` combines of its
-#: own. Below ~500 slices the slack (~2 us) cannot hold a hand-off, and the whole lcs costs the main loop
-#: less than one stall: at W[8,1]..W[256,1] (b = 5..129) PBA stalled on 78-100% of its chunks and ran
-#: 1-25M tuples/s against SBA's 50-120M (2M doubles, load 7). Theorem 1/2's chunk itself is kept (a
-#: larger minimum chunk, b = q, still stalls on every chunk: it leaves no slack at all, it only halves
-#: the hand-offs), so SBA and PBA keep their chunks and their bits for every window.
+#: needs its lcs, a few nanoseconds each in the compiled main loop; against that slack the worker pays the
+#: hand-off (the queue's, ``saa``'s and ``lcs``' cache lines cross cores, and on a loaded machine the
+#: worker must first be scheduled) and ``b - 2`` combines of its own. Below this many slices the slack
+#: cannot hold a hand-off, and the whole lcs costs the main loop less than one stall (PBA would stall on
+#: most chunks: ``bench/bench_stepwise.py``). Theorem 1/2's chunk itself is kept (a larger minimum chunk,
+#: b = q, still stalls on every chunk: it leaves no slack at all), so SBA and PBA keep their chunks and
+#: their bits for every window.
 MIN_WORKER_CHUNK = 512
 
 
 def generalized_chunk_size(r: int, s: int, costs: CostModel = CostModel()) -> int:
-    """Largest stall-free chunk size for unequal main-loop/worker costs (see module doc).
+    """Largest stall-free chunk size for unequal main-loop/worker costs.
+
+    Theorem 1 assumes that the main loop and the worker pay the same ``T_u`` per
+    combine. Here the main loop is Python (``T_m``: the cost of one tuple through
+    ``insert``) and the worker is numpy (``T_w``: the cost of one lcs element), with
+    a fixed latency ``L`` to hand a chunk to the worker and get it back.
+
+    When chunk ``c`` closes, the worker starts its lcs from the right: ``lcs[j]`` is
+    ready ``L + (b - 1 - j) * T_w`` after the boundary. The first window that needs
+    it starts at slice ``j = 1`` of chunk ``c`` (``j = 0`` uses the chunk aggregation
+    ``ca`` that the main loop already has) and ends ``r - (b - 1)*s`` tuples after the
+    boundary, i.e. after ``r - (b - 1)*s - 1`` more main-loop combines. Later ``j``
+    are easier (the worker needs less, the main loop gives more), so there is no
+    stall iff::
+
+        L + (b - 2) * T_w  <=  (r - (b - 1)*s - 1) * T_m
+        <=>  b  <=  ((r + s - 1) * T_m + 2*T_w - L) / (T_w + s*T_m)
+
+    With ``T_w = T_m`` and ``L = 0`` the bound is ``(r + s + 1) / (s + 1)``, exactly
+    Theorem 1 (``min(q, floor(.))`` is its two cases). We take the largest ``b``
+    that avoids stalls, clamped to ``[q // 2 + 1, q]``: above ``q`` a window would
+    need a range inside one chunk, below ``q // 2 + 1`` it would span more than three
+    chunks (``k > 1``), i.e. more merges. Fewer, larger chunks also mean fewer
+    3-part windows: a window spans three chunks for about ``q - b`` of every ``b``
+    window starts.
+
+    The costs are fixed constants (:data:`DEFAULT_COSTS`, :data:`PYTHON_LOOP_COSTS`; ``bench/bench_chunking.py``
+    measures them), not calibrated at run time, so that a given window always gets the same chunks (and so
+    bit-identical floating-point results across runs, machines, SBA and PBA).
 
     With equal costs and no launch latency it equals :func:`theorem1`.
 
@@ -192,11 +162,21 @@ def optimal_chunk_size(window: CountWindow | TimeWindow, combine_cost: float | N
 def plan_chunk_size(window: CountWindow | TimeWindow, agg=None, costs: CostModel | None = None) -> int:
     """The chunk size SBA and PBA use by default: deterministic for a window and aggregation.
 
-    Count windows use :func:`generalized_chunk_size` with the measured cost model:
+    Count windows use :func:`generalized_chunk_size` with the fixed cost model:
     :data:`DEFAULT_COSTS` when the aggregation has a numpy kernel (or ``agg`` is
     None), :data:`PYTHON_LOOP_COSTS` when its lcs is a Python loop. Time windows
     are planned as the count window ``W[q, 1]`` over their ``q = r // s`` slices
-    (Theorem 2 in the main loop's time: see the module doc).
+    (Theorem 2 in the main loop's time, below).
+
+    Theorem 2 measures a slice by the stream's clock: at the stream's own pace a slice lasts ``s`` (a second,
+    say), far longer than any lcs takes, so it gives ``b* = q``, a chunk of a whole window's slices, whose lcs
+    is needed one slice after the chunk closes. A replay, or a runtime catching up on a backlog, runs faster
+    than that clock: a slice then lasts as long as the main loop takes over its tuples, at least one tuple's
+    step. Counted in that time, one tuple per slice (the least a slice with data costs; more tuples only add
+    slack), a time window is the count window ``W[q, 1]`` over slices, and its chunk is planned as one:
+    :func:`plan_chunk_size` uses ``generalized_chunk_size(q, 1)``, and ``pr.replay`` (both loops compiled, equal
+    costs) Theorem 1 over slices, ``theorem1(q, 1) = (q + 2) // 2``: with ``b = q`` the main loop would wait
+    for the lcs at every chunk.
 
     >>> from pba_runtime import CountWindow, TimeWindow, get_aggregation
     >>> plan_chunk_size(CountWindow(range=8192, slide=1))

@@ -139,17 +139,15 @@ def scan(kernel: Kernel, row: np.ndarray, reverse: bool, out: np.ndarray | None 
 
 
 # Short rows are merged in 2-D accumulate calls of at least this many rows and elements:
-# numpy 2.4 releases the GIL in a 2-D accumulate only past 500 rows (its threshold is on
-# the iterations outside the scanned axis; measured: 256 x 1024 held it, 512 x 1024
-# released it). From ROW_MODE_MIN_Q slices a row (measured: 2-D calls win up to 2^12,
-# one 1-D call per row from 2^13), or when a thread has too few rows for such calls,
-# rows go one 1-D call each (always released).
+# numpy releases the GIL in a 2-D accumulate only past a few hundred rows (its threshold is
+# on the iterations outside the scanned axis). From ROW_MODE_MIN_Q slices a row (where one
+# 1-D call per row beats the 2-D calls: bench/bench_kernels.py), or when a thread has too
+# few rows for such calls, rows go one 1-D call each (always released).
 MIN_ROWS_PER_CALL = 512
 MIN_ELEMENTS_PER_CALL = 1 << 20
 ROW_MODE_MIN_Q = 8192
 # Below this many slices a row, threads merging row by row lose to one thread (each row's
-# few calls hand the GIL back and forth; measured: 1M values at 2^10 took 13 ms on two
-# threads, 9.4 ms on one; break-even at 2^11): such batches split only into 2-D calls.
+# few calls hand the GIL back and forth): such batches split only into 2-D calls.
 THREADED_ROW_MODE_MIN_Q = 2048
 
 
@@ -157,8 +155,8 @@ def merge_rows(kernel: Kernel, body: np.ndarray, outv: np.ndarray, c0: int, c1: 
                 rend: RowEnds | None = None, threaded: bool = False) -> None:
     """Windows starting in rows ``[c0, c1)`` of ``body`` into ``outv``: lcs of those rows, csa of the next ones.
 
-    numpy releases the GIL in a 2-D ``accumulate`` only when it has many rows (~600
-    or more per call, measured with numpy 2.4), while a 1-D one always releases it. So
+    numpy releases the GIL in a 2-D ``accumulate`` only when it has many rows (a few
+    hundred per call), while a 1-D one always releases it. So
     long rows (``q >= ROW_MODE_MIN_Q``) are merged one row at a time, and short rows in
     2-D calls of at least ``MIN_ROWS_PER_CALL`` rows (when another thread of this
     process merges too, ``threaded``, fewer rows go one at a time): either way a worker
@@ -197,7 +195,7 @@ def merge_rows(kernel: Kernel, body: np.ndarray, outv: np.ndarray, c0: int, c1: 
         o = outv[b0:b1]
         acc = _acc(kernel, body[b0:b1], 1, True, o if inplace else lcs[:k], None if clean is None else clean[0])
         _acc(kernel, body[b0 + 1 : b1 + 1], 1, False, csa[:k], None if clean is None else clean[-1])
-        # one contiguous combine over the flattened block (2.5x faster than over the (k, q-1)
+        # one contiguous combine over the flattened block (faster than over the (k, q-1)
         # strided views); it also pairs each row's column 0 with the previous row's last csa,
         # so column 0 (the whole chunk, lcs alone) is put back afterwards
         col0 = acc[:, 0].copy()
@@ -208,8 +206,7 @@ def merge_rows(kernel: Kernel, body: np.ndarray, outv: np.ndarray, c0: int, c1: 
 
 # Each thread keeps its merge scratch (the csa rows, and the lcs rows of kernels that cannot
 # combine in place) between calls, up to SCRATCH_KEEP float64s a buffer: fresh pages cost a
-# fault each, and two threads faulting at once stalled a 4M-value merge to several times its
-# time (measured: 20-100 ms instead of 19 ms at 2^10-2^11, varying with the heap's history).
+# fault each, and two threads faulting at once stalled a merge to several times its time.
 SCRATCH_KEEP = 1 << 21
 _scratch_bufs = threading.local()
 

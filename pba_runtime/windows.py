@@ -258,7 +258,7 @@ def time_slices(ts, s: int, off: int, r: int, last_slice: int, has_last: bool):
     ``(ts[i] - off - r) // s + 1``, begins after the previous tuple's slice (``last_slice``, the slice
     of the last tuple before the batch, when ``has_last``): every window holding an older tuple is
     then complete, and the slicing starts afresh. Returns ``(G, starts)``, ``starts`` ascending.
-    ``pba_runtime.kernels.slicing.time_slices`` is the compiled twin (one pass, no temporaries).
+    ``pba_runtime.kernels.time_slicing.time_slices`` is the compiled twin (one pass, no temporaries).
 
     Examples
     --------

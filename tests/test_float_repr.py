@@ -1,4 +1,4 @@
-"""The compiled ``repr`` of a double (``pba_runtime/kernels/float_repr.py``) against Python's ``repr``, the slow
+"""The compiled ``repr`` of a double (``pba_runtime/runtime/float_repr.py``) against Python's ``repr``, the slow
 reference, and its arithmetic against exact integers."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pba_runtime.kernels import float_repr as fr
+from pba_runtime.runtime import float_repr as fr
 
 
 def _same_as_repr(values: np.ndarray) -> None:

@@ -399,15 +399,15 @@ def test_bad_input(call, exc, words):
 
 def test_snippets_cannot_clobber_the_template():
     """A merger's snippet that assigned a slicing-layer local (FlatFAT's query once named one ``last``)
-    would compile to a silently wrong loop: ``slicing.source`` refuses it."""
+    would compile to a silently wrong loop: ``loop_template.source`` refuses it."""
     import dataclasses
 
-    from pba_runtime.kernels.stepwise import ALGORITHMS, slicing, soe
+    from pba_runtime.kernels.stepwise import ALGORITHMS, loop_template, soe
 
     for alg in [a for a, _ in ALGORITHMS.values()] + list(soe.EXACT.values()):
-        slicing.check_names(alg)
+        loop_template.check_names(alg)
     with pytest.raises(ValueError, match="assign last"):
-        slicing.check_names(dataclasses.replace(ALGORITHMS["flatfat"][0], query="last = 1\nRES = ident"))
+        loop_template.check_names(dataclasses.replace(ALGORITHMS["flatfat"][0], query="last = 1\nRES = ident"))
 
 
 class _HeldPool(pr.WorkerPool):

@@ -73,7 +73,7 @@ class Runner:
 @dataclass(frozen=True)
 class BatchPlan:
     """The batch engine of one operator (``engine``, a key of :data:`ENGINES`) and how the episode engine
-    slices and folds (``compiled_slicing``: slices in compiled passes, ``kernels/slicing.py``;
+    slices and folds (``compiled_slicing``: slices in compiled passes, ``kernels/time_slicing.py``;
     ``compiled_fold``: scalar and column partials folded there too)."""
 
     engine: str

@@ -276,7 +276,7 @@ def insert_episodes(op, values, timestamps=None) -> tuple[np.ndarray, Any]:
     s, r, off = op._s, op._r, op._off
     P = kernel.lift(vals, ts if op.agg.positional else None)
     if op._plan.compiled_slicing:
-        from ..kernels import slicing  # numba's import waits for the first compiled batch
+        from ..kernels import time_slicing as slicing  # numba's import waits for the first compiled batch
 
         op._slicing = slicing  # (fold_slices reads it)
         time_slices = slicing.time_slices

@@ -14,7 +14,7 @@ when numba's set-up runs, never what runs: the code loaded is the file numba wou
 (cold cache, a signature not cached yet, a changed source) falls through to numba's compiler as before,
 which runs the whole set-up itself (``numba.core.compiler.CompilerBase`` refreshes both contexts, the
 entry points included). It suits modules whose kernels use arrays, numbers and ``math``/numpy scalar
-functions only, as :mod:`.compiled`, :mod:`.slicing` and :mod:`.time_fused` do: a kernel hashing strings or building typed
+functions only, as :mod:`.compiled`, :mod:`.time_slicing` and :mod:`.time_fused` do: a kernel hashing strings or building typed
 containers needs symbols that the set-up's imports install (``numba.cpython.hashing``).
 
 Where numba's internals differ from what this expects (another version), nothing is changed.

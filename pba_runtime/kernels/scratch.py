@@ -1,13 +1,10 @@
 """Per-thread scratch buffers for the compiled merges: allocated once per thread, reused by every call.
 
-A merge's lcs and csa scratch is ``q`` partials per chain (8 MB each at ``q = 2^20``). Allocated
-at every call, it came as fresh pages whenever glibc served it from a new mapping (always for
-the first call, and often in a pool thread, whose arena gives freed memory back): the kernel
-zeroes them page by page, which cost as much as the merge itself at ``2^20`` (measured: two
-rows of ``max`` at ``q = 2^20`` on a pool thread, 30-40 ms with fresh scratch against 6-7 ms
-with reused scratch). Each thread keeps its buffers, by slot name, for its next call; a thread
-keeps at most ``KEEP_BYTES`` this way (larger requests are allocated and dropped), freed when
-the thread ends.
+A merge's lcs and csa scratch is ``q`` partials per chain (8 MB each at ``q = 2^20``). Allocated at every call,
+it came as fresh pages whenever glibc served it from a new mapping (always for the first call, and often in a
+pool thread, whose arena gives freed memory back): the kernel zeroes them page by page, which cost as much as
+the merge itself at ``2^20``. Each thread keeps its buffers, by slot name, for its next call; a thread keeps at
+most ``KEEP_BYTES`` this way (larger requests are allocated and dropped), freed when the thread ends.
 
 Examples
 --------
@@ -40,7 +37,7 @@ def scratch(slot: str, shape: int | tuple, dtype=np.float64) -> np.ndarray:
     """
     dtype = np.dtype(dtype)
     shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)
-    size = int(math.prod(shape))  # not np.prod: ~2 us a call, paid by every merge
+    size = int(math.prod(shape))  # not np.prod: its overhead would be paid by every merge
     nbytes = size * dtype.itemsize
     kept = getattr(_local, "buffers", None)
     if kept is None:

@@ -12,7 +12,7 @@ text between the numbers and in how ``nan`` and the infinities are spelled: a :c
 
 Most rows of a count window with slide 1 are the row before's line with ``start`` and ``end`` one more
 and, for a sliding max or min, the same value. The writer keeps the last line it wrote in full as a
-*template* of up to 12 words (:mod:`pba_runtime.kernels.unaligned`), and writes such a row as the
+*template* of up to 12 words (:mod:`pba_runtime.runtime.unaligned`), and writes such a row as the
 template's words followed by the last two digits of both numbers; a row whose ``start`` or ``end`` is
 a multiple of 100 (the digits before the last two change), a key or value change, a line longer than
 96 bytes or numbers of one digit take the full path, which makes that line the new template.
@@ -23,7 +23,7 @@ put in as one two-byte store, is the cheapest of the three.
 
 Floats are written exactly as ``repr`` writes them (as :mod:`json` does too), so they read back to the same
 double: the shortest decimal that rounds to the value, in ``repr``'s layout, found in the loop by
-:func:`pba_runtime.kernels.float_repr.put_repr` (Schubfach; ``-0.0`` too; ``nan`` and the infinities as the
+:func:`pba_runtime.runtime.float_repr.put_repr` (Schubfach; ``-0.0`` too; ``nan`` and the infinities as the
 layout spells them). Results of a mean, a standard deviation or a sum of fractions need 15-17 digits on most
 rows: before, those went to Python's ``repr``, and the CSV sink made the default job with ``--agg std``
 several times slower than without a sink. :func:`lines` is checked against the readable
@@ -54,7 +54,7 @@ from collections.abc import Callable
 import numpy as np
 from numba import njit
 
-from ..kernels.float_repr import (
+from .float_repr import (
     DIGITS2,
     LITTLE,
     POW10U,
@@ -65,7 +65,7 @@ from ..kernels.float_repr import (
     put_digits_at,
     put_repr,
 )
-from ..kernels.unaligned import load2, load8, store2, store8
+from .unaligned import load2, load8, store2, store8
 
 __all__ = ["Layout", "CSV", "JSONL", "blob", "lines", "lines_into", "write_float_lines", "float_text", "compile_now"]
 
@@ -104,7 +104,7 @@ class Layout:
     @functools.cached_property
     def row_bound(self) -> int:
         """Most bytes one row's start, end and value take besides the key: two int64 (20 bytes each), a value
-        (``repr``: at most :data:`~pba_runtime.kernels.float_repr.REPR_BYTES`, or a non-finite spelling) and the
+        (``repr``: at most :data:`~pba_runtime.runtime.float_repr.REPR_BYTES`, or a non-finite spelling) and the
         texts between them."""
         return 2 * 20 + self.value_bound + len(self.between) + len(self.before_value) + len(self.end)
 
@@ -129,7 +129,7 @@ JSONL = Layout(', "end": ', ', "value": ', "}\n", "NaN", "Infinity", "-Infinity"
 _BETWEEN, _BEFORE_VALUE, _END, _NAN, _INF, _NEG_INF, _VECTOR_OPEN, _VECTOR_SEP, _VECTOR_CLOSE = range(9)
 #: bytes past the last line the writer may touch: a short line's three template words reach 24 bytes from its
 #: start, a longer line's last word up to 7 bytes past it, and digits stored as words up to
-#: :data:`~pba_runtime.kernels.float_repr.REPR_SLACK` past them
+#: :data:`~pba_runtime.runtime.float_repr.REPR_SLACK` past them
 _SLACK = 32
 #: words of the slide-1 shortcut's template: lines of up to 96 bytes (a JSON line with a long key and 17 digits)
 _TEMPLATE_WORDS = 12
@@ -162,8 +162,8 @@ def _put_float(buf, pos, bits, texts, texts_off, g, pow10u, digits2, little):  #
 @njit(cache=True, nogil=True, inline="always")
 def _put_int(buf, pos, x, pow10u, digits2, little):  # pragma: no cover - compiled
     """Write int ``x`` at ``pos``; returns the position after it. With ``little``, up to 17 digits go as words
-    (:func:`~pba_runtime.kernels.float_repr.put_digits_at`), which may write up to
-    :data:`~pba_runtime.kernels.float_repr.REPR_SLACK` bytes past it."""
+    (:func:`~pba_runtime.runtime.float_repr.put_digits_at`), which may write up to
+    :data:`~pba_runtime.runtime.float_repr.REPR_SLACK` bytes past it."""
     if x < 0:
         buf[pos] = 45  # '-'
         pos += 1
@@ -206,7 +206,7 @@ def _write_ints(buf, prefix, prefix_off, counts, ends, range_, values, texts, te
 def _write_fast(buf, prefix, prefix_off, counts, ends, range_, bits, texts, texts_off, g, pow10u, digits2,
                 little):  # pragma: no cover - compiled
     """The lines of float values (``bits``: their bits, uint64) into ``buf`` in one pass, each value spelled as
-    ``repr`` spells it (:func:`~pba_runtime.kernels.float_repr.put_repr`; ``nan`` and the infinities as the
+    ``repr`` spells it (:func:`~pba_runtime.runtime.float_repr.put_repr`; ``nan`` and the infinities as the
     layout's ``texts`` do); returns the length written. Two shortcuts, each writing the bytes the full path
     would:
 

@@ -1,7 +1,7 @@
 """The compiled per-tuple engine: each algorithm stepped one tuple at a time, in machine code.
 
 Not the vectorised batch path: every tuple goes through the slicing layer and the algorithm's
-``push``/``pop``/``query`` exactly as the Python operators do (:mod:`.slicing`, written once, and one
+``push``/``pop``/``query`` exactly as the Python operators do (:mod:`.loop_template`, written once, and one
 module per algorithm: :mod:`.sba` for SBA and PBA, :mod:`.two_stacks`, :mod:`.slick_deque`, :mod:`.daba`,
 :mod:`.flatfat`, :mod:`.soe`; FiBA has none, see ``docs/stepwise.md``), over the built-in
 aggregations and the user aggregations numba compiles (:mod:`.monoids`). PBA's lcs are built by
@@ -11,6 +11,29 @@ aggregations and the user aggregations numba compiles (:mod:`.monoids`). PBA's l
 per (algorithm, aggregation, latency or not) and cached: in memory, and for built-ins on disk (the
 generated source is written to a cache directory and imported, so numba caches its machine code
 beside it: a second process pays no compile).
+
+Code generation
+---------------
+Why strings: numba compiles a loop once per set of argument types, but it cannot inline a merger
+into a generic loop or specialise a loop to a partial's width (a float, or a tuple of ``w`` floats
+held in scalars, not an array: no allocation per tuple). So each loop is written as Python source,
+once per (algorithm, aggregation, latency timing, window kind), and compiled as one function in
+which LLVM inlines ``lift``/``combine``/``lower`` and the merger. The pieces: the slicing layer's
+template (:mod:`.loop_template`, with its macros ``@PUSH``/``@POP``/``@QUERY``/``@RESET``/``@EMIT``
+...), each algorithm's snippets (an :class:`~.loop_template.Algorithm`), and
+:func:`pba_runtime.kernels.codegen.expand`'s ``@L``/``@S`` partial loads and stores, written out for
+one width. What a snippet may contain: statements in numba's nopython subset over the names the
+template gives it (``P``, ``RES``, ``ident``, ``combine``, the algorithm's own ``ints``, ``parts``,
+``arrays`` and ``params``), ``@L``/``@S``, and calls of its ``helpers``; it must not assign one of the
+template's locals (:func:`~.loop_template.check_names` refuses it). Where the files go: a built-in's (or
+a user aggregation made of importable module-level functions) loop is written to
+``$PBA_STEPWISE_CACHE``, else ``$XDG_CACHE_HOME/pba_runtime/stepwise`` (``~/.cache/...``), as
+``loop_<algorithm>_<aggregation>_<count|time>_<latency>_<digest>.py`` and imported from there, so
+numba's ``cache=True`` keeps its machine code in that folder's ``__pycache__``; any other loop
+(closures, a read-only cache folder) is ``exec``'d in memory and compiled per process. How the cache
+is keyed: in memory by ``(algorithm, monoid key, latency, time)``; on disk by the file name, whose
+digest is the sha256 of the generated text plus the bytes of the modules it imports
+(:func:`_deps_digest`): a changed template, snippet or monoid writes a new file, never reuses a stale one.
 
 Examples
 --------
@@ -39,14 +62,14 @@ import numpy as np
 
 from ...aggregations import Aggregation, get_aggregation
 from ...windows import TimeWindow
-from . import daba, flatfat, sba, slicing, slick_deque, soe, two_stacks
+from . import daba, flatfat, loop_template, sba, slick_deque, soe, two_stacks
 from .clock import ns_per_tick
 from .monoids import Monoid, monoid_of
 
 __all__ = ["ALGORITHMS", "Stepper", "loop_module", "monoid_of"]
 
 #: name -> (the merger's template snippets, whether the lcs go to a worker)
-ALGORITHMS: dict[str, tuple[slicing.Algorithm, bool]] = {
+ALGORITHMS: dict[str, tuple[loop_template.Algorithm, bool]] = {
     "sba": (sba.ALGORITHM, False),
     "pba": (sba.ALGORITHM, True),
     "two_stacks": (two_stacks.ALGORITHM, False),
@@ -62,9 +85,24 @@ SOE_NEEDS = "an invertible aggregation (sum, count, mean, std, geomean)"
 _modules: dict[tuple, Any] = {}
 _lock = threading.Lock()
 _SPIN_LIMIT_NS = 2e9  # the longest the main loop waits to reuse a slot a started worker has not finished with
-N_PARALLEL = slicing.N_PARAMS + 2  # pr_[N_PARALLEL]: whether a worker builds the lcs
-#: PBA's worker spins (sched_yield) this long after its last task before it naps: a chunk's period at
-#: W[2^14, 1] is ~65 us, a nap on this VM 50-150 us (so it never naps mid-stream, and idles once it ends)
+#: hex digits of the sha256 in a generated file's name: collisions are out of reach, names stay short
+DIGEST_CHARS = 16
+#: 8-byte words in a 4 KiB page: :meth:`Stepper.outputs` writes one word per page to map it
+PAGE_WORDS = 512
+#: output rows beyond the windows due: one step of the loop may emit up to ``q + 3`` windows before it
+#: checks for room again (the template's ``no + q + 3 > cap``)
+OUTPUT_SLACK = 8
+#: chunk slots beyond the ``q // b`` chunks a window spans: the open chunk and the closed ones whose lcs
+#: may still be in flight
+SPARE_CHUNK_SLOTS = 3
+#: FlatFAT's first tree, as the Python aggregator sizes it (``algorithms.ring.ring_capacity``): a power of
+#: two from this many slots ...
+FLATFAT_FIRST_MIN = 4
+#: ... up to this many (``ring.PREALLOC_MAX``); it doubles when full
+FLATFAT_FIRST_MAX = 4096
+N_PARALLEL = loop_template.N_PARAMS + 2  # pr_[N_PARALLEL]: whether a worker builds the lcs
+#: PBA's worker spins (sched_yield) this long after its last task before it naps: far longer than a chunk's
+#: period and a nap's wake-up on a virtual machine, so it never naps mid-stream, and idles once the stream ends
 WORKER_SPIN_NS = 2e6
 #: PBA: the share of a chunk's slack (``q - b + 1`` slices from its close to the first window needing its
 #: lcs) the worker gets before the main loop helps (:mod:`.sba`)
@@ -87,6 +125,16 @@ def help_schedule(q: int, b: int) -> tuple[int, int]:
     return hdelay, -(-b // left)
 
 
+def ring_capacity(q: int) -> int:
+    """The slots of a merger's rings (Two-Stacks, DABA, SlickDeque, SoE): a power of two (so a position is
+    ``& (cap - 1)``) above ``2 * q + 3``, at least 4.
+
+    >>> ring_capacity(1), ring_capacity(16)
+    (8, 64)
+    """
+    return 1 << max(2, (2 * q + 4 - 1).bit_length())
+
+
 def _cache_dir() -> Path | None:
     base = os.environ.get("PBA_STEPWISE_CACHE") or os.path.join(
         os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "pba_runtime", "stepwise")
@@ -97,7 +145,7 @@ def _cache_dir() -> Path | None:
         return None
 
 
-def loop_module(alg: slicing.Algorithm, mono: Monoid, latency: bool, time: bool) -> Any:
+def loop_module(alg: loop_template.Algorithm, mono: Monoid, latency: bool, time: bool) -> Any:
     """The compiled loop of ``alg`` over ``mono`` for count (``time=False``) or time windows (a module or
     namespace with ``run`` and the helpers)."""
     key = (alg.name, mono.key, latency, time)
@@ -105,7 +153,7 @@ def loop_module(alg: slicing.Algorithm, mono: Monoid, latency: bool, time: bool)
         hit = _modules.get(key)
     if hit is not None:
         return hit
-    body = slicing.source(alg, mono.width, positional=mono.positional, latency=latency,
+    body = loop_template.source(alg, mono.width, positional=mono.positional, latency=latency,
                           vector=mono.result == "vector", time=time)
     names = ("run",) + tuple(dict.fromkeys(n for n in ("build_lcs", "lcs_worker", "worker_loop", "wait_slot", "kept")
                                            + alg.helper_names if f"def {n}(" in body))
@@ -133,7 +181,7 @@ def loop_module(alg: slicing.Algorithm, mono: Monoid, latency: bool, time: bool)
             for role, (module, name) in roles + ((("inverse", mono.inverse_source),) if inverse else ()):
                 head += f"from {module} import {name} as _{role}_py\n{role} = numba.njit(_{role}_py)\n"
         text = head + body + "\n" + tail + "\n"
-        digest = hashlib.sha256((text + _deps_digest()).encode()).hexdigest()[:16]
+        digest = hashlib.sha256((text + _deps_digest()).encode()).hexdigest()[:DIGEST_CHARS]
         kind = "time" if time else "count"
         stem = re.sub(r"\W", "_", f"loop_{alg.name}_{mono.name}_{kind}_{int(latency)}_{digest}")
         path = d / f"{stem}.py"
@@ -213,8 +261,8 @@ class Stepper:
         self._shape = (w,) if w else ()
         ident = self.mono.identity_array()
         self._ida = ident
-        self.si = np.zeros(len(slicing.COMMON_INTS) + len(self.alg.ints), dtype=np.int64)
-        self.sp = np.repeat(ident, len(slicing.COMMON_PARTS) + len(self.alg.parts), axis=0)
+        self.si = np.zeros(len(loop_template.COMMON_INTS) + len(self.alg.ints), dtype=np.int64)
+        self.sp = np.repeat(ident, len(loop_template.COMMON_PARTS) + len(self.alg.parts), axis=0)
         params = [r, s, q, m, off, int(self._is_time)]
         self.pool = pool if parallel else None
         self.chunk_size = None
@@ -224,7 +272,7 @@ class Stepper:
                 raise ValueError(f"chunk_size must be an integer in [1, range // slide = {q}], got {chunk_size!r}")
             b = int(b)
             self.chunk_size = b
-            K = q // b + 3
+            K = q // b + SPARE_CHUNK_SLOTS
             self.K = K
             for name, v in (("known", -1), ("lc", -1), ("li", b - 1), ("lsl", K - 1), ("hj", b)):
                 self.si[self._int(name)] = v
@@ -239,14 +287,14 @@ class Stepper:
             if not self.agg.selective:
                 raise ValueError(f"algorithm 'slick_deque' needs a selective aggregation (max, min, argmax: combine "
                                  f"returns one of its operands); aggregation {self.agg.name!r} is not selective")
-            cap = 1 << max(2, (2 * q + 4 - 1).bit_length())
+            cap = ring_capacity(q)
             arrays = [np.empty((cap,) + self._shape), np.zeros(cap, dtype=np.int64)]
             params += [cap - 1]
         elif self.alg is flatfat.ALGORITHM:
             # the Python aggregator's first tree (ring_capacity(q + 2)); it doubles when full, so it
             # holds at most q + 3 slices in fewer than 2 * pow2(q + 3) slots
-            init = 4
-            while init < q + 2 and init < 4096:
+            init = FLATFAT_FIRST_MIN
+            while init < q + 2 and init < FLATFAT_FIRST_MAX:
                 init <<= 1
             most = max(init, 2 * (1 << (q + 3 - 1).bit_length()), flatfat.MIN_CAPACITY)
             arrays = [np.empty((2 * most,) + self._shape), np.zeros(2 * most, dtype=np.uint8),
@@ -254,7 +302,7 @@ class Stepper:
             for name, v in (("fcap", init), ("d0", -1), ("d1", -1)):
                 self.si[self._int(name)] = v
         elif algorithm == "soe":
-            cap = 1 << max(2, (2 * q + 4 - 1).bit_length())
+            cap = ring_capacity(q)
             arrays = [np.empty((cap,) + self._shape)]
             if self.alg is not soe.ALGORITHM:  # the exact accumulators and their scratch
                 # xs: the limbs in use (lo1, hi1, lo2, hi2), the NaN, +inf and -inf held, the count
@@ -263,7 +311,7 @@ class Stepper:
                            np.zeros(32, dtype=np.int64), np.array([1 << 30, -1, 1 << 30, -1, 0, 0, 0, 0])]
             params += [cap - 1]
         else:  # two_stacks, daba: two rings of slice partials
-            cap = 1 << max(2, (2 * q + 4 - 1).bit_length())
+            cap = ring_capacity(q)
             arrays = [np.empty((cap,) + self._shape), np.empty((cap,) + self._shape)]
             params += [cap - 1]
         self.arrays = arrays
@@ -272,7 +320,7 @@ class Stepper:
         self.lcs_tasks = 0
         self.why = ""
 
-    def _soe_merger(self) -> slicing.Algorithm:
+    def _soe_merger(self) -> loop_template.Algorithm:
         """SoE's merger for this aggregation: exact accumulators for the built-in sums (as the Python SoE),
         the two-part total with the compiled ``inverse`` otherwise; the Python SoE's error if not invertible."""
         if not self.agg.invertible:
@@ -300,7 +348,7 @@ class Stepper:
         return soe.ALGORITHM
 
     def _int(self, name: str) -> int:
-        return (slicing.COMMON_INTS + self.alg.ints).index(name)
+        return (loop_template.COMMON_INTS + self.alg.ints).index(name)
 
     def counter(self, name: str) -> int:
         """One of the loop's scalars (``stalls``, ``flips``, ...)."""
@@ -310,14 +358,14 @@ class Stepper:
         """Output buffers for :meth:`run` over ``n`` more values (their pages touched: a caller that
         times the loop allocates them first, so the first write to each page is not in its timing)."""
         if self._is_time:
-            cap = n + self.q + 8
+            cap = n + self.q + OUTPUT_SLACK
         else:
-            cap = max(0, (int(self.si[0]) + n - self.window.range) // self.window.slide + 1) + self.q + 8
+            cap = max(0, (int(self.si[0]) + n - self.window.range) // self.window.slide + 1) + self.q + OUTPUT_SLACK
         out_ends = np.zeros(cap, dtype=np.int64)
         out_res = np.zeros((cap,) + (self._shape if self.mono.result == "vector" else ()))
         lat = np.zeros(cap if self.latency else 0, dtype=np.int64)
         for a in (out_ends, out_res, lat):
-            a.reshape(-1)[::512] = 0  # np.zeros maps zero pages lazily: write one word per page
+            a.reshape(-1)[::PAGE_WORDS] = 0  # np.zeros maps zero pages lazily: write one word per page
         return out_ends, out_res, lat
 
     def run(self, values: np.ndarray, timestamps: np.ndarray | None = None, *, final: bool = False,

@@ -3,9 +3,9 @@
 PBA's main loop writes each slice partial into ``saa``; the worker, on the other core, reads a closed
 chunk's partials to build its lcs, which pulls those cache lines into the worker's caches. ``K`` chunks
 later the main loop writes the same lines again, and a store to a line that another core holds waits
-until that core has dropped its copy. On this project's 2-vCPU machine that wait is the whole story: when
-the hypervisor places the two vCPUs on different dies (a cache line's round trip between them ~340 ns
-instead of ~50 ns, ``bench/noise_floor.py``), PBA's main loop ran 4x slower than SBA's at ``W[2^13, 1]``.
+until that core has dropped its copy. On a 2-vCPU virtual machine that wait can be the whole story: when
+the hypervisor places the two vCPUs on different dies (a cache line's round trip between them is several
+times longer, ``bench/noise_floor.py`` shows it), PBA's main loop falls far behind SBA's.
 So the worker evicts the partials it has read (:func:`evict`, ``clflush``) and reads them ahead of use
 (:func:`prefetch`): the main loop's later stores then find no other copy to wait for.
 

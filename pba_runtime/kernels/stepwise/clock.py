@@ -1,8 +1,8 @@
 """A clock and a memory fence callable from nopython code.
 
-:func:`ticks` reads the CPU's time-stamp counter (``llvm.readcyclecounter``: ``rdtsc`` on x86, about
-7-10 ns, not serialising), which ticks at a constant rate on CPUs with ``constant_tsc`` (every x86-64
-of the last decade). :func:`ns_per_tick` calibrates it once against ``time.perf_counter_ns`` (20 ms).
+:func:`ticks` reads the CPU's time-stamp counter (``llvm.readcyclecounter``: ``rdtsc`` on x86, a few
+nanoseconds, not serialising), which ticks at a constant rate on CPUs with ``constant_tsc`` (every x86-64
+of the last decade). :func:`ns_per_tick` calibrates it once against ``time.perf_counter_ns``.
 :func:`fence` is a sequentially consistent fence (a compiler and hardware barrier) for the flags PBA's
 main loop and worker share, and :func:`relax` gives the CPU away while a loop waits (``sched_yield``).
 

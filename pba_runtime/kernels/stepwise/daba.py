@@ -9,7 +9,7 @@ unlike Two-Stacks. The same steps, in the same order, as the Python algorithm: t
 
 from __future__ import annotations
 
-from .slicing import Algorithm
+from .loop_template import Algorithm
 
 __all__ = ["ALGORITHM"]
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import textwrap
 
-from .slicing import Algorithm
+from .loop_template import Algorithm
 
 __all__ = ["ALGORITHM"]
 

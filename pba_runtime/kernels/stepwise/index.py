@@ -4,7 +4,7 @@ numba lets a signed index count from the end (``a[-1]``), so every load and stor
 index pays a sign test and a select and keeps the array's length live; through an unsigned one it does
 not. ``uidx(i)`` reinterprets an ``int64`` that the caller knows is ``>= 0`` as a ``uint64``: no
 instruction, and (unlike ``np.uint64(i)``, a call numba types at each site) a one-line intrinsic, cheap
-to compile. :func:`pba_runtime.kernels.stepwise.slicing.unsigned_indices` puts it in the generated loops.
+to compile. :func:`pba_runtime.kernels.stepwise.loop_template.unsigned_indices` puts it in the generated loops.
 
 Examples
 --------

@@ -34,7 +34,7 @@ No Python runs between the two threads: the hand-off is a store and a fence.
 
 from __future__ import annotations
 
-from .slicing import Algorithm
+from .loop_template import Algorithm
 
 __all__ = ["ALGORITHM", "TAG"]
 
@@ -64,8 +64,8 @@ def worker_loop(saa, lcs, done, wq, ctl, b, K, claim, wst, fin, idle_ticks):
     # PBA's worker: builds the lcs of each chunk the main loop posts (wq[ctl[1] % K] .. wq[ctl[0] - 1 % K]),
     # until ctl[2] says stop and nothing is left; a task the main loop claimed first (it found the worker
     # late) is skipped. Idle, it spins with sched_yield (which gives the core to any other runnable
-    # thread) for idle_ticks after its last task, then naps 20 us at a time: a parked thread on a VM can
-    # take 50-150 us to wake (usleep(20) measured), longer than a chunk's slack at W[2^14, 1]
+    # thread) for idle_ticks after its last task, then naps a short while at a time: a parked thread on a VM can
+    # take longer to wake than a chunk's slack at large windows
     tail = ctl[1]
     last = ticks()
     while True:
@@ -90,8 +90,8 @@ def worker_loop(saa, lcs, done, wq, ctl, b, K, claim, wst, fin, idle_ticks):
             ctl[1] = tail
             # then drop the partials just read from this core's caches (after publishing: the main loop
             # never waits for it): the main loop rewrites them K chunks on, and each of its stores would
-            # otherwise wait for this core to give the line up (cache_hints; at W[2^13, 1] on vCPUs on
-            # different dies: PBA 54M -> 213-324M tuples/s)
+            # otherwise wait for this core to give the line up (cache_hints: on vCPUs on different dies
+            # that wait dominated PBA's main loop)
             rb = saa.strides[0]
             for off in range(slot * b * rb, (slot * b + b) * rb, 64):
                 evict(saa, off)
@@ -184,7 +184,7 @@ ALGORITHM = Algorithm(
                     queue_full += 1  # the worker is behind: not posted, the main loop's help builds it
             else:
                 # SBA: the lcs here, written out rather than called (a call in the loop makes the
-                # register allocator spill the loop's scalars: ~10% of SBA's time per tuple, measured)
+                # register allocator spill the loop's scalars)
                 bl = lsl * b
                 tl = @L(saa, bl + b - 1)
                 @S(lcs, bl + b - 1, tl)

@@ -9,7 +9,7 @@ query is the front, without a combine.
 
 from __future__ import annotations
 
-from .slicing import Algorithm
+from .loop_template import Algorithm
 
 __all__ = ["ALGORITHM", "same_source"]
 
@@ -28,6 +28,7 @@ ALGORITHM = Algorithm(
     arrays=("dv", "di"),
     params=("dmask",),
     helper_names=("kept",),
+    width_helpers=same_source,
     push="""
         while dt > dh:
             dl = (dt - 1) & dmask

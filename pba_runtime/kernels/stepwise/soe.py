@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import textwrap
 
-from .slicing import Algorithm
+from .loop_template import Algorithm
 
 __all__ = ["ALGORITHM", "SUM", "PAIR", "STD", "EXACT", "N_LIMBS1", "N_LIMBS2", "N_TMP"]
 

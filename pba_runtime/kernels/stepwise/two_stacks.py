@@ -7,7 +7,7 @@ flips the back onto it (``te - tb`` combines, newest first): the O(window) spike
 
 from __future__ import annotations
 
-from .slicing import Algorithm
+from .loop_template import Algorithm
 
 __all__ = ["ALGORITHM"]
 

@@ -4,8 +4,8 @@
 the one nearest ``v``), in fixed notation when its decimal point falls 4 places left of the first digit to 16
 right of it (``0.0001``, ``9999999999999998.0``), in exponent notation otherwise (``1e-05``, ``1e+16``,
 ``5e-324``). Results of aggregations (a mean, a standard deviation, a sum of fractions) need 15-17 digits on
-most rows; Python's ``repr`` costs ~500 ns each through the interpreter (numpy's ``astype(str)`` ~880,
-pyarrow's cast to string ~750, and neither spells every value as ``repr``), so the text sinks' writer
+most rows; Python's ``repr`` pays the interpreter for each (numpy's ``astype(str)`` and pyarrow's cast to
+string are no faster, and neither spells every value as ``repr``), so the text sinks' writer
 (:mod:`pba_runtime.runtime.text_lines`) finds the digits here, in machine code with the GIL released.
 
 The digits come from Schubfach (R. Giulietti, "The Schubfach way to render doubles", 2020; the algorithm of
@@ -189,7 +189,7 @@ def shortest(bits, g):  # pragma: no cover - compiled
 def _drop_trailing_zeros(f, e):  # pragma: no cover - compiled
     """``(f, e)`` with ``f``'s trailing zeros (``f < 10**17``: at most 16) moved into ``e``: none on most values
     (one test), else 16, 8, 4, 2 and 1 at a time. Each divisor is a constant, so each test is a multiply, not a
-    division (a loop over a table of them took an integer's ``shortest`` from 3.5 to 7.7 ns)."""
+    division (a loop over a table of them would divide)."""
     if f % np.uint64(10) != np.uint64(0):
         return f, e
     if f % np.uint64(10**16) == np.uint64(0):
@@ -331,9 +331,8 @@ def put_repr(buf, pos, bits, g, pow10u, digits2, little):  # pragma: no cover - 
     shift that makes room for the point go as words (:func:`put_digits_at`), so up to :data:`REPR_SLACK` bytes
     after the returned position may be written too; else byte by byte, nothing past it (the readable form of
     the same text: the tests check both against ``repr``). Byte by byte, the digits of a mean (16-17 of them)
-    took ~17 of its ~49 ns, mostly in mispredicted loop exits (the count of pairs varies from value to value);
-    as words, ~37 (thread CPU, 1M values, medians of 7, trees alternated; values of 3 decimals 40 -> 32, in
-    exponent notation 54-66 -> 43; the CSV writer's rows without the slide-1 template 84 -> 69 ns)."""
+    spend their time in mispredicted loop exits (the count of pairs varies from value to value); words have
+    none (``bench/bench_sink_floor.py`` times the writers)."""
     neg = (bits >> _U63) != np.uint64(0)
     mag = bits & _MASK63
     if mag >= np.uint64(0x7FF << 52):  # nan, inf

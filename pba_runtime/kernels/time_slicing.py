@@ -1,12 +1,11 @@
 """Compiled slicing of a time-window batch: each tuple's slice, where the slicing restarts, each slice's partial.
 
-A batch of ``n`` tuples for a time window is cut into slices (slice = slide) before PBA merges
-them. In numpy that is a dozen passes over the batch (the slice of each tuple, the first window
-holding it, the tuples that restart the slicing, the segment starts, ``reduceat``, the scatter
-into the dense slice array), each with its temporaries: 90% of a ``TimeWindow(60 s, 10 ms)``
-batch's time, against 7% for the window merge (measured on 2M records). Here it is two compiled
-passes: :func:`time_slices` over the timestamps, then :func:`fold_scalar` / :func:`fold_columns`
-over each episode's partials, straight into the dense slice array.
+A batch of ``n`` tuples for a time window is cut into slices (slice = slide) before PBA merges them. In numpy
+that is a dozen passes over the batch (the slice of each tuple, the first window holding it, the tuples that
+restart the slicing, the segment starts, ``reduceat``, the scatter into the dense slice array), each with its
+temporaries, which cost far more than the window merge. Here it is two compiled passes: :func:`time_slices` over
+the timestamps, then :func:`fold_scalar` / :func:`fold_columns` over each episode's partials, straight into the
+dense slice array.
 
 The slow references are :func:`pba_runtime.windows.time_slices` and the kernel's ``reduce_segments``
 (the numpy engine's path in ``pba_runtime/algorithms/pba.py``); ``tests/test_kernels.py``
@@ -44,7 +43,7 @@ def _time_slices(ts, s, off, r, last_slice, has_last, G, starts):
     """``G[i] = (ts[i] - off) // s``; ``starts`` gets the tuples whose first window begins after the
     previous tuple's slice (the slicing restarts there); returns how many.
 
-    Timestamps are sorted, so a division (20-40 cycles for 64 bits) is paid only when a tuple
+    Timestamps are sorted, so a 64-bit division is paid only when a tuple
     leaves the current slice; the first window holding ``t`` begins after slice ``p`` iff
     ``t - off >= p*s + r`` (no division; in int64 by the window's timestamp range).
     """
@@ -124,11 +123,8 @@ def fold_columns(P, G, S0, dense, ops):
     :data:`~.compiled.COLUMNS_ROW_MIN` columns a pass per column would read every cache line of ``P``
     once per column (``moment_sketch``: 23), so the tuples are walked once instead, and in each tuple
     every run of columns with one combine (as :func:`~.compiled.merge_columns` walks its rows). Each
-    value is folded in the same order either way (the same bits). Measured on 1M ``moment_sketch``
-    partials in ~660K slices (thread CPU, 5 repetitions): 0.27 s a column at a time, 0.018 s by tuples
-    finding the runs at each tuple, 0.015 s with the runs found once (3 alternated rounds of 9: 18.3-18.6 ms
-    -> 14.5-14.9 ms);
-    ``moment_sketch`` over a time window, the whole batch, 0.50 -> 0.19 s.
+    value is folded in the same order either way (the same bits). The runs are found once per call,
+    not at each tuple.
     """
     K = P.shape[1]
     if K < COLUMNS_ROW_MIN:

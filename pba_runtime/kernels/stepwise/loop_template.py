@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import re
 import textwrap
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ..codegen import expand
@@ -34,6 +35,10 @@ COMMON_INTS = ("n", "fill", "front", "back", "next_k", "slc", "has_slice", "t_la
 COMMON_PARTS = ("cur", "head")
 #: pr_[0..5]: r, s, q, m, offset, is_time; the algorithm's parameters follow
 N_PARAMS = 6
+#: expansion passes over the template: the macros expand into each other (``@ADVANCE`` holds ``@EMIT``,
+#: ``@START`` and ``@PUSH``, ``@EMIT`` holds ``@POP`` and ``@QUERY``, ``@START`` holds ``@RESET``); more passes
+#: than that nesting needs, so a macro added inside another still expands (a left-over ``@`` fails to compile)
+MACRO_PASSES = 4
 
 
 @dataclass(frozen=True)
@@ -55,6 +60,8 @@ class Algorithm:
     query_head: str = ""
     helpers: str = ""  # module-level functions the snippets call (compiled with the loop)
     helper_names: tuple[str, ...] = ()  # more functions to compile (their source: ``helpers`` or widths)
+    #: module-level functions written for one partial width: ``width -> source`` (SlickDeque's ``kept``)
+    width_helpers: Callable[[int], str] | None = None
     #: helpers numba inlines into their callers (a call that passes arrays costs their reference counts)
     inline: tuple[str, ...] = ()
     extra: dict = field(default_factory=dict)
@@ -259,7 +266,7 @@ def source(alg: Algorithm, w: int, *, positional: bool, latency: bool, vector: b
     check_names(alg)
     src = _TEMPLATE.replace("@ISTIME", "True" if time else "False")
     # the macros expand into each other: a few passes
-    for _ in range(4):
+    for _ in range(MACRO_PASSES):
         src = _macro(src, "ADVANCE", lambda a: _ADVANCE.format(flush="True" if a.strip() == "1" else "False"))
         src = _macro(src, "START", lambda a: _START)
         src = _macro(src, "EMIT", lambda a: _emit(a, alg))
@@ -288,10 +295,8 @@ def source(alg: Algorithm, w: int, *, positional: bool, latency: bool, vector: b
     else:
         src = re.sub(r"^[ \t]*@LAT .*\n", "", src, flags=re.M)
     helpers = alg.helpers
-    if "kept" in alg.helper_names:
-        from .slick_deque import same_source
-
-        helpers += "\n" + same_source(w)
+    if alg.width_helpers is not None:
+        helpers += "\n" + alg.width_helpers(w)
     names = ("values", "ts", "out_ends", "out_res", "lat", "si", "sp", "ida", "pr_") + alg.arrays
     return unsigned_indices(expand(helpers + "\n" + src, w), names)
 
@@ -304,7 +309,7 @@ def unsigned_indices(src: str, names: tuple[str, ...]) -> str:
 
     numba lets a signed index count from the end (``a[-1]``): every load and store pays a sign test
     and a select for it, and the loop keeps each array's length live for it. Every index in these
-    loops is >= 0 by construction, so an unsigned one says so and the code goes (measured: see
+    loops is >= 0 by construction, so an unsigned one says so and the code goes (see
     ``docs/stepwise.md``). Integer literals are left alone (LLVM folds them).
 
     >>> unsigned_indices("x = a[i + 1] + b[0, j]\\na[k] = c[i]", ("a", "b"))

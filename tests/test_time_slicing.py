@@ -1,4 +1,4 @@
-"""The compiled slicing of time-window batches (kernels/slicing.py) against its numpy reference.
+"""The compiled slicing of time-window batches (kernels/time_slicing.py) against its numpy reference.
 
 Fast == slow (bottleneck's habit): slice ids and episode starts exactly, the folded slice
 partials bit for bit for max/min (any order gives the same) and within rounding for sums;
@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 import pba_runtime as pr
 from pba_runtime import windows
-from pba_runtime.kernels import slicing
+from pba_runtime.kernels import time_slicing as slicing
 from pba_runtime.kernels.read_only import read_only
 
 pytest.importorskip("numba")
