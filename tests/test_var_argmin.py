@@ -34,9 +34,12 @@ def test_var_equals_pandas_bottleneck_and_numpy(engine, r, s):
                                          engine=engine if algorithm in ("pba", "sba") else "auto")
         want = np.array([np.var(w, ddof=1) if len(w) > 1 else math.nan for w in _windows(x, r, s)])
         np.testing.assert_allclose(got, want, rtol=1e-9, atol=0)
-        if s == 1:
-            np.testing.assert_allclose(got, pd.Series(x).rolling(r).var().to_numpy()[r - 1:], rtol=1e-6)
-            np.testing.assert_allclose(got, bn.move_var(x, r, ddof=1)[r - 1:], rtol=1e-6)
+        if s == 1 and r > 1:  # (bottleneck's ddof=1 variance of one value is not NaN)
+            # the peers keep running sums of squares: once the values near 1e6 leave, what is left of their
+            # rounding swamps a variance near 1e-6 (ours stays exact: above), so they are compared before
+            head = slice(0, 500 - r + 1)
+            np.testing.assert_allclose(got[head], pd.Series(x).rolling(r).var().to_numpy()[r - 1:][head], rtol=1e-6, atol=1e-6)
+            np.testing.assert_allclose(got[head], bn.move_var(x, r, ddof=1)[r - 1:][head], rtol=1e-6, atol=1e-6)
 
 
 def test_var_is_std_squared_and_nan_like_std():
