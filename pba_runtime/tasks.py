@@ -70,7 +70,7 @@ def _find_ref(agg: Aggregation) -> tuple | None:
     if BUILTIN_AGGREGATIONS.get(agg.name) is agg:
         return ("builtin", agg.name)
     m = re.fullmatch(r"moment_sketch(?:\[(\d+)\])?", agg.name)
-    if m and getattr(agg.lift, "__qualname__", "").startswith("moment_sketch.<locals>"):
+    if m and agg.fingerprint == moment_sketch(int(m.group(1) or 10)).fingerprint:
         return ("moment_sketch", int(m.group(1) or 10))
     for fn in (agg.combine, agg.lift, agg.lower):
         mod = sys.modules.get(getattr(fn, "__module__", None) or "")

@@ -226,12 +226,12 @@ class KeyWindows:
         self.host = host if host is not None else rt.key_host(
             cfg.algorithm, cfg.window, op_agg, cores=cfg.cores, min_slices=cfg.min_slices, engine=cfg.engine)
         self.window = self.host.window
-        # a count window's operator is rebuilt from its tail at a later position: a positional result
-        # (the built-in argmax) is shifted back; another positional aggregation would see wrong positions
+        # a count window's operator is rebuilt from its tail at a later position: a position result
+        # (argmax, argmin) is shifted back; another positional aggregation would see wrong positions
         self.shift_results = (not self.is_time) and self.agg.positional
-        if self.shift_results and self.agg.fingerprint != pr.get_aggregation("argmax").fingerprint:
+        if self.shift_results and not self.agg.compiled.position_result:
             raise ValueError(f"aggregation {self.agg.name!r} is positional (its lift takes the position): a "
-                             "streaming count window supports only the built-in 'argmax' among those")
+                             "streaming count window supports only the built-in 'argmax' and 'argmin' among those")
         self.cache = worker_cache(cfg.namespace, cfg.cache_keys)
         self.C = int(cfg.chunk_rows)
 

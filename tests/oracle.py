@@ -10,7 +10,7 @@ import math
 
 import numpy as np
 
-EXACT = {"max", "min", "count", "argmax", "collect"}
+EXACT = {"max", "min", "count", "argmax", "argmin", "collect"}
 EPS = 2.0 ** -52  # float64's machine epsilon (twice the unit roundoff)
 RTOL = 1e-9  # the spec's tolerance, relative to the result (Aggregations)
 
@@ -47,6 +47,24 @@ def _sum_floor(terms) -> float:
     (the bound of recursive, pairwise and tree sums alike is ``(n - 1) u sum |t_i|``, ``u = eps / 2``)."""
     a = np.abs(np.asarray(terms, dtype=float))
     return len(a) * EPS * math.fsum(a.tolist()) if len(a) and np.isfinite(a).all() else 0.0
+
+
+def exact_var(vals) -> float:
+    """The sample variance (ddof=1) of the float64 ``vals``, exact then rounded once.
+
+    Each finite float is an integer times a power of two, so ``n sum x**2 - (sum x)**2`` is formed in
+    Python integers exactly; NaN when a value is not finite or ``n < 2``, as ``np.var(ddof=1)``.
+    """
+    x = [float(v) for v in vals]
+    n = len(x)
+    if n < 2 or not all(math.isfinite(v) for v in x):
+        return math.nan
+    ratios = [v.as_integer_ratio() for v in x]
+    k = max(d.bit_length() - 1 for _, d in ratios)
+    ints = [a << (k - (d.bit_length() - 1)) for a, d in ratios]
+    S = sum(ints)
+    Q = sum(i * i for i in ints)
+    return (n * Q - S * S) / (n * (n - 1) << (2 * k))  # int / int: correctly rounded
 
 
 def exact_std(vals) -> float:
@@ -130,6 +148,10 @@ def _agg(name, vals: np.ndarray, pos: np.ndarray):
         return Want(math.fsum(vals.tolist()) / len(vals), _sum_floor(vals) / len(vals))
     if name == "std":
         return Want(*_std_with_floor(vals))
+    if name == "var":
+        var = exact_var(vals)
+        n = len(vals)  # the floor of float64's range: squared deviations below 2**-1022 are subnormal
+        return Want(var, 2 * n * math.ulp(0.0) / (n - 1) if math.isfinite(var) else 0.0)
     if name == "geomean":
         with np.errstate(divide="ignore", invalid="ignore"):
             lx = np.log(vals)
@@ -141,6 +163,8 @@ def _agg(name, vals: np.ndarray, pos: np.ndarray):
         return Want(g, g * _sum_floor(lx) / len(lx))
     if name == "argmax":
         return int(pos[int(np.argmax(vals))])
+    if name == "argmin":  # the smallest, the oldest on ties; NaN counts, as np.argmin's first NaN
+        return int(pos[int(np.argmin(vals))])
     if name == "collect":
         return list(vals.tolist())
     if name == "moment_sketch":

@@ -161,7 +161,7 @@ def test_time_windows_match_oracle(alg, agg, data):
 
 
 @pytest.mark.parametrize("alg,agg", cells([(a, g) for a, g in BUILTIN_MATRIX
-                                           if g in ("sum", "collect", "argmax", "std")]))
+                                           if g in ("sum", "collect", "argmax", "argmin", "std", "var")]))
 @given(data=st.data())
 def test_snapshot_restore_mid_stream(alg, agg, data):
     """A snapshot, pickled and restored into a fresh operator, goes on exactly like the original."""
@@ -180,7 +180,7 @@ def test_snapshot_restore_mid_stream(alg, agg, data):
     assert_results_equal(agg, list(r1) + r2, full[1], values)
 
 
-@pytest.mark.parametrize("agg", ["max", "min", "argmax"])
+@pytest.mark.parametrize("agg", ["max", "min", "argmax", "argmin"])
 def test_nan_propagates_like_numpy(agg):
     values = [1.0, math.nan, 3.0, 2.0, 5.0, 1.0]
     want_ends, want = count_windows(values, 3, 1, agg)
@@ -260,7 +260,7 @@ def test_workers_are_quiet_on_non_finite_values(kind, agg, capfd):
     assert "RuntimeWarning" not in capfd.readouterr().err  # a worker process's warnings go to its stderr
 
 
-ILL = [(a, g) for a, g in BUILTIN_MATRIX if g in ("sum", "mean", "geomean", "std", "moment_sketch")]
+ILL = [(a, g) for a, g in BUILTIN_MATRIX if g in ("sum", "mean", "geomean", "std", "var", "moment_sketch")]
 
 
 def ill_runs():

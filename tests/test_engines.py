@@ -19,7 +19,7 @@ import pba_runtime as pr
 from pba_runtime.engines import ENGINES, tuple_path
 from tests.streams import run_batches, run_per_tuple
 
-AGGS = ["max", "min", "sum", "count", "mean", "std", "geomean", "argmax"]
+AGGS = ["max", "min", "sum", "count", "mean", "std", "var", "geomean", "argmax", "argmin"]
 EXACT = {"max", "min", "count", "argmax"}
 SEEDS = range(4)
 

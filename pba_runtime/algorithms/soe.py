@@ -66,14 +66,12 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from ..aggregations import BUILTIN_AGGREGATIONS
 from .base import SlicedAggregator, SlideOneInsert, sizeof
 from .ring import fast_path_flags, grow_ring, ring_capacity
 
 __all__ = ["SubtractOnEvict"]
 
 _E_TIDY = 128  # above this scale a pop tries to lower it (the integers grow with it)
-_EXACT = ("sum", "mean", "geomean", "std")  # built-ins held in exact accumulators
 _NAN = math.nan
 _INF = math.inf
 
@@ -109,9 +107,8 @@ class SubtractOnEvict(SlideOneInsert, SlicedAggregator):
         self._cap = ring_capacity(self._q + 2)
         self._vals: list = [None] * self._cap
         self._refreshes = 0
-        name = self.agg.name
-        # exact accumulators (see the module doc) for the built-ins only: their partials are known
-        self._exact = name if name in _EXACT and self.agg is BUILTIN_AGGREGATIONS[name] else None
+        # exact accumulators (see the module doc) where the aggregation's family declares one
+        self._exact = self.agg.compiled.exact
         if self._exact == "sum":
             self._push = self._push_sum
             self._pop = self._pop_sum
@@ -122,7 +119,7 @@ class SubtractOnEvict(SlideOneInsert, SlicedAggregator):
             self._pop = self._pop_exact
             self._query = self._query_std
             self._take = self._take_std
-        elif self._exact is not None:  # mean, geomean
+        elif self._exact == "pair":  # mean, geomean
             self._push = self._push_pair
             self._pop = self._pop_pair
             self._query = self._query_pair

@@ -34,15 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from ..aggregations import (
-    BUILTIN_AGGREGATIONS,
-    Aggregation,
-    ArgmaxKernel,
-    Kernel,
-    StdKernel,
-    UfuncKernel,
-    WrappedKernel,
-)
+from ..aggregations import BUILTIN_AGGREGATIONS, Aggregation, Kernel, UfuncKernel, WrappedKernel
 from .read_only import read_only
 from .scratch import scratch
 
@@ -61,10 +53,11 @@ class CompiledKernel(WrappedKernel):
     Everything else (slice reduction, combine, accumulate) is the wrapped kernel's.
     """
 
-    def __init__(self, base: Kernel, lift: str | None, lower: str | None):
+    def __init__(self, base: Kernel, lift: str | None, lower: str | None, lift_refuses_negative: bool = False):
         super().__init__(base)
         self._lift_name = lift
         self._lower_name = lower
+        self._refuses_negative = lift_refuses_negative
 
     def lift(self, values, positions):
         if self._lift_name is None:
@@ -72,7 +65,7 @@ class CompiledKernel(WrappedKernel):
         from . import compiled as C
 
         vals = read_only(np.ascontiguousarray(values, dtype=np.float64))  # (one compiled type: read_only.py)
-        if self._lift_name == "lift_moments" and (vals < 0).any():
+        if self._refuses_negative and (vals < 0).any():
             return self.base.lift(values, positions)  # which refuses the batch, naming the value
         out = np.empty((len(values),) + self.shape)
         if positions is not None:
@@ -182,21 +175,16 @@ def _layout(agg: Aggregation) -> tuple[str | None, tuple, str]:
     kernel = agg.kernel
     if kernel is None:
         return None, (), f"aggregation {agg.name!r} has no vectorised form to compile"
-    if isinstance(kernel, StdKernel):
-        return "std", (), ""
-    if isinstance(kernel, ArgmaxKernel):
-        return "argmax", (), ""
+    if agg.compiled.layout is not None:  # declared by the aggregation's family
+        return agg.compiled.layout, (), ""
     if type(kernel) is UfuncKernel:
-        if kernel._groups is None:
-            code = _UFUNC_CODES.get(kernel._ufunc)
-            if code is None:
-                return None, (), f"ufunc {kernel._ufunc.__name__} has no compiled combine"
-            return "scalar", (code,), ""
         ops = []
-        for uf, cols in kernel._groups:
+        for uf, cols in kernel.ufuncs:
             code = _UFUNC_CODES.get(uf)
             if code is None:
                 return None, (), f"ufunc {uf.__name__} has no compiled combine"
+            if cols is None:
+                return "scalar", (code,), ""
             ops += [code] * (cols.stop - cols.start)
         return "columns", tuple(ops), ""
     return None, (), f"kernel {type(kernel).__name__} has no compiled form"
@@ -205,25 +193,16 @@ def _layout(agg: Aggregation) -> tuple[str | None, tuple, str]:
 def _compiled_kernel(agg: Aggregation, layout: str) -> Kernel:
     """The kernel a compiled operator calls: the aggregation's, with the lift and lower of the
     built-ins that build temporaries in numpy compiled."""
-    lift = lower = None
-    if layout == "std":
-        lift, lower = "lift_std", "lower_std"
-    elif layout == "argmax":
-        lift = "lift_argmax"
-    elif agg is BUILTIN_AGGREGATIONS["mean"]:
-        lift, lower = "lift_pair", "lower_ratio"
-    elif _is_moment_sketch(agg):
-        lift = "lift_moments"
-    if lift is None and lower is None:
+    forms = agg.compiled
+    if forms.lift is None and forms.lower is None:
         return _lifted_kernel(agg) if _has_user_lift(agg) else agg.kernel
-    return CompiledKernel(agg.kernel, lift, lower)
+    return CompiledKernel(agg.kernel, forms.lift, forms.lower, forms.lift_refuses_negative)
 
 
 def _has_user_lift(agg: Aggregation) -> bool:
     """Whether ``agg`` is a user's ``ufunc=`` aggregation, its kernel lifting each value by the user's ``lift``."""
     kernel = agg.kernel
-    return (agg.ufunc is not None and type(kernel) is UfuncKernel and BUILTIN_AGGREGATIONS.get(agg.name) is not agg
-            and getattr(kernel._lift, "__qualname__", "").startswith("_elementwise_lift."))
+    return type(kernel) is UfuncKernel and kernel.elementwise
 
 
 _lifted: dict[str, Kernel] = {}  # fingerprint -> the kernel with the user's lift compiled (or the Python one)
@@ -242,12 +221,6 @@ def _lifted_kernel(agg: Aggregation) -> Kernel:
         with _lock:
             hit = _lifted.setdefault(key, hit)
     return hit
-
-
-def _is_moment_sketch(agg: Aggregation) -> bool:
-    """Whether ``agg``'s kernel is :func:`pba_runtime.aggregations.moment_sketch`'s (any ``k``)."""
-    lift = getattr(agg.kernel, "_lift", None)
-    return type(agg.kernel) is UfuncKernel and getattr(lift, "__qualname__", "") == "moment_sketch.<locals>.klift"
 
 
 class CompileWarning(UserWarning):
@@ -296,17 +269,9 @@ def resolve_engine(agg: Aggregation, engine: str = "auto") -> Engine:
         if layout is not None and not compiled_available():
             layout, why = None, "numba does not import here"
         if layout is not None:
-            from_values, column = None, 0
-            if layout == "std":
-                from_values, column = "std_from_values", 1
-            elif layout == "argmax":
-                from_values = "argmax_from_values"
-            elif agg is BUILTIN_AGGREGATIONS["mean"]:
-                from_values = "mean_from_values"
-            elif agg is BUILTIN_AGGREGATIONS["count"]:
-                from_values = "count_from_values"
-            return Engine("compiled", layout, ops, kernel=_compiled_kernel(agg, layout), from_values=from_values,
-                          value_column=column, _ops_array=np.asarray(ops, dtype=np.int64))
+            forms = agg.compiled
+            return Engine("compiled", layout, ops, kernel=_compiled_kernel(agg, layout), from_values=forms.from_values,
+                          value_column=forms.value_column, _ops_array=np.asarray(ops, dtype=np.int64))
         if engine == "compiled":
             raise ValueError(f"engine='compiled' is not available for aggregation {agg.name!r}: {why}")
         if agg.kernel is not None:

@@ -325,8 +325,8 @@ class Stepper:
         the two-part total with the compiled ``inverse`` otherwise; the Python SoE's error if not invertible."""
         if not self.agg.invertible:
             raise ValueError(f"algorithm 'soe' needs {SOE_NEEDS}; aggregation {self.agg.name!r} is not invertible")
-        if self.mono.names is not None and self.agg.name in soe.EXACT:
-            return soe.EXACT[self.agg.name]
+        if self.mono.names is not None and self.agg.compiled.exact in soe.EXACT:
+            return soe.EXACT[self.agg.compiled.exact]
         if self.mono.names is None:  # a user aggregation: its inverse must compile (and agree with Python's)
             ident = self.mono.identity
             if self.mono.inverse is None:

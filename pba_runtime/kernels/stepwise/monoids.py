@@ -127,10 +127,23 @@ def std_lower(p):
     return _NAN
 
 
+@jit
+def var_lower(p):
+    n = p[0]
+    if n > 1.0 and math.isfinite(p[1]):
+        return p[2] / (n - 1.0)
+    return _NAN
+
+
 # ----------------------------------------------------------------- argmax
 @jit
 def argmax_lift(x, pos):
     return (x, float(pos))
+
+
+@jit
+def argmin_lift(x, pos):
+    return (-x, float(pos))
 
 
 # the built-in's own Python combine (the older one on ties; NaN counts as largest), compiled as it is
@@ -204,16 +217,20 @@ class Monoid:
         return np.asarray(self.identity, dtype=np.float64).reshape((1,) + ((self.width,) if self.width else ()))
 
 
+#: the compiled monoid of each ``CompiledForms.stepwise`` name: (width, lift, combine, lower, result,
+#: inverse (subtract-on-evict beyond the exact accumulators of ``stepwise.soe``), values must be >= 0)
 _BUILTIN = {
-    "max": (0, "same_lift", "max_combine", "same_lower", "float"),
-    "min": (0, "same_lift", "min_combine", "same_lower", "float"),
-    "sum": (0, "same_lift", "add_combine", "same_lower", "float"),
-    "count": (0, "count_lift", "add_combine", "same_lower", "int"),
-    "mean": (2, "mean_lift", "pair_add", "mean_lower", "float"),
-    "geomean": (2, "geo_lift", "pair_add", "geo_lower", "float"),
-    "std": (4, "std_lift", "chan", "std_lower", "float"),
-    "argmax": (2, "argmax_lift", "argmax_combine", "argmax_lower", "int"),
-    "moment_sketch": (23, "moment_lift", "moment_combine", "same_lower", "vector"),
+    "max": (0, "same_lift", "max_combine", "same_lower", "float", None, False),
+    "min": (0, "same_lift", "min_combine", "same_lower", "float", None, False),
+    "sum": (0, "same_lift", "add_combine", "same_lower", "float", None, False),
+    "count": (0, "count_lift", "add_combine", "same_lower", "int", "sub_inverse", False),
+    "mean": (2, "mean_lift", "pair_add", "mean_lower", "float", None, False),
+    "geomean": (2, "geo_lift", "pair_add", "geo_lower", "float", None, True),
+    "std": (4, "std_lift", "chan", "std_lower", "float", None, False),
+    "var": (4, "std_lift", "chan", "var_lower", "float", None, False),
+    "argmax": (2, "argmax_lift", "argmax_combine", "argmax_lower", "int", None, False),
+    "argmin": (2, "argmin_lift", "argmax_combine", "argmax_lower", "int", None, False),
+    "moment_sketch": (23, "moment_lift", "moment_combine", "same_lower", "vector", None, True),
 }
 
 _user: dict[str, tuple[Monoid | None, str]] = {}
@@ -239,15 +256,13 @@ def monoid_of(agg: Aggregation) -> Monoid:
     ``lift``/``combine``/``lower`` numba compiles (checked against the Python form, as the batch
     engine does) have one.
     """
-    spec = _BUILTIN.get(agg.name)
-    if spec is not None and BUILTIN_AGGREGATIONS.get(agg.name) is agg:
-        w, lift, combine, lower, result = spec
+    spec = _BUILTIN.get(agg.compiled.stepwise)
+    if spec is not None:  # declared by the aggregation's family
+        w, lift, combine, lower, result, inv, non_negative = spec
         g = globals()
-        inv = "sub_inverse" if agg.name == "count" else None  # sum, mean, geomean, std: exact (stepwise.soe)
         return Monoid(agg.name, w, agg.identity, agg.positional, result, g[lift], g[combine], g[lower],
-                      key=f"builtin:{agg.name}", names=(lift, combine, lower),
-                      non_negative=agg.name in ("geomean", "moment_sketch"),
-                      inverse=g[inv] if inv else None, inverse_name=inv)
+                      key=f"builtin:{agg.compiled.stepwise}", names=(lift, combine, lower),
+                      non_negative=non_negative, inverse=g[inv] if inv else None, inverse_name=inv)
     if BUILTIN_AGGREGATIONS.get(agg.name) is agg:
         raise ValueError(f"aggregation {agg.name!r} has no compiled per-tuple form (its partials are lists)")
     key = agg.fingerprint

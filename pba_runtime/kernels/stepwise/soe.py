@@ -441,5 +441,5 @@ SUM = _exact("soe_sum", _take_sum, "RES = x_sum(acc1, xs, xt)")
 PAIR = _exact("soe_pair", _take_pair, "RES = (x_sum(acc1, xs, xt), float(xs[7]))")
 STD = _exact("soe_std", _take_std, "RES = x_std(acc1, acc2, xs, xt, xn)")
 
-#: the built-ins the Python SoE keeps in exact accumulators, and their mergers here
-EXACT = {"sum": SUM, "mean": PAIR, "geomean": PAIR, "std": STD}
+#: the exact accumulators the Python SoE keeps (``CompiledForms.exact``), and their mergers here
+EXACT = {"sum": SUM, "pair": PAIR, "std": STD}

@@ -1,33 +1,18 @@
-"""Aggregations as monoids over partials: ``lift``, ``combine``, ``lower``, ``identity``.
+"""The monoid an aggregation is: ``Aggregation``, its numpy ``Kernel`` forms, the declared capabilities.
 
-(Over 500 lines: the catalogue of built-ins, each in its scalar form and its
-numpy kernel form side by side, because the two must agree bit for bit.)
-
-``combine`` is always called as ``older (+) newer``; it must be associative, not
-necessarily commutative or invertible. Capabilities (invertible, commutative,
-selective) are declared by the aggregation and checked by the algorithms that
-need them.
-
-Each built-in has two forms that must agree:
-
-* the **scalar form** (``lift``/``combine``/``lower`` on Python floats or tuples),
-  used by the per-tuple main loop and the reference ``recal``;
-* a **kernel** (:class:`Kernel`): the same monoid over numpy arrays of partials
-  (``(..., n)`` for scalar partials, ``(..., n, k)`` for vector partials), used to
-  build slice aggregations (``reduceat``), csa and lcs (``accumulate``) and to
-  merge window parts in bulk. Kernel loops run in C and release the GIL, which
-  is what lets a worker thread build lcs beside the main loop.
+``combine`` is always called as ``older (+) newer``; it must be associative, not necessarily
+commutative or invertible. What an aggregation can do (invertible, selective, commutative, the
+compiled forms its family has) is declared on it and read through :class:`Aggregation` and
+:class:`CompiledForms`, never by its name. The built-ins live in one module per family beside
+this one (``extrema``, ``sums``, ``products``, ``moments``, ``collect``), each holding every form
+of its aggregations: the Python reference (``lift``/``combine``/``lower``), the numpy kernel and
+the declaration of its compiled forms.
 
 Examples
 --------
 >>> agg = get_aggregation("mean")
->>> p = agg.combine(agg.lift(1.0), agg.lift(3.0))
->>> agg.lower(p)
+>>> agg.lower(agg.combine(agg.lift(1.0), agg.lift(3.0)))
 2.0
->>> import numpy as np
->>> k = get_aggregation("max").kernel
->>> k.accumulate(np.array([1.0, 3.0, 2.0]), axis=0, reverse=True).tolist()
-[3.0, 3.0, 2.0]
 """
 
 from __future__ import annotations
@@ -35,29 +20,16 @@ from __future__ import annotations
 import functools
 import hashlib
 import math
-import operator
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from .missing import MISSING_POLICY, refuse_missing
-
-__all__ = [
-    "Aggregation",
-    "Kernel",
-    "UfuncKernel",
-    "BUILTIN_AGGREGATIONS",
-    "get_aggregation",
-    "moment_sketch",
-    "as_float_array",
-    "quiet_non_finite",
-]
+from ..missing import MISSING_POLICY, refuse_missing
 
 _INF = math.inf
 _NAN = math.nan
-
 
 # --------------------------------------------------------------------------- helpers
 def as_float_array(values: Any, *, name: str = "values", agg_name: str = "") -> np.ndarray:
@@ -150,9 +122,8 @@ def quiet_non_finite(fn: Callable) -> Callable:
     floats) and pandas' rolling windows do. Decorates the vectorised entry points (a fresh
     ``np.errstate`` per call: numpy 2's is thread-local and not re-entrant, so the worker pool's threads
     and processes set their own once, :func:`pba_runtime.pool.quiet_worker_thread`). Not a chunk's lcs
-    built on the caller's thread by the per-tuple path: an ``errstate`` costs ~0.9 us, and wrapping that
-    build took SBA's per-tuple ``insert`` from 1,765 to 2,042 ns at ``W[8,1]`` (1.16x) and 744 -> 799 at
-    ``W[64,1]`` (medians of 7).
+    built on the caller's thread by the per-tuple path: entering an ``errstate`` there costs SBA's
+    per-tuple ``insert`` a visible share of its time (bench/bench_core.py).
     """
     @functools.wraps(fn)
     def quiet(*args: Any, **kwargs: Any) -> Any:
@@ -203,8 +174,8 @@ _REVERSED = tuple((slice(None),) * k + (slice(None, None, -1),) for k in range(4
 
 
 def _flip(a: np.ndarray, axis: int) -> np.ndarray:
-    """``np.flip(a, axis)`` for a non-negative ``axis``, as a basic slice (a tenth of the call overhead):
-    the batch merge flips a row per call."""
+    """``np.flip(a, axis)`` for a non-negative ``axis``, as a basic slice (less call overhead: the batch
+    merge flips a row per call)."""
     return a[_REVERSED[axis]] if 0 <= axis < 4 else np.flip(a, axis=axis)
 
 
@@ -266,8 +237,8 @@ class Kernel:
 
 
 # fmax/fmin equal maximum/minimum on NaN-free input (up to the sign of a zero, which numpy's
-# own SIMD and scalar maximum already disagree on) and accumulate 5-14% faster: no NaN test
-# per element (measured with numpy 2.4: bench/bench_core.py)
+# own SIMD and scalar maximum already disagree on) and accumulate faster: no NaN test per element
+# (bench/bench_core.py)
 _NAN_FREE_TWIN = {np.maximum: np.fmax, np.minimum: np.fmin}
 
 
@@ -308,7 +279,11 @@ class UfuncKernel(Kernel):
 
     combine_in_place = True  # elementwise ufuncs
 
-    def __init__(self, groups, identity, lift: Callable, lower: Callable, *, positional: bool = False):
+    def __init__(self, groups, identity, lift: Callable, lower: Callable, *, positional: bool = False,
+                 elementwise: bool = False):
+        #: the lift and lower are a user's scalar ``lift``/``lower`` applied per element (``ufunc=``), which
+        #: the compiled engine may compile (pba_runtime.kernels.user)
+        self.elementwise = elementwise
         self._nan_free_ufunc = None
         self._positional = positional
         if isinstance(groups, np.ufunc):
@@ -327,6 +302,18 @@ class UfuncKernel(Kernel):
         self.identity = np.asarray(identity, dtype=np.float64).reshape(self.shape)
         self._lift = lift
         self._lower = lower
+
+    @property
+    def ufuncs(self) -> tuple:
+        """``(ufunc, columns)`` per group of columns (``columns`` ``None`` for a scalar partial)."""
+        if self._groups is None:
+            return ((self._ufunc, None),)
+        return tuple(self._groups)
+
+    @property
+    def scalar_lift(self) -> Callable:
+        """The lift applied to a batch of values (a user's scalar lift, per element, when ``elementwise``)."""
+        return self._lift
 
     def lift(self, values, positions):
         return self._lift(values, positions) if self._positional else self._lift(values)
@@ -370,201 +357,58 @@ class UfuncKernel(Kernel):
         return out
 
 
-def _two_sum_fast(ref, mu):
-    """``(hi, lo)`` with ``hi = ref + mu`` rounded and ``lo`` its rounding error (Fast2Sum, as ``_chan``)."""
-    hi = ref + mu
-    with np.errstate(invalid="ignore"):
-        return hi, mu - (hi - ref)
+# --------------------------------------------------------------------------- compiled forms
+#: the layouts of the compiled merge (pba_runtime.kernels): a ufunc kernel's is derived from its ufuncs
+LAYOUTS = ("scalar", "columns", "std", "argmax")
 
 
-class StdKernel(Kernel):
-    """Partials ``(n, mean, M2, lo)`` merged with Chan et al.'s pairwise update (``_chan``: the mean is
-    ``mean + lo``, so the std is exact to rounding however large the mean).
+@dataclass(frozen=True)
+class CompiledForms:
+    """What an aggregation's family declares about its compiled forms (read by the engines).
 
-    Prefix sums are taken over power sums shifted by the first slice of each
-    prefix (the last, for suffixes), so they stay accurate without a per-element
-    Python loop.
+    Parameters
+    ----------
+    layout : str, optional
+        The compiled merge its partials take: ``"std"`` (``(n, mean, M2, lo)`` merged by Chan's
+        update) or ``"argmax"`` (``(value, position)``, the largest value, the oldest on ties);
+        ``None``: derived from a :class:`UfuncKernel`'s ufuncs (``"scalar"``/``"columns"``).
+    lift, lower : str, optional
+        Names of compiled replacements of the kernel's lift and lower in ``pba_runtime.kernels.compiled``
+        (``None``: the kernel's numpy form runs).
+    lift_refuses_negative : bool
+        The compiled lift does not check its values; a batch holding a negative value goes to the
+        kernel's lift, which refuses it naming the value.
+    from_values : str, optional
+        The compiled merge that reads the values themselves and writes lowered results (count
+        windows, slide 1), and ``value_column`` the column of a slice partial that holds its one value.
+    exact : str, optional
+        The exact accumulator subtract-on-evict keeps (``"sum"``, ``"pair"``: a sum and a count, or
+        ``"std"``: sums of x and x**2), instead of calling ``inverse``.
+    stepwise : str, optional
+        The name of its monoid in the compiled per-tuple engine (``pba_runtime.kernels.stepwise.monoids``).
+    position_result : bool
+        Its result is the position its ``lift`` was given (argmax, argmin): a driver that rebuilds an
+        operator at a later position shifts the results back by as much.
     """
 
-    shape = (4,)
-    identity = np.zeros(4)
-    combine_in_place = True  # n, the deviation and the weight are taken before any field of out is written
+    layout: str | None = None
+    lift: str | None = None
+    lower: str | None = None
+    lift_refuses_negative: bool = False
+    from_values: str | None = None
+    value_column: int = 0
+    exact: str | None = None
+    stepwise: str | None = None
+    position_result: bool = False
 
-    def lift(self, values, positions):
-        out = np.zeros((len(values), 4))
-        out[:, 0] = 1.0
-        out[:, 1] = values
-        return out
-
-    def reduce_segments(self, parts, starts):
-        # corrected two-pass: deviations from a member of the segment give its mean to rounding, deviations
-        # from that mean its M2 (the residual r, a rounding, corrects both)
-        parts, starts = _from_first(parts, starts)
-        n_el = len(parts)
-        lengths = np.diff(np.append(starts, n_el))
-        cnt, mean, m2, lo = parts[:, 0], parts[:, 1], parts[:, 2], parts[:, 3]
-        n = np.add.reduceat(cnt, starts)
-        ref = mean[starts]
-        with np.errstate(invalid="ignore", divide="ignore"):  # inf - inf in a window holding infinities: NaN
-            dev = (mean - np.repeat(ref, lengths)) + lo
-            mu = np.divide(np.add.reduceat(cnt * dev, starts), n, out=np.zeros_like(n), where=n > 0)
-            dev -= np.repeat(mu, lengths)
-            r = np.add.reduceat(cnt * dev, starts)
-            ss = np.add.reduceat(m2, starts) + np.add.reduceat(cnt * dev * dev, starts)
-            rn = np.divide(r, n, out=np.zeros_like(n), where=n > 0)
-            ss = np.maximum(ss - r * rn, 0.0, where=~np.isnan(ss), out=ss)
-            hi, low = _two_sum_fast(ref, mu + rn)
-        return np.stack([n, hi, ss, low], axis=-1)
-
-    def combine(self, older, newer, out=None):
-        na, ma, Ma, la = older[..., 0], older[..., 1], older[..., 2], older[..., 3]
-        nb, mb, Mb, lb = newer[..., 0], newer[..., 1], newer[..., 2], newer[..., 3]
-        n = na + nb
-        with np.errstate(invalid="ignore", divide="ignore"):
-            f = np.divide(nb, n, out=np.zeros_like(n), where=n > 0)
-            d = (mb - ma) + (lb - la)
-            u = la + d * f
-            m = ma + u
-            M = (Ma + Mb) + d * d * na * f
-            lo = u - (m - ma)
-        a0, b0 = na == 0, nb == 0  # an empty side: the other unchanged (as _chan)
-        if a0.any() or b0.any():
-            m, M, lo = (
-                np.where(a0, mb, np.where(b0, ma, m)), np.where(a0, Mb, np.where(b0, Ma, M)),
-                np.where(a0, lb, np.where(b0, la, lo)))
-        if out is None:
-            out = np.empty(n.shape + (4,))
-        out[..., 1] = m
-        out[..., 2] = M
-        out[..., 3] = lo
-        out[..., 0] = n
-        return out
-
-    def accumulate(self, parts, axis, reverse=False, out=None, nan_free=False):
-        if out is None:
-            out = np.empty_like(parts)
-        if parts.shape[axis] == 0:
-            return out
-        cnt, mean, m2, lo = parts[..., 0], parts[..., 1], parts[..., 2], parts[..., 3]
-        # Shift by a slice that lies inside every prefix (suffix, when reverse) the scan
-        # produces: the first (last) non-empty slice. Cancellation in Q - S*mu is then
-        # bounded by the prefix's own spread, not by far-away values of the same chunk.
-        filled = cnt > 0
-        if reverse:
-            at = cnt.shape[axis] - 1 - np.argmax(np.flip(filled, axis=axis), axis=axis)
-        else:
-            at = np.argmax(filled, axis=axis)
-        ref = np.take_along_axis(mean, np.expand_dims(at, axis), axis=axis)
-        with np.errstate(invalid="ignore"):
-            dev = (mean - ref) + lo
-        s = cnt * dev
-        q = m2 + s * dev
-        if reverse:
-            cnt, s, q = _flip(cnt, axis), _flip(s, axis), _flip(q, axis)
-        N = np.cumsum(cnt, axis=axis)
-        S = np.cumsum(s, axis=axis)
-        Q = np.cumsum(q, axis=axis)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            ok = N > 0
-            mu = np.divide(S, N, out=np.zeros_like(S), where=ok)
-            M2 = np.maximum(Q - S * mu, 0.0)
-            M2[~ok] = 0.0
-            hi, low = _two_sum_fast(ref, mu)
-            hi[~ok] = 0.0
-            low[~ok] = 0.0
-        if reverse:
-            N, hi, M2, low = _flip(N, axis), _flip(hi, axis), _flip(M2, axis), _flip(low, axis)
-        out[..., 0] = N
-        out[..., 1] = hi
-        out[..., 2] = M2
-        out[..., 3] = low
-        return out
-
-    def lower(self, parts):
-        n, mu, M2 = parts[..., 0], parts[..., 1], parts[..., 2]
-        with np.errstate(invalid="ignore", divide="ignore"):
-            return np.where((n > 1) & np.isfinite(mu), np.sqrt(M2 / (n - 1)), np.nan)  # as _std_lower
+    def __post_init__(self) -> None:
+        if self.layout is not None and self.layout not in LAYOUTS:
+            raise ValueError(f"CompiledForms layout must be one of {LAYOUTS} or None, got {self.layout!r}")
+        if self.exact not in (None, "sum", "pair", "std"):
+            raise ValueError(f"CompiledForms exact must be 'sum', 'pair', 'std' or None, got {self.exact!r}")
 
 
-class ArgmaxKernel(Kernel):
-    """Partials ``(value, position)``; the identity has position NaN.
-
-    The largest value wins, NaN counts as largest (as ``np.argmax``) and ties go
-    to the oldest element. Positions grow along the stream, so "oldest" is
-    "leftmost" along the slice axis.
-    """
-
-    shape = (2,)
-    identity = np.array([-np.inf, np.nan])
-    combine_in_place = True  # the result is selected in full before it is written
-
-    def lift(self, values, positions):
-        return np.stack([values, positions.astype(np.float64)], axis=-1)
-
-    def combine(self, older, newer, out=None):
-        av, ap = older[..., 0], older[..., 1]
-        bv, bp = newer[..., 0], newer[..., 1]
-        take_b = np.isnan(ap) | (~np.isnan(bp) & ((bv > av) | (np.isnan(bv) & ~np.isnan(av))))
-        res = np.where(take_b[..., None], newer, older)
-        if out is not None:
-            out[...] = res
-            return out
-        return res
-
-    def reduce_segments(self, parts, starts):
-        parts, starts = _from_first(parts, starts)
-        n_el = len(parts)
-        v, p = parts[:, 0], parts[:, 1]
-        valid = ~np.isnan(p)
-        key = np.where(valid, v, -np.inf)
-        seg_max = np.maximum.reduceat(key, starts)
-        lengths = np.diff(np.append(starts, n_el))
-        rep = np.repeat(seg_max, lengths)
-        hit = valid & ((key == rep) | (np.isnan(key) & np.isnan(rep)))
-        first = np.minimum.reduceat(np.where(hit, np.arange(n_el), n_el), starts)
-        out = self.identity_array(len(starts))
-        found = first < n_el
-        out[found] = parts[first[found]]
-        return out
-
-    def accumulate(self, parts, axis, reverse=False, out=None, nan_free=False):
-        v, p = parts[..., 0], parts[..., 1]
-        if reverse:
-            v, p = _flip(v, axis), _flip(p, axis)
-        valid = ~np.isnan(p)
-        key = np.where(valid, v, -np.inf)
-        run = np.maximum.accumulate(key, axis=axis)  # NaN-propagating running max
-        prev = np.roll(run, 1, axis=axis)
-        seen = np.cumsum(valid, axis=axis)
-        prev_seen = seen - valid
-        prev_nan = np.isnan(prev)
-        if reverse:
-            # scanning from the newest end: ties move the choice to the older (new) element
-            beats = np.isnan(key) | (~prev_nan & (key >= prev))
-        else:
-            beats = (np.isnan(key) & ~prev_nan) | (~prev_nan & (key > prev))
-        record = valid & ((prev_seen == 0) | beats)
-        idx_shape = [1] * v.ndim
-        idx_shape[axis] = v.shape[axis]
-        idx = np.arange(v.shape[axis]).reshape(idx_shape)
-        chosen = np.maximum.accumulate(np.where(record, idx, -1), axis=axis)
-        has = chosen >= 0
-        safe = np.where(has, chosen, 0)
-        cv = np.take_along_axis(v, safe, axis=axis)
-        cp = np.take_along_axis(p, safe, axis=axis)
-        cv = np.where(has, cv, -np.inf)
-        cp = np.where(has, cp, np.nan)
-        if reverse:
-            cv, cp = _flip(cv, axis), _flip(cp, axis)
-        if out is None:
-            out = np.empty_like(parts)
-        out[..., 0] = cv
-        out[..., 1] = cp
-        return out
-
-    def lower(self, parts):
-        return parts[..., 1].astype(np.int64)
-
+NO_COMPILED_FORMS = CompiledForms()
 
 _PREAGGREGATES = (None, "max", "min", "sum", "count", "mean", "argmax")
 
@@ -605,6 +449,9 @@ class Aggregation:
     ufunc : numpy.ufunc, optional
         Shortcut to declare a kernel for a scalar partial combined by a binary ufunc
         (for example ``np.maximum``); ``lift`` must then return a float.
+    compiled : CompiledForms, optional
+        What the compiled engines may run for it (the built-ins' families declare it; a user's
+        ``ufunc=`` kernel needs none).
 
     Examples
     --------
@@ -632,6 +479,7 @@ class Aggregation:
     result: str = "object"  # "float", "int", "vector", "list" or "object": how batch results are packed
     float_passthrough: bool = False
     preaggregate: str | None = None
+    compiled: CompiledForms = field(default=NO_COMPILED_FORMS, repr=False)
 
     def __post_init__(self) -> None:
         for fname in ("lift", "combine", "lower"):
@@ -646,11 +494,14 @@ class Aggregation:
                 raise TypeError(f"Aggregation ufunc must be a binary numpy ufunc, got {self.ufunc!r}")
             if self.kernel is None:
                 kern = UfuncKernel(self.ufunc, self.identity, lift=_elementwise_lift(self.lift, self.positional),
-                                   lower=_elementwise_lower(self.lower), positional=self.positional)
+                                   lower=_elementwise_lower(self.lower), positional=self.positional,
+                                   elementwise=True)
                 object.__setattr__(self, "kernel", kern)
         if self.preaggregate not in _PREAGGREGATES:
             raise ValueError(f"Aggregation preaggregate must be one of {sorted(p for p in _PREAGGREGATES if p)} "
                              f"or None, got {self.preaggregate!r}")
+        if not isinstance(self.compiled, CompiledForms):
+            raise TypeError(f"Aggregation compiled must be a CompiledForms, got {type(self.compiled).__name__}")
         if self.kernel is not None and not isinstance(self.kernel, Kernel):
             raise TypeError(f"Aggregation kernel must be a pba_runtime.Kernel, got {type(self.kernel).__name__}")
 
@@ -675,6 +526,8 @@ class Aggregation:
                  str(self.selective), None if self.ufunc is None else self.ufunc.__name__,
                  type(self.kernel).__qualname__]
         parts += [_callable_id(f) for f in (self.lift, self.combine, self.lower, self.inverse)]
+        if self.compiled != NO_COMPILED_FORMS:
+            parts.append(repr(self.compiled))
         return "custom:" + hashlib.sha256(repr(parts).encode()).hexdigest()
 
     @property
@@ -706,239 +559,38 @@ class Aggregation:
         return f"Aggregation({self.name!r}{', ' if caps else ''}{', '.join(caps)})"
 
 
-# --------------------------------------------------------------------------- built-ins
-def _max2(a, b):
-    return a if (a >= b or a != a) else b
+
+def _float_array(v):
+    return np.asarray(v, dtype=np.float64)
 
 
-def _min2(a, b):
-    return a if (a <= b or a != a) else b
-
-
-def _pair_add(a, b):
-    return (a[0] + b[0], a[1] + b[1])
-
-
-def _pair_sub(t, a):
-    return (t[0] - a[0], t[1] - a[1])
-
-
-def _chan(a, b):
-    """Chan et al.'s pairwise merge of ``std`` partials ``(n, mean, M2, lo)``.
-
-    The mean is carried as the unevaluated sum ``mean + lo`` (``lo`` the rounding error of ``mean``,
-    kept by a Fast2Sum): over ``1e12 + 0.1, 1e12 + 0.7, ...`` a rounded mean alone is off by up to half
-    an ulp of ``1e12`` (6e-5), which the next merge's ``d * d`` turns into a relative error of ~1e-4 in
-    ``M2``. With ``lo`` the deviation ``d`` of two means is exact to rounding relative to ``d`` itself,
-    and ``M2`` is a sum of non-negative terms: the std is exact to a few ulps however large the mean.
-    (Fast2Sum needs ``|mean| >= |u|`` to be exact; when ``|u|`` is larger its error is an ulp of ``u``,
-    below the rounding ``d * f`` already has.) An empty side gives the other unchanged: its ``lo`` would
-    be lost in ``d``, and an infinite mean would meet ``0 * inf``.
-    """
-    na, ma, Ma, la = a
-    nb, mb, Mb, lb = b
-    if na == 0.0:
-        return b
-    if nb == 0.0:
-        return a
-    n = na + nb
-    f = nb / n
-    d = (mb - ma) + (lb - la)
-    u = la + d * f
-    m = ma + u
-    return (n, m, (Ma + Mb) + d * d * na * f, u - (m - ma))
-
-
-def _chan_inverse(t, a):
-    """``_chan``'s inverse: the partial ``r`` with ``_chan(a, r) == t`` (to rounding)."""
-    nt, mt, Mt, lt = t
-    na, ma, Ma, la = a
-    n = nt - na
-    if n <= 0.0:
-        return (0.0, 0.0, 0.0, 0.0)
-    D = (mt - ma) + (lt - la)  # mean(t) - mean(a); mean(r) - mean(a) is D * nt / n
-    u = lt + D * (na / n)
-    m = mt + u
-    d = D * nt / n
-    return (n, m, max(Mt - Ma - d * d * na * n / nt, 0.0), u - (m - mt))
-
-
-def _std_lower(p):
-    # a window holding NaN or +-inf has a non-finite mean (Chan's update propagates it), and numpy's
-    # np.std(ddof=1) of such a window is NaN: x - mean is NaN for some x
-    n = p[0]
-    if n > 1.0 and math.isfinite(p[1]):
-        return math.sqrt(p[2] / (n - 1.0))
-    return _NAN
-
-
-def _argmax2(a, b):
-    if b[1] != b[1]:
-        return a
-    if a[1] != a[1]:
-        return b
-    av = a[0]
-    bv = b[0]
-    if bv > av or (bv != bv and av == av):
-        return b
+def _same(a):
     return a
 
 
-def _collect_lift(v):
-    return (v,)
-
-
-def _make_builtins() -> dict[str, Aggregation]:
-    def fl(v):
-        return np.asarray(v, dtype=np.float64)
-
-    def nolower(a):
-        return a
-
-    aggs: dict[str, Aggregation] = {}
-
-    def scalar(name, combine, identity, ufunc, *, inverse=None, selective=False):
-        lift = lambda v, _n=name: _real(v, _n)  # noqa: E731
-        aggs[name] = Aggregation(
-            name=name, lift=lift, combine=combine, lower=float, identity=identity, inverse=inverse,
-            commutative=True, selective=selective, result="float", float_passthrough=True, preaggregate=name,
-            kernel=UfuncKernel(ufunc, identity, lift=fl, lower=nolower),
-        )
-
-    scalar("max", _max2, -_INF, np.maximum, selective=True)
-    scalar("min", _min2, _INF, np.minimum, selective=True)
-    scalar("sum", operator.add, 0.0, np.add, inverse=operator.sub)
-
-    def count_lift(v):
-        _real(v, "count")
-        return 1.0
-
-    aggs["count"] = Aggregation(
-        name="count", lift=count_lift, combine=operator.add, lower=int, identity=0.0, inverse=operator.sub,
-        commutative=True, result="int", preaggregate="count",
-        kernel=UfuncKernel(np.add, 0.0, lift=lambda v: np.ones(len(v)), lower=lambda a: a.astype(np.int64)),
-    )
-
-    def mean_lift(v):
-        return (_real(v, "mean"), 1.0)
-
-    def mean_kl(v):
-        return np.stack([v, np.ones(len(v))], axis=-1)
-
-    def mean_lower(p):
-        return p[0] / p[1]
-
-    aggs["mean"] = Aggregation(
-        name="mean", lift=mean_lift, combine=_pair_add, lower=mean_lower, identity=(0.0, 0.0), inverse=_pair_sub,
-        commutative=True, result="float", preaggregate="mean",
-        kernel=UfuncKernel([(np.add, 2)], (0.0, 0.0), lift=mean_kl, lower=lambda a: a[..., 0] / a[..., 1]),
-    )
-
-    def std_lift(v):
-        return (1.0, _real(v, "std"), 0.0, 0.0)
-
-    aggs["std"] = Aggregation(
-        name="std", lift=std_lift, combine=_chan, lower=_std_lower, identity=(0.0, 0.0, 0.0, 0.0),
-        inverse=_chan_inverse, commutative=True, result="float", kernel=StdKernel(),
-    )
-
-    def geo_lift(v):
-        return (_log(_non_negative(_real(v, "geomean"), "geomean")), 1.0)
-
-    def geo_kl(v):
-        _non_negative_array(v, "geomean")
-        with np.errstate(divide="ignore"):
-            return np.stack([np.log(v), np.ones(len(v))], axis=-1)
-
-    def geo_lower(p):
-        return math.exp(p[0] / p[1])
-
-    aggs["geomean"] = Aggregation(
-        name="geomean", lift=geo_lift, combine=_pair_add, lower=geo_lower, identity=(0.0, 0.0), inverse=_pair_sub,
-        commutative=True, result="float",
-        kernel=UfuncKernel([(np.add, 2)], (0.0, 0.0), lift=geo_kl, lower=lambda a: np.exp(a[..., 0] / a[..., 1])),
-    )
-
-    def argmax_lift(v, pos):
-        return (_real(v, "argmax"), float(pos))
-
-    aggs["argmax"] = Aggregation(
-        name="argmax", lift=argmax_lift, combine=_argmax2, lower=lambda p: int(p[1]), identity=(-_INF, _NAN),
-        selective=True, positional=True, result="int", kernel=ArgmaxKernel(), preaggregate="argmax",
-    )
-
-    aggs["moment_sketch"] = moment_sketch(10)
-
-    aggs["collect"] = Aggregation(
-        name="collect", lift=_collect_lift, combine=operator.add, lower=list, identity=(), result="list",
-    )
-    return aggs
-
-
-def moment_sketch(k: int = 10) -> Aggregation:
-    """The moment sketch of Gan et al.: ``(min, max, count, sum x^1..x^k, sum ln(x)^1..ln(x)^k)``.
-
-    Values must be ``>= 0`` (the ``ln`` terms; a negative value raises ``ValueError``, as for
-    ``geomean``); a zero gives ``ln`` terms of ``-inf``, as numpy does.
-
-    Examples
-    --------
-    >>> ms = moment_sketch(2)
-    >>> ms.lower(ms.combine(ms.lift(1.0), ms.lift(2.0))).tolist()[:5]
-    [1.0, 2.0, 2.0, 3.0, 5.0]
-    """
-    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-        raise ValueError(f"k must be a positive integer, got {k!r}")
-    width = 3 + 2 * k
-    name = "moment_sketch" if k == 10 else f"moment_sketch[{k}]"
-
-    def lift(v):
-        x = _non_negative(_real(v, name), name)
-        out = [x, x, 1.0]
-        p = 1.0
-        for _ in range(k):
-            p *= x
-            out.append(p)
-        lx = _log(x)
-        p = 1.0
-        for _ in range(k):
-            p *= lx
-            out.append(p)
-        return tuple(out)
-
-    def combine(a, b):
-        lo = a[0] if (a[0] <= b[0] or a[0] != a[0]) else b[0]
-        hi = a[1] if (a[1] >= b[1] or a[1] != a[1]) else b[1]
-        return (lo, hi, *[x + y for x, y in zip(a[2:], b[2:])])
-
-    def klift(v):
-        _non_negative_array(v, name)
-        out = np.empty((len(v), width))
-        out[:, 0] = v
-        out[:, 1] = v
-        out[:, 2] = 1.0
-        p = np.ones(len(v))
-        for j in range(k):
-            p = p * v
-            out[:, 3 + j] = p
-        with np.errstate(divide="ignore", invalid="ignore"):
-            lx = np.log(v)
-        p = np.ones(len(v))
-        for j in range(k):
-            p = p * lx
-            out[:, 3 + k + j] = p
-        return out
-
-    identity = (_INF, -_INF) + (0.0,) * (width - 2)
+def scalar_builtin(name: str, combine: Callable, identity: float, ufunc: np.ufunc, *, inverse: Callable | None = None,
+                   selective: bool = False, exact: str | None = None) -> Aggregation:
+    """A built-in whose partial is one float, the value itself (max, min, sum): ``lift`` checks it is a
+    real number, ``ufunc`` is its numpy combine."""
     return Aggregation(
-        name=name, lift=lift, combine=combine, lower=lambda p: np.asarray(p, dtype=np.float64),
-        identity=identity, commutative=True, result="vector",
-        kernel=UfuncKernel([(np.minimum, 1), (np.maximum, 1), (np.add, width - 2)], identity, lift=klift,
-                           lower=lambda a: np.array(a, dtype=np.float64)),
+        name=name, lift=lambda v, _n=name: _real(v, _n), combine=combine, lower=float, identity=identity,
+        inverse=inverse, commutative=True, selective=selective, result="float", float_passthrough=True,
+        preaggregate=name, kernel=UfuncKernel(ufunc, identity, lift=_float_array, lower=_same),
+        compiled=CompiledForms(exact=exact, stepwise=name),
     )
 
 
-BUILTIN_AGGREGATIONS: dict[str, Aggregation] = _make_builtins()
+# --------------------------------------------------------------------------- the built-ins' registry
+#: every built-in by name, filled by the family modules (``pba_runtime.aggregations`` imports them all)
+BUILTIN_AGGREGATIONS: dict[str, Aggregation] = {}
+
+
+def register_builtin(agg: Aggregation) -> Aggregation:
+    """Add ``agg`` to :data:`BUILTIN_AGGREGATIONS` under its name (the family modules call it once each)."""
+    if agg.name in BUILTIN_AGGREGATIONS:
+        raise ValueError(f"a built-in aggregation named {agg.name!r} exists already")
+    BUILTIN_AGGREGATIONS[agg.name] = agg
+    return agg
 
 
 def get_aggregation(agg: str | Aggregation) -> Aggregation:
