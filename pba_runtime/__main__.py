@@ -21,9 +21,8 @@ def entry() -> None:
 
     Before the interpreter exits, every object left is handed to the garbage collector's permanent
     generation (``gc.freeze()``), so the collection that interpreter shutdown runs does not walk the
-    modules' objects (numba's, llvmlite's, pyarrow's, numpy's): measured on ``pba-run --tuples 1000``, 8
-    fresh runs each, the command took 1.05 s (median; 0.82 s of CPU) with that collection and 0.85 s (0.62 s)
-    without it; the default job, 6 runs each, 1.04 -> 0.91 s. The job is over by then: its files are closed and
+    modules' objects (numba's, llvmlite's, pyarrow's, numpy's), a visible share of a short command's time
+    (``bench/bench_runtime_versions.py --job`` times the whole command). The job is over by then: its files are closed and
     its processes, queues and shared memory released by :meth:`pba_runtime.runtime.Job.run`; ``atexit``
     handlers (logging's flush) still run. Only the command does this: ``main`` called in a process (tests,
     notebooks) leaves its collector alone.

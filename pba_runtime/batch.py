@@ -166,8 +166,8 @@ def windows_from_values(engine: Engine, V: np.ndarray, q: int, nwin: int, first_
     run = (lambda *a: values_range(*a, pos0)) if positional else values_range
     count = engine.from_values == "count_from_values"
     if count:
-        # a fill at ~1.6G windows/s on one thread: a pool thread preempted while it holds a block made the
-        # batch wait for it (5M windows under load 7.5: 443-653 M/s split against 1532-1804 on one thread)
+        # a fill is memory-bound on one thread: a pool thread preempted while it holds a block made the
+        # batch wait for it, slower split than on one thread (bench/bench_kernels.py, count)
         pool = None
     return _merge_compiled(engine, V, q, nwin, pool, (first_end, step), run, (),
                            np.int64 if positional or count else np.float64)

@@ -138,7 +138,7 @@ def run_merge_task(task: tuple) -> int:
     """Worker side of a batch merge task: windows of rows ``[0, rows)`` of a shared body into a shared output.
 
     Both live in a scratch block the main process reuses from batch to batch
-    (its pages stay resident: fresh shared pages cost ~10x more to fault in
+    (its pages stay resident: fresh shared pages cost far more to fault in
     than the heap pages ``np.empty`` reuses), so the mapping is cached.
     """
     t0 = time.perf_counter()

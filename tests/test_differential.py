@@ -82,9 +82,18 @@ MATRIX = [(alg, agg) for alg in [*pr.ALGORITHMS, *(a + STEP for a in STEPPED)] f
 BUILTIN_MATRIX = [(alg, agg) for alg, agg in MATRIX if isinstance(agg, str)]
 
 
+#: var and argmin share std's and argmax's forms on every path; the default run takes them through the
+#: algorithms whose paths differ for them (the rest run in the slow suite)
+SHARED_FORMS = {"var", "argmin"}
+SHARED_FORMS_DEFAULT = {"pba", "sba", "soe", "two_stacks"}
+
+
 def cells(pairs):
-    """The (alg, agg) pairs as parameters, the compiled-step ones marked slow."""
-    return [pytest.param(a, g, marks=pytest.mark.slow) if a.endswith(STEP) else (a, g) for a, g in pairs]
+    """The (alg, agg) pairs as parameters, the compiled-step ones (and ``SHARED_FORMS`` beyond
+    ``SHARED_FORMS_DEFAULT``) marked slow."""
+    def slow(a, g):
+        return a.endswith(STEP) or (g in SHARED_FORMS and a not in SHARED_FORMS_DEFAULT)
+    return [pytest.param(a, g, marks=pytest.mark.slow) if slow(a, g) else (a, g) for a, g in pairs]
 
 
 def _id(x):

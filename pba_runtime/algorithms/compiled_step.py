@@ -1,7 +1,7 @@
 """DABA, FlatFAT and SoE with their per-tuple step compiled: ``insert`` drives the stepwise loop.
 
 The Python operators (:mod:`.daba`, :mod:`.flatfat`, :mod:`.soe`) keep their window state in Python
-lists of partials and pay the interpreter's 1.4-6.2 us an ``insert``. Here the state lives in the
+lists of partials and pay the interpreter on every ``insert``. Here the state lives in the
 compiled loop's typed arrays (:class:`pba_runtime.kernels.stepwise.Stepper`: ``si`` its int64 scalars,
 ``sp`` its partials, the algorithm's rings or tree), and every entry point drives that loop:
 ``insert`` steps one tuple (one call into machine code), ``insert_many`` the whole batch, ``flush``
@@ -12,9 +12,9 @@ bit, for any mix of ``insert``, ``insert_many`` and ``flush``.
 Where it runs (:func:`compiled_step_for`): ``engine="compiled"`` runs it for the built-in aggregations
 whose compiled form gives the Python operator's bits (every built-in but ``collect`` for DABA and
 FlatFAT; ``sum``, ``count``, ``mean``, ``geomean`` for SoE: its compiled ``std`` is within an ulp or two
-of the Python SoE's, not equal), and ``engine="auto"`` only where its ``insert`` also measured faster
-than the Python step's (``auto``: DABA and FlatFAT, every one of those; SoE on time windows only: over
-count windows one call into its loop costs about what the Python SoE's ``insert`` does). Never with
+of the Python SoE's, not equal), and ``engine="auto"`` only where its ``insert`` is also faster
+than the Python step's (``bench/bench_stepwise.py --insert``; ``auto``: DABA and FlatFAT, every one
+of those; SoE on time windows only: over count windows one call into its loop costs about what the Python SoE's ``insert`` does). Never with
 ``allowed_lateness`` (the reorder buffer feeds partials lifted in Python) or without numba. User
 aggregations and the rest run the Python operator; ``stats()["step"]`` says which step runs.
 
@@ -88,7 +88,7 @@ class CompiledStep(WindowOperator):
     #: built-ins whose compiled step gives this algorithm's Python bits (``engine="compiled"``)
     aggregations: ClassVar[tuple[str, ...]] = ()
     #: those ``engine="auto"`` runs on the compiled step, per window kind (``"count"``, ``"time"``): where its
-    #: ``insert`` measured faster than the Python step's (``bench/bench_stepwise.py --insert``, ``docs/stepwise.md``)
+    #: ``insert`` is faster than the Python step's (``bench/bench_stepwise.py --insert``, ``docs/stepwise.md``)
     auto: ClassVar[dict[str, tuple[str, ...]]] = {}
     engines = ("compiled", "python")
 
@@ -465,8 +465,8 @@ class CompiledSoE(CompiledStep):
     python = SubtractOnEvict
     requires = SubtractOnEvict.requires
     aggregations = ("sum", "count", "mean", "geomean")
-    # count windows: one call into the loop costs about what the Python SoE's insert does (0.7-1.0x); time
-    # windows: 1.8x (docs/stepwise.md)
+    # count windows: one call into the loop costs about what the Python SoE's insert does; time windows:
+    # the loop is faster (bench/bench_stepwise.py --insert)
     auto = {"time": aggregations}
 
 
@@ -487,7 +487,7 @@ def compiled_step_for(algorithm: str, window: CountWindow | TimeWindow, agg: Agg
     why = cls.unavailable(window, agg, allowed_lateness)
     kind = "time" if isinstance(window, TimeWindow) else "count"
     if not why and engine == "auto" and agg.name not in cls.auto.get(kind, ()):
-        why = f"its insert measured no faster than the Python step's for {agg.name!r} over {kind} windows (docs/stepwise.md)"
+        why = f"its insert is no faster than the Python step's for {agg.name!r} over {kind} windows (docs/stepwise.md)"
     if not why:
         return cls
     if engine == "compiled":

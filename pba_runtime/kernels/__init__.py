@@ -130,7 +130,7 @@ _lock = threading.Lock()
 def compiled_available() -> bool:
     """Whether numba is installed here (it is a dependency; without it "auto" falls back to numpy).
 
-    Found, not imported: numba's import (~0.25 s) waits for the first compiled merge, or for
+    Found, not imported: numba's import waits for the first compiled merge, or for
     :func:`warm_in_background`.
     """
     global _available

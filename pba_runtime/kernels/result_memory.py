@@ -2,10 +2,10 @@
 
 A batch's results and ends are new arrays at every call. Below 32 MB glibc hands a freed block
 back at the next request of that size, its pages already mapped; above it every array is a fresh
-mapping, which the kernel zeroes page by page at the first write (~9 GB/s here, in a VM): for a
-``sum`` over 10M values (160 MB of results and ends) that is as much CPU time as the merge
-itself. :func:`result_block` serves requests of ``MIN_BYTES`` and more from blocks the callers
-have dropped: each block it hands out is owned by a small buffer object whose end (the last
+mapping, which the kernel zeroes page by page at the first write: for a ``sum`` over 10M values
+(160 MB of results and ends) that costs about as much CPU time as the merge itself
+(``bench/bench_kernel_cpu.py``). :func:`result_block` serves requests of ``MIN_BYTES`` and more from
+blocks the callers have dropped: each block it hands out is owned by a small buffer object whose end (the last
 array over it gone) puts the block back here, up to ``KEEP_BYTES`` kept in all (the oldest
 dropped first). A caller that keeps its results keeps its block; nothing changes for it.
 
