@@ -68,21 +68,9 @@ def exact_var(vals) -> float:
 
 
 def exact_std(vals) -> float:
-    """The sample std (ddof=1) of the float64 ``vals``, exact then rounded (twice: the variance, its root).
-
-    Each finite float is an integer times a power of two, so ``n sum x**2 - (sum x)**2`` is formed in
-    Python integers exactly; NaN when a value is not finite or ``n < 2``, as ``np.std(ddof=1)``.
-    """
-    x = [float(v) for v in vals]
-    n = len(x)
-    if n < 2 or not all(math.isfinite(v) for v in x):
-        return math.nan
-    ratios = [v.as_integer_ratio() for v in x]
-    k = max(d.bit_length() - 1 for _, d in ratios)  # every denominator is a power of two, at most 2**k
-    ints = [a << (k - (d.bit_length() - 1)) for a, d in ratios]
-    S = sum(ints)
-    Q = sum(i * i for i in ints)
-    return math.sqrt((n * Q - S * S) / (n * (n - 1) << (2 * k)))  # int / int: correctly rounded
+    """The sample std (ddof=1) of the float64 ``vals``: the root of :func:`exact_var` (rounded twice: the
+    variance, its root); NaN when a value is not finite or ``n < 2``, as ``np.std(ddof=1)``."""
+    return math.sqrt(exact_var(vals))
 
 
 def _std_with_floor(vals) -> tuple[float, float]:
