@@ -29,6 +29,10 @@ ALL = {"daba": ("max", "min", "sum", "count", "mean", "std", "geomean", "argmax"
        "soe": ("sum", "count", "mean", "geomean")}
 CASES = [pytest.param(alg, agg, kind, id=f"{alg}-{agg}-{kind}")
          for alg, aggs in ALL.items() for agg in aggs for kind in ("count", "time")]
+# each cell compiles its aggregation's step kernels on first call: from a cold numba cache on a loaded
+# two-core runner that alone can pass the suite's 120 s per test
+pytestmark = pytest.mark.timeout(600)
+
 #: examples per cell: a third of the profile's (``HYPOTHESIS_PROFILE=thorough`` runs 166 each)
 EXAMPLES = max(5, settings().max_examples // 3)
 
