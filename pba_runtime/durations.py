@@ -55,9 +55,10 @@ if TYPE_CHECKING:
 __all__ = ["Duration", "DurationLike", "TIME_UNITS", "as_duration", "check_unit", "format_duration",
            "parse_duration"]
 
-#: Nanoseconds in one of each timestamp unit a window resolves to (numpy's and Arrow's datetime units).
-TIME_UNITS = {"ns": 1, "us": 1_000, "ms": 1_000_000, "s": 1_000_000_000}
-_UNIT_WORDS = {"ns": "nanoseconds", "us": "microseconds", "ms": "milliseconds", "s": "seconds"}
+#: Nanoseconds in one of each timestamp unit a window resolves to (numpy's and Arrow's datetime units;
+#: ``"D"``, days, is a date column's).
+TIME_UNITS = {"ns": 1, "us": 1_000, "ms": 1_000_000, "s": 1_000_000_000, "D": 86_400_000_000_000}
+_UNIT_WORDS = {"ns": "nanoseconds", "us": "microseconds", "ms": "milliseconds", "s": "seconds", "D": "days"}
 
 _NS = {"ns": 1, "us": 1_000, "ms": 1_000_000, "s": 1_000_000_000, "min": 60_000_000_000,
        "h": 3_600_000_000_000, "d": 86_400_000_000_000, "w": 604_800_000_000_000}
@@ -103,7 +104,7 @@ class Duration:
     label: str
 
     def in_unit(self, unit: str, *, name: str = "duration") -> int:
-        """This duration as an integer number of ``unit`` (``"ns"``, ``"us"``, ``"ms"``, ``"s"``).
+        """This duration as an integer number of ``unit`` (``"ns"``, ``"us"``, ``"ms"``, ``"s"``, ``"D"``).
 
         A bare integer is returned as it is. A duration that is not a whole number of ``unit`` raises a
         ``ValueError`` naming ``name``.

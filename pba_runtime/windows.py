@@ -126,7 +126,7 @@ class TimeWindow(_SlidingWindow):
         modulo ``slide``, so it may be negative). A duration that is not a whole number
         of ``unit``, or a range or slide that is not positive, raises a ``ValueError``
         naming the parameter.
-    unit : {"ms", "us", "ns", "s"}
+    unit : {"ms", "us", "ns", "s", "D"}
         What the durations resolve to: the timestamps' unit. Default milliseconds (epoch ms).
 
     The attributes ``range``, ``slide`` and ``offset`` are those integers; the durations as
@@ -196,7 +196,7 @@ class TimeWindow(_SlidingWindow):
         return self.durations["range"].label
 
     def in_unit(self, unit: str) -> TimeWindow:
-        """This window with its durations resolved to integers of ``unit`` (``"ns"``, ``"us"``, ``"ms"``, ``"s"``).
+        """This window with its durations resolved to integers of ``unit`` (``"ns"``, ``"us"``, ``"ms"``, ``"s"``, ``"D"``).
 
         Durations are exact; an integer given as such stays as it is (it is in the timestamps' unit).
         A duration that is not a whole number of ``unit`` raises a ``ValueError`` naming the parameter.
