@@ -26,7 +26,7 @@ SPECIAL = [1e12, 1e12 + 0.1, 1e12 + 0.7, 1e12 + 0.3, -1e12, 1e-3, 2e-3, 0.0, -0.
 
 @st.composite
 def cases(draw):
-    lens = draw(st.lists(st.integers(0, 14), min_size=1, max_size=5))
+    lens = draw(st.lists(st.integers(0, 30), min_size=1, max_size=5))
     bounds = np.concatenate([[0], np.cumsum(lens)]).astype(np.int64)
     n = int(bounds[-1])
     finite = st.floats(-1e3, 1e3, allow_nan=False)
