@@ -49,6 +49,7 @@ from typing import Any
 import numpy as np
 
 from ..aggregations import BUILTIN_AGGREGATIONS
+from ..kernels.read_only import read_only
 from ..windows import CountWindow, TimeWindow
 from .key_split import run_split
 
@@ -180,6 +181,9 @@ def window_results(V: Any, T: Any, bounds: Any, windows: Any, aggs: Any, *, miss
     nkeys = len(bounds) - 1
     time = T is not None
     skip = missing == "skip"
+    # the kernels only read the inputs: read-only views, so each compiles once whatever the caller's buffers
+    V, bounds = read_only(V), read_only(bounds)
+    T = read_only(T) if time else None
     # the result rows of each (window, key), and where each starts
     counts = np.zeros((len(windows), max(nkeys, 0)), dtype=np.int64)
     if nkeys:

@@ -283,10 +283,10 @@ def time_group(V, T, bounds, k0, k1, g, base, ws, wq, wp, wc, wstart, F, FI, end
     P = np.empty((8, 0))
     PI = np.empty((2, 0), dtype=np.int64)
     ident = _identity()
+    rows = np.empty(wq.shape[0], dtype=np.int64)
     for k in range(k0, k1):
         a = bounds[k]
         b = bounds[k + 1]
-        rows = np.empty(wq.shape[0], dtype=np.int64)
         for i in range(wq.shape[0]):
             rows[i] = wstart[i, k]
         i0 = a
