@@ -149,7 +149,25 @@ def test_time_windows_match_sliding_aggregate(case):
     check(*case)
 
 
-def test_ill_conditioned_std_and_var():
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                 HealthCheck.function_scoped_fixture])
+@given(case=st.booleans().flatmap(lambda time: cases(time=time)))
+def test_slices_lifted_a_segment_at_a_time(monkeypatch, case):
+    """Segments of one block start (the kernels' scratch bound, forced small): the same rows."""
+    import pba_runtime.engines.keyed as keyed
+
+    monkeypatch.setattr(keyed, "SEGMENT_SLICES", 1)
+    monkeypatch.setattr(keyed, "SEGMENT_PER_Q", 0)
+    check(*case)
+
+
+@pytest.mark.parametrize("segment", [None, 1, 3])
+def test_ill_conditioned_std_and_var(monkeypatch, segment):
+    if segment is not None:
+        import pba_runtime.engines.keyed as keyed
+
+        monkeypatch.setattr(keyed, "SEGMENT_SLICES", segment)
+        monkeypatch.setattr(keyed, "SEGMENT_PER_Q", 0)
     rng = np.random.default_rng(1)
     V = np.concatenate([1e12 + rng.integers(0, 9, 300) * 0.1, 1e-3 * rng.integers(1, 9, 300),
                         1e12 + rng.integers(0, 9, 300) * 0.1])
@@ -157,7 +175,8 @@ def test_ill_conditioned_std_and_var():
     windows = [pr.CountWindow(64, 1), pr.CountWindow(50, 7), pr.CountWindow(90, 30)]
     check(V, None, bounds, windows, ["std", "var", "mean", "sum"], "propagate", 1)
     T = np.concatenate([np.arange(300) * 3, np.arange(600) * 2 - 500]).astype(np.int64)
-    check(V, T, bounds, [pr.TimeWindow(60, 6, offset=2), pr.TimeWindow(45, 6)], ["std", "var"], "skip", 3)
+    check(V, T, bounds, [pr.TimeWindow(60, 6, offset=2), pr.TimeWindow(45, 6)], ["std", "var", "argmin"], "skip", 3)
+    check(V, None, bounds, [pr.CountWindow(40, 4), pr.CountWindow(24, 4)], ["max", "argmax", "count"], "skip", 0)
 
 
 def test_many_keys_split_between_threads(monkeypatch):

@@ -62,6 +62,10 @@ _FLOAT = ("max", "min", "sum", "mean", "std", "var")
 _INT = ("count", "argmax", "argmin")
 _NEED_ONE = ("max", "min", "argmax", "argmin")  # not valid over no values, whatever min_periods
 MISSING = ("propagate", "skip")
+#: The kernels lift slices this many block starts at a time (at least ``SEGMENT_PER_Q`` times the longest
+#: window, in slices): their scratch is bounded whatever a key's length.
+SEGMENT_SLICES = 1 << 14
+SEGMENT_PER_Q = 8
 
 
 @dataclass(frozen=True)
@@ -222,14 +226,15 @@ def window_results(V: Any, T: Any, bounds: Any, windows: Any, aggs: Any, *, miss
         g, base, q, p, c = _plan(windows, idx, time)
         ws = np.full(len(idx), s, dtype=np.int64)
         st = np.ascontiguousarray(wstart[idx])
+        seg = max(SEGMENT_SLICES, SEGMENT_PER_Q * int(q.max()), 1)
         if time:
             def fill(k0, k1):
-                K.time_group(V, T, bounds, k0, k1, g, base, ws, q, p, c, st, F, FI, ends, keys, codes, skip, mp, bad)
+                K.time_group(V, T, bounds, k0, k1, g, base, ws, q, p, c, st, F, FI, ends, keys, codes, skip, mp, seg, bad)
         else:
             wr = np.array([int(windows[i].range) for i in idx], dtype=np.int64)
 
             def fill(k0, k1):
-                K.count_group(V, bounds, k0, k1, g, wr, ws, q, p, st, F, FI, ends, keys, codes, skip, mp, bad)
+                K.count_group(V, bounds, k0, k1, g, wr, ws, q, p, st, F, FI, ends, keys, codes, skip, mp, seg, bad)
         if nkeys:
             run_split(fill, bounds, pool=pool)
     if bad[0]:  # pragma: no cover (the counts and the fill enumerate the same windows)

@@ -170,19 +170,26 @@ def _emit(t, row, key, end, F, FI, ends, keys, codes, skip, min_periods):
 
 
 @njit(inline="always", cache=True)
-def _slide(P, PI, V, a, direct, fl, L, LI, q, p, x_first, nk, end0, step, is_time, row, key, F, FI, ends,
+def _cdiv(x, y):
+    """``ceil(x / y)`` for ``y > 0``, ``x`` of either sign."""
+    return -((-x) // y)
+
+
+@njit(inline="always", cache=True)
+def _slide(P, PI, V, a, direct, off, fl, L, LI, q, p, x_first, w0, w1, end0, step, is_time, row, key, F, FI, ends,
            keys, codes, min_periods):
-    """The ``nk`` windows of ``q`` slices, ``p`` apart, the first starting at slice ``x_first``, written from
-    row ``row`` (time windows: only those holding a tuple); returns the next row.
+    """Windows ``[w0, w1)`` of ``q`` slices, ``p`` apart, window ``w`` starting at slice ``x_first + w p``
+    (``P``'s column ``x - off`` holds slice ``x``), written from row ``row`` (time windows: only those holding
+    a tuple); returns the next row. ``w0`` is the first window of its block.
 
     Blocks of ``q`` slices from ``x_first``: a window starting at offset ``u`` of a block is the block's
     suffix from ``u`` (``L``, built from the block's end) combined with the next block's first ``u``
     slices (grown as ``u`` grows)."""
     skip = fl[F_SKIP]
-    w = 0
-    while w < nk:
+    w = w0
+    while w < w1:
         b = (w * p) // q
-        bs = x_first + b * q
+        bs = x_first + b * q - off
         u_min = w * p - b * q
         acc = _slice(P, PI, V, a, bs + q - 1, direct, fl)
         _put(L, LI, q - 1, acc)
@@ -192,7 +199,7 @@ def _slide(P, PI, V, a, direct, fl, L, LI, q, p, x_first, nk, end0, step, is_tim
         pre = _identity()
         plen = 0
         lim = (b + 1) * q
-        while w < nk and w * p < lim:
+        while w < w1 and w * p < lim:
             u = w * p - b * q
             while plen < u:
                 pre = _comb(pre, _slice(P, PI, V, a, bs + q + plen, direct, fl), fl)
@@ -208,6 +215,16 @@ def _slide(P, PI, V, a, direct, fl, L, LI, q, p, x_first, nk, end0, step, is_tim
 
 
 @njit(inline="always", cache=True)
+def _segment_windows(S, C, x_first, q, p, nk):
+    """The windows ``[w0, w1)`` whose blocks start in slices ``[S, S + C)``."""
+    b0 = max(0, _cdiv(S - x_first, q))
+    b1 = _cdiv(S + C - x_first, q)
+    if b1 <= b0:
+        return 0, 0
+    return min(nk, _cdiv(b0 * q, p)), min(nk, _cdiv(b1 * q, p))
+
+
+@njit(inline="always", cache=True)
 def _flags(codes, skip):
     return (codes[A_SUM] >= 0 or codes[A_MEAN] >= 0,
             codes[A_STD] >= 0 or codes[A_VAR] >= 0,
@@ -219,75 +236,88 @@ def _flags(codes, skip):
 
 
 @njit(**_JIT)
-def count_group(V, bounds, k0, k1, g, wr, ws, wq, wp, wstart, F, FI, ends, keys, codes, skip, min_periods, bad):
+def count_group(V, bounds, k0, k1, g, wr, ws, wq, wp, wstart, F, FI, ends, keys, codes, skip, min_periods, seg, bad):
     """Count windows of one slide over keys ``[k0, k1)``: window ``i`` (range ``wr[i]``, slide ``ws[i]``;
     ``wq[i]``, ``wp[i]`` in slices of ``g`` values) writes key ``k``'s rows from ``wstart[i, k]``.
-    ``bad[0]`` is set when a key's rows do not end at ``wstart[i, k + 1]``."""
+
+    ``g == 1``: the slices are the values, read from ``V``. Else the slices are lifted ``seg`` block starts
+    at a time (with the ``2 Q`` after them that those blocks read): memory of ``seg + 2 Q`` slices
+    whatever the key's length. ``bad[0]`` is set when a key's rows do not end at ``wstart[i, k + 1]``."""
     fl = _flags(codes, skip)
     direct = g == 1
+    nw = wq.shape[0]
     Q = 1
-    for i in range(wq.shape[0]):
+    for i in range(nw):
         Q = max(Q, wq[i])
     L = np.empty((8, Q))
     LI = np.empty((2, Q), dtype=np.int64)
-    cap = 0
-    P = np.empty((8, 0))
-    PI = np.empty((2, 0), dtype=np.int64)
+    cap = 0 if direct else seg + 2 * Q
+    P = np.empty((8, cap))
+    PI = np.empty((2, cap), dtype=np.int64)
+    rows = np.empty(nw, dtype=np.int64)
+    nks = np.empty(nw, dtype=np.int64)
     for k in range(k0, k1):
         a = bounds[k]
         N = bounds[k + 1] - a
         need = 0  # slices the windows read
-        for i in range(wq.shape[0]):
-            nk = (N - wr[i]) // ws[i] + 1 if N >= wr[i] else 0
-            if nk > 0:
-                need = max(need, (nk - 1) * wp[i] + wq[i])
-        if need == 0:
-            for i in range(wq.shape[0]):
-                if wstart[i, k + 1] != wstart[i, k]:
-                    bad[0] = 1
-            continue
-        if not direct:
-            if need > cap:
-                cap = max(need, 2 * cap)
-                P = np.empty((8, cap))
-                PI = np.empty((2, cap), dtype=np.int64)
-            for j in range(need):
-                acc = _identity()
-                for t in range(j * g, (j + 1) * g):
-                    acc = _comb(acc, _lift(V[a + t], np.int64(t), fl), fl)
-                _put(P, PI, j, acc)
-        for i in range(wq.shape[0]):
-            nk = (N - wr[i]) // ws[i] + 1 if N >= wr[i] else 0
-            row = wstart[i, k]
-            if nk > 0:
-                row = _slide(P, PI, V, a, direct, fl, L, LI, wq[i], wp[i], 0, nk, wr[i], ws[i], False, row, k,
-                             F, FI, ends, keys, codes, min_periods)
-            if row != wstart[i, k + 1]:
+        for i in range(nw):
+            rows[i] = wstart[i, k]
+            nks[i] = (N - wr[i]) // ws[i] + 1 if N >= wr[i] else 0
+            if nks[i] > 0:
+                need = max(need, (nks[i] - 1) * wp[i] + wq[i])
+        if direct:
+            for i in range(nw):
+                if nks[i] > 0:
+                    rows[i] = _slide(P, PI, V, a, True, 0, fl, L, LI, wq[i], wp[i], 0, 0, nks[i], wr[i], ws[i],
+                                     False, rows[i], k, F, FI, ends, keys, codes, min_periods)
+        else:
+            S = 0
+            while S < need:
+                E = min(need, S + seg + 2 * Q)
+                for j in range(S, E):
+                    acc = _identity()
+                    for t in range(j * g, (j + 1) * g):
+                        acc = _comb(acc, _lift(V[a + t], np.int64(t), fl), fl)
+                    _put(P, PI, j - S, acc)
+                for i in range(nw):
+                    w0, w1 = _segment_windows(S, seg, 0, wq[i], wp[i], nks[i])
+                    if w1 > w0:
+                        rows[i] = _slide(P, PI, V, a, False, S, fl, L, LI, wq[i], wp[i], 0, w0, w1, wr[i], ws[i],
+                                         False, rows[i], k, F, FI, ends, keys, codes, min_periods)
+                S += seg
+        for i in range(nw):
+            if rows[i] != wstart[i, k + 1]:
                 bad[0] = 1
 
 
 @njit(**_JIT)
 def time_group(V, T, bounds, k0, k1, g, base, ws, wq, wp, wc, wstart, F, FI, ends, keys, codes, skip, min_periods,
-               bad):
+               seg, bad):
     """Time windows of one slide over keys ``[k0, k1)``: slices ``[base + j g, base + (j + 1) g)``; window
     ``i`` (slide ``ws[i]``) is ``wq[i]`` slices, ``wp[i]`` apart, window ``k`` starting at slice
     ``k wp[i] + wc[i]``; key ``k``'s rows from ``wstart[i, k]``, only windows holding a tuple.
-    ``bad[0]`` is set when a key's rows do not end at ``wstart[i, k + 1]``."""
+
+    Per episode (tuples less than ``Q`` slices apart), the slices are folded ``seg`` block starts at a time
+    (with the ``2 Q`` after them). ``bad[0]`` is set when a key's rows do not end at ``wstart[i, k + 1]``."""
     fl = _flags(codes, skip)
+    nw = wq.shape[0]
     Q = 1
-    for i in range(wq.shape[0]):
+    for i in range(nw):
         Q = max(Q, wq[i])
     L = np.empty((8, Q))
     LI = np.empty((2, Q), dtype=np.int64)
-    cap = 0
-    P = np.empty((8, 0))
-    PI = np.empty((2, 0), dtype=np.int64)
+    cap = seg + 2 * Q
+    P = np.empty((8, cap))
+    PI = np.empty((2, cap), dtype=np.int64)
     ident = _identity()
-    rows = np.empty(wq.shape[0], dtype=np.int64)
+    rows = np.empty(nw, dtype=np.int64)
+    xf = np.empty(nw, dtype=np.int64)
+    nks = np.empty(nw, dtype=np.int64)
+    e0 = np.empty(nw, dtype=np.int64)
     for k in range(k0, k1):
         a = bounds[k]
         b = bounds[k + 1]
-        for i in range(wq.shape[0]):
+        for i in range(nw):
             rows[i] = wstart[i, k]
         i0 = a
         while i0 < b:
@@ -302,30 +332,39 @@ def time_group(V, T, bounds, k0, k1, g, base, ws, wq, wp, wc, wstart, F, FI, end
                 G_last = G
                 i1 += 1
             S_lo = G_first - Q + 1
-            nsl = G_last - S_lo + Q
-            if nsl > cap:
-                cap = max(nsl, 2 * cap)
-                P = np.empty((8, cap))
-                PI = np.empty((2, cap), dtype=np.int64)
-            for j in range(nsl):
-                _put(P, PI, j, ident)
-            for t in range(i0, i1):
-                j = (T[t] - base) // g - S_lo
-                _put(P, PI, j, _comb(_get(P, PI, j), _lift(V[t], T[t], fl), fl))
-            for i in range(wq.shape[0]):
+            nsl = G_last - S_lo + Q  # slices [S_lo, G_last + Q) relative to S_lo
+            for i in range(nw):
                 q = wq[i]
                 p = wp[i]
                 c = wc[i]
-                k_lo = -((-(G_first - q + 1 - c)) // p)  # the first window holding slice G_first
+                k_lo = _cdiv(G_first - q + 1 - c, p)  # the first window holding slice G_first
                 k_hi = (G_last - c) // p
-                if k_hi < k_lo:
-                    continue
-                x_first = k_lo * p + c - S_lo
-                end0 = base + g * (k_lo * p + c + q)
-                rows[i] = _slide(P, PI, V, 0, False, fl, L, LI, q, p, x_first, k_hi - k_lo + 1, end0, ws[i], True,
-                                 rows[i], k, F, FI, ends, keys, codes, min_periods)
+                nks[i] = max(0, k_hi - k_lo + 1)
+                xf[i] = k_lo * p + c - S_lo
+                e0[i] = base + g * (k_lo * p + c + q)
+            tp = i0
+            S = 0
+            while S < nsl:
+                E = min(nsl, S + seg + 2 * Q)
+                for j in range(E - S):
+                    _put(P, PI, j, ident)
+                while tp < i1 and (T[tp] - base) // g - S_lo < S:
+                    tp += 1
+                t = tp
+                while t < i1:
+                    j = (T[t] - base) // g - S_lo
+                    if j >= E:
+                        break
+                    _put(P, PI, j - S, _comb(_get(P, PI, j - S), _lift(V[t], T[t], fl), fl))
+                    t += 1
+                for i in range(nw):
+                    w0, w1 = _segment_windows(S, seg, xf[i], wq[i], wp[i], nks[i])
+                    if w1 > w0:
+                        rows[i] = _slide(P, PI, V, 0, False, S, fl, L, LI, wq[i], wp[i], xf[i], w0, w1, e0[i], ws[i],
+                                         True, rows[i], k, F, FI, ends, keys, codes, min_periods)
+                S += seg
             i0 = i1
-        for i in range(wq.shape[0]):
+        for i in range(nw):
             if rows[i] != wstart[i, k + 1]:
                 bad[0] = 1
 
