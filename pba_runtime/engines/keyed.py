@@ -13,7 +13,8 @@ timestamps=T[a:b])`` gives (ends and results; ``sum``, ``mean``, ``std``, ``var`
 windows emit their full windows, time windows every window holding a tuple. ``missing="skip"``: NaN is a
 tuple but not a value; each result is over the window's other values and ``valid`` is False where fewer
 than ``min_periods`` remain (``max``, ``min``, ``argmax``, ``argmin``: also where none does); ``count`` is
-the number of values. There, float results are NaN and ``argmax``/``argmin`` 0 where not valid.
+the number of values. There, where not valid, float results are NaN, ``argmax``/``argmin`` 0 (``count`` keeps
+the count).
 :func:`window_results_reference` is the plain numpy reference (window by window from the definitions).
 
 Examples

@@ -7,7 +7,8 @@ windows, offsets), each slice's partials lifted once per family (``max``/``argma
 partial with a compensated mean, :func:`.std._chan`), and every window of that slide answered from the same
 slices. A window of ``q`` slices is the combine of a suffix of one block of ``q`` slices and a prefix of the
 next (van Herk / Gil-Werman): per window range, every slice is read twice, whatever ``q``. Count windows
-whose grid is one value (``g == 1``: slide 1, say) read the values themselves, with no slice array.
+whose grid is one value (``g == 1``: slide 1, say) read the values themselves, with no slice array; other
+slices are lifted a segment of block starts at a time, so the scratch is bounded whatever a key's length.
 
 Time windows are cut per key into *episodes* at gaps of at least ``Q`` slices (``Q`` the group's longest
 window in slices): no window holds tuples of two episodes, so no slice of a gap is ever visited. A time
