@@ -22,6 +22,7 @@ if TYPE_CHECKING:  # for type checkers and editors; at run time each name is imp
     from .chunking import generalized_chunk_size, optimal_chunk_size, plan_chunk_size, theorem1, theorem2
     from .logs import configure_logging
     from .pool import WorkerPool, default_pool
+    from .query import Query, aggregate
     from .replay import Replay, replay
     from .windows import CountWindow, TimeWindow
 
@@ -34,11 +35,13 @@ __all__ = [
     "BUILTIN_AGGREGATIONS",
     "CountWindow",
     "Kernel",
+    "Query",
     "SlicedAggregator",
     "TimeWindow",
     "UfuncKernel",
     "WindowOperator",
     "WorkerPool",
+    "aggregate",
     "configure_logging",
     "create",
     "default_pool",
@@ -69,6 +72,7 @@ _WHERE = {
     "chunking": ("generalized_chunk_size", "optimal_chunk_size", "plan_chunk_size", "theorem1", "theorem2"),
     "logs": ("configure_logging",),
     "pool": ("WorkerPool", "default_pool"),
+    "query": ("Query", "aggregate"),
     "replay": ("Replay", "replay"),
     "windows": ("CountWindow", "TimeWindow"),
 }

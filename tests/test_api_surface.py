@@ -76,7 +76,7 @@ def test_pandas_timedelta_is_exact_to_the_nanosecond():
     ({"range": "five minutes"}, ValueError, "range 'five minutes' is not a duration; expected an integer"),
     ({"range": ""}, ValueError, "range '' is empty"),
     ({"range": "1.5ns", "unit": "ns"}, ValueError, "range '1.5ns' is not a whole number of nanoseconds"),
-    ({"range": "1s", "unit": "m"}, ValueError, "unit must be one of 'ns', 'us', 'ms', 's', got 'm'"),
+    ({"range": "1s", "unit": "m"}, ValueError, "unit must be one of 'ns', 'us', 'ms', 's', 'D', got 'm'"),
     ({"range": 1.5}, TypeError, "range must be an integer (the timestamps' unit), a duration string such as '5min'"),
     ({"range": 10, "slide": 5, "offset": 1.5}, TypeError, "offset must be an integer"),
     ({"range": True}, TypeError, "range must be an integer"),
