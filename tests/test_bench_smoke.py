@@ -430,3 +430,22 @@ def test_user_agg_bench_smoke(tmp_path):
         assert e["engine"] == "compiled" and not e["warnings"]
     assert set(res["speedup_vs_pandas"]) == want - {"pandas_loop", "pandas_numpy"}
     assert len(res["machine"]["loadavg_start"]) == 3 and res["machine"]["commit"]
+
+
+def test_query_bench_smoke(tmp_path):
+    """bench/bench_query.py (issue 42): the four queries beside the loop of calls and the installed peers."""
+    import bench_query
+
+    out = tmp_path / "query.json"
+    bench_query.main(["--quick", "--rows", "30000", "--keys", "3", "--repeats", "1", "--peer-repeats", "1",
+                      "--out", str(out)])
+    res = json.loads(out.read_text())
+    assert res["quick"] is True and res["rows"] == 30000 and set(res["queries"]) == {"Q1", "Q3", "T", "R"}
+    for name, q in res["queries"].items():
+        assert {"query", "polars", "pandas" if name != "T" else "polars"} <= set(q["methods"])
+        assert q["agrees"] and all(q["agrees"].values()), (name, q["agrees"])
+        for m in q["methods"].values():
+            assert m["first_s"] > 0 and m["seconds"]["n"] == 1 and m["seconds"]["median"] > 0
+    for m in res["memory"].values():
+        assert m["result_bytes"] > 0 and "ratio" in m
+    assert "Q3: loop / query" in res["goals"] and res["machine"]["load"]["marks"]
