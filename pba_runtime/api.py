@@ -34,18 +34,22 @@ def sliding_aggregate(
     timestamps: Any = None,
     pool: WorkerPool | None = None,
     engine: str = "auto",
+    missing: str = "propagate",
+    min_periods: int = 1,
 ) -> Results:
     """Every window result over ``values`` (end of stream included): ``(ends, results)``.
 
     ``ends`` is an int64 array of the windows' exclusive ends; ``results`` a float64 array (2-D for
     vector results, int64 for ``count`` and ``argmax``) or a list (``collect``). Both are positional:
-    a pandas Series' index is not carried over.
+    a pandas Series' index is not carried over. Under ``missing="skip"`` every numeric result is
+    float64 with NaN where null (``count``, ``argmax``, ``argmin`` included), ``moment_sketch`` rows
+    are NaN there, and ``collect`` gives a list of the windows' non-missing values, ``None`` where null.
 
     Parameters
     ----------
     values : array-like
-        The stream, oldest first. A missing value (pandas' ``<NA>``, a masked entry, an Arrow or
-        polars null) is refused until the missing-value policy of queries; NaN is a value.
+        The stream, oldest first. A missing value (``None``, pandas' ``<NA>``, a masked entry, an
+        Arrow or polars null) is refused under ``missing="propagate"``, where NaN is a value.
     window : CountWindow or TimeWindow
     agg : str or Aggregation
     algorithm : str
@@ -62,6 +66,18 @@ def sliding_aggregate(
     engine : {"auto", "compiled", "numpy", "python"}
         What runs the window merge (:mod:`pba_runtime.kernels`): ``"auto"`` takes the
         compiled kernels where the aggregation has them.
+    missing : {"propagate", "skip"}
+        ``"propagate"`` (default): numpy's result over each window's values (a window holding NaN is
+        NaN for ``max``, ``sum``, ...), missing values refused. ``"skip"``: missing values and NaN
+        are not values; each result is the aggregation over the window's other values, and null
+        where fewer than ``min_periods`` remain (as pandas' ``rolling(..., min_periods=)``). The
+        windows do not change: a count window still covers ``range`` positions, missing ones
+        included; a time window is emitted when it holds a tuple, missing or not. With
+        ``min_periods=0`` a window without values gives ``sum`` 0, ``count`` 0, ``collect`` ``[]``,
+        and null for the others.
+    min_periods : int
+        Non-missing values a window needs for a result under ``missing="skip"`` (``>= 0``,
+        default 1); unused under ``"propagate"``.
 
     Examples
     --------
@@ -69,6 +85,11 @@ def sliding_aggregate(
     >>> ends, res = pr.sliding_aggregate([1.0, 5.0, 2.0, 4.0], window=pr.CountWindow(2), agg="max")
     >>> ends.tolist(), res.tolist()
     ([2, 3, 4], [5.0, 5.0, 4.0])
+    >>> v = [1.0, float("nan"), None, 4.0, 6.0]
+    >>> pr.sliding_aggregate(v, window=pr.CountWindow(3), agg="mean", missing="skip")[1].tolist()
+    [1.0, 4.0, 5.0]
+    >>> pr.sliding_aggregate(v, window=pr.CountWindow(3), agg="count", missing="skip", min_periods=2)[1].tolist()
+    [nan, nan, 2.0]
     >>> pr.sliding_aggregate([1.0, 2.0], window=pr.TimeWindow("1s"), agg="sum")
     Traceback (most recent call last):
     ...
@@ -79,7 +100,7 @@ def sliding_aggregate(
                          "pass sliding_aggregate(values, window=..., agg=..., timestamps=...)")
     options: dict[str, Any] = {"pool": pool} if pool is not None else {}
     options["engine"] = engine
-    op = create(algorithm, window, agg, **options)
+    op = create(algorithm, window, agg, missing=missing, min_periods=min_periods, **options)
     op._input_borrowed = True  # closed below, before `values` can change
     try:
         return op._insert_and_flush(values, timestamps)

@@ -110,7 +110,7 @@ def replay(algorithm: str, window: CountWindow | TimeWindow, agg: str | Aggregat
     from .kernels.stepwise import Stepper, monoid_of
 
     mono = monoid_of(agg)  # ValueError: no compiled form
-    vals = as_float_array(values, agg_name=agg.name)
+    vals = as_float_array(values, agg_name=agg.name, missing=agg.missing)
     if mono.non_negative and (vals < 0).any():
         agg.lift(float(vals[np.argmax(vals < 0)]))  # the Python form's error
     if isinstance(window, TimeWindow):

@@ -24,7 +24,7 @@ import weakref
 from typing import Any
 
 from . import logs
-from .aggregations import BUILTIN_AGGREGATIONS, Aggregation, get_aggregation, moment_sketch
+from .aggregations import BUILTIN_AGGREGATIONS, Aggregation, get_aggregation, moment_sketch, skip_missing
 from .merge import lcs_into, merge_rows
 from .shm import ChunkSlots, attached, partial_width
 
@@ -48,6 +48,7 @@ def aggregation_ref(agg: Aggregation) -> tuple | None:
     * ``("builtin", name)`` for a built-in, ``("moment_sketch", k)`` for ``moment_sketch(k)``;
     * ``("ref", module, attribute)`` for an :class:`Aggregation` bound to a module-level name
       (found in the module of its ``combine``/``lift``/``lower``): pickled by reference;
+    * ``("skip", inner reference, min_periods)`` for ``skip_missing(inner, min_periods)``;
     * ``("pickle", bytes)`` when the object pickles (its callables are module-level functions).
 
     >>> aggregation_ref(get_aggregation("max"))
@@ -69,6 +70,9 @@ def aggregation_ref(agg: Aggregation) -> tuple | None:
 def _find_ref(agg: Aggregation) -> tuple | None:
     if BUILTIN_AGGREGATIONS.get(agg.name) is agg:
         return ("builtin", agg.name)
+    if agg.missing == "skip":  # skip_missing(inner, min_periods): named by its inner aggregation's reference
+        inner = aggregation_ref(agg.inner)
+        return None if inner is None else ("skip", inner, agg.min_periods)
     m = re.fullmatch(r"moment_sketch(?:\[(\d+)\])?", agg.name)
     if m and agg.fingerprint == moment_sketch(int(m.group(1) or 10)).fingerprint:
         return ("moment_sketch", int(m.group(1) or 10))
@@ -101,6 +105,8 @@ def resolve_ref(ref: tuple) -> Aggregation:
             agg = get_aggregation(ref[1])
         elif ref[0] == "moment_sketch":
             agg = moment_sketch(ref[1])
+        elif ref[0] == "skip":
+            agg = skip_missing(resolve_ref(ref[1]), ref[2])
         elif ref[0] == "ref":
             import importlib
 

@@ -234,7 +234,8 @@ def test_operators_keep_their_own_remedy():
 
 
 # --------------------------------------------------------------------------- missing values
-NA_POLICY = 'the missing-value policy comes with queries over frames (missing="skip" is not there yet)'
+NA_POLICY = ('missing="propagate" refuses them (the default for arrays and per-tuple operators); '
+             'pass missing="skip" to skip missing values and NaN')
 
 
 def _pandas_inputs():
@@ -290,6 +291,17 @@ def test_operators_refuse_na_too_and_change_nothing():
         with pytest.raises(ValueError) as info:
             op.insert(pd.NA)
         assert str(info.value) == f"value is missing (<NA>): {NA_POLICY}; pass float('nan') if NaN is what you mean"
+
+
+def test_missing_policy_in_the_signatures():
+    import inspect
+
+    for fn in (pr.sliding_aggregate, pr.create):
+        params = inspect.signature(fn).parameters
+        assert params["missing"].default == "propagate" and params["missing"].kind is inspect.Parameter.KEYWORD_ONLY
+        assert params["min_periods"].default == 1 and params["min_periods"].kind is inspect.Parameter.KEYWORD_ONLY
+    with pytest.raises(ValueError, match="missing must be 'propagate' or 'skip', got 'drop'"):
+        pr.sliding_aggregate([1.0], window=pr.CountWindow(1), agg="max", missing="drop")
 
 
 # --------------------------------------------------------------------------- one default algorithm

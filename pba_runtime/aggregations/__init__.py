@@ -32,6 +32,7 @@ from .base import (  # noqa: F401  (WrappedKernel: for the engines' kernels)
 )
 from .extrema import ArgmaxKernel, ArgminKernel, _argmax2, _max2, _min2  # noqa: F401  (the tests' references)
 from .moments import moment_sketch
+from .skipping import check_min_periods, skip_missing
 from .sums import StdKernel, VarKernel, _chan, _chan_inverse  # noqa: F401  (the tests' references)
 
 __all__ = [
@@ -42,6 +43,8 @@ __all__ = [
     "BUILTIN_AGGREGATIONS",
     "get_aggregation",
     "moment_sketch",
+    "skip_missing",
+    "check_min_periods",
     "as_float_array",
     "quiet_non_finite",
 ]

@@ -26,18 +26,22 @@ from typing import Any
 
 import numpy as np
 
-from ..missing import MISSING_POLICY, refuse_missing
+from ..missing import MISSING_POLICY, fill_missing, refuse_missing
 
 _INF = math.inf
 _NAN = math.nan
 
 # --------------------------------------------------------------------------- helpers
-def as_float_array(values: Any, *, name: str = "values", agg_name: str = "") -> np.ndarray:
+def as_float_array(values: Any, *, name: str = "values", agg_name: str = "", missing: str = "propagate") -> np.ndarray:
     """Validate numeric input and return it as a 1-D float64 array (no copy when possible).
 
     A missing value (pandas' ``<NA>``, a masked entry, an Arrow or polars null) raises a ``ValueError``
-    naming ``name`` (:func:`pba_runtime.missing.refuse_missing`); NaN is a value."""
-    refuse_missing(values, name)
+    naming ``name`` (:func:`pba_runtime.missing.refuse_missing`); NaN is a value. With ``missing="skip"``
+    (an aggregation's :attr:`Aggregation.missing`) a missing value is read as NaN instead."""
+    if missing == "skip":
+        values = fill_missing(values)
+    else:
+        refuse_missing(values, name)
     arr = np.asarray(values)
     if arr.ndim != 1:
         raise ValueError(f"{name} must be one-dimensional, got shape {arr.shape}")
@@ -452,6 +456,11 @@ class Aggregation:
     compiled : CompiledForms, optional
         What the compiled engines may run for it (the built-ins' families declare it; a user's
         ``ufunc=`` kernel needs none).
+    count_column : int, optional
+        Declares that the partial counts the values lifted into it: the partial itself (``0``, a
+        scalar partial: ``count``) or its column ``count_column`` (``mean``, ``std``, ...).
+        :func:`~pba_runtime.aggregations.skip_missing` then keeps the partial as it is (a missing
+        value lifts to the identity) instead of adding a count to it.
 
     Examples
     --------
@@ -480,6 +489,7 @@ class Aggregation:
     float_passthrough: bool = False
     preaggregate: str | None = None
     compiled: CompiledForms = field(default=NO_COMPILED_FORMS, repr=False)
+    count_column: int | None = None
 
     def __post_init__(self) -> None:
         for fname in ("lift", "combine", "lower"):
@@ -504,6 +514,9 @@ class Aggregation:
             raise TypeError(f"Aggregation compiled must be a CompiledForms, got {type(self.compiled).__name__}")
         if self.kernel is not None and not isinstance(self.kernel, Kernel):
             raise TypeError(f"Aggregation kernel must be a pba_runtime.Kernel, got {type(self.kernel).__name__}")
+        if self.count_column is not None and (isinstance(self.count_column, bool)
+                                              or not isinstance(self.count_column, int) or self.count_column < 0):
+            raise TypeError(f"Aggregation count_column must be a non-negative int or None, got {self.count_column!r}")
 
     @functools.cached_property  # frozen dataclass: cached_property writes __dict__ directly
     def fingerprint(self) -> str:
@@ -528,7 +541,15 @@ class Aggregation:
         parts += [_callable_id(f) for f in (self.lift, self.combine, self.lower, self.inverse)]
         if self.compiled != NO_COMPILED_FORMS:
             parts.append(repr(self.compiled))
+        if self.count_column is not None:
+            parts.append(f"count_column={self.count_column}")
         return "custom:" + hashlib.sha256(repr(parts).encode()).hexdigest()
+
+    @property
+    def missing(self) -> str:
+        """The missing-value policy of its input: ``"propagate"`` (numpy's result; nulls refused), or
+        ``"skip"`` for :func:`~pba_runtime.aggregations.skip_missing`'s aggregations."""
+        return "propagate"
 
     @property
     def invertible(self) -> bool:

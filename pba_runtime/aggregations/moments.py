@@ -84,7 +84,7 @@ def moment_sketch(k: int = 10) -> Aggregation:
     identity = (_INF, -_INF) + (0.0,) * (width - 2)
     return Aggregation(
         name=name, lift=lift, combine=combine, lower=lambda p: np.asarray(p, dtype=np.float64),
-        identity=identity, commutative=True, result="vector",
+        identity=identity, commutative=True, result="vector", count_column=2,
         compiled=CompiledForms(lift="lift_moments", lift_refuses_negative=True,
                                stepwise="moment_sketch" if k == 10 else None),
         kernel=UfuncKernel([(np.minimum, 1), (np.maximum, 1), (np.add, width - 2)], identity, lift=klift,

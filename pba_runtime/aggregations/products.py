@@ -47,7 +47,7 @@ def _geo_klower(a):
 
 register_builtin(Aggregation(
     name="geomean", lift=_geo_lift, combine=_pair_add, lower=_geo_lower, identity=(0.0, 0.0), inverse=_pair_sub,
-    commutative=True, result="float",
+    commutative=True, result="float", count_column=1,
     kernel=UfuncKernel([(np.add, 2)], (0.0, 0.0), lift=_geo_kl, lower=_geo_klower),
     compiled=CompiledForms(exact="pair", stepwise="geomean"),
 ))

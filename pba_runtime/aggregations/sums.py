@@ -267,25 +267,25 @@ def _var_lift(v):
 register_builtin(scalar_builtin("sum", operator.add, 0.0, np.add, inverse=operator.sub, exact="sum"))
 register_builtin(Aggregation(
     name="count", lift=_count_lift, combine=operator.add, lower=int, identity=0.0, inverse=operator.sub,
-    commutative=True, result="int", preaggregate="count",
+    commutative=True, result="int", preaggregate="count", count_column=0,
     kernel=UfuncKernel(np.add, 0.0, lift=_ones, lower=_as_int),
     compiled=CompiledForms(from_values="count_from_values", stepwise="count"),
 ))
 register_builtin(Aggregation(
     name="mean", lift=_mean_lift, combine=_pair_add, lower=_mean_lower, identity=(0.0, 0.0), inverse=_pair_sub,
-    commutative=True, result="float", preaggregate="mean",
+    commutative=True, result="float", preaggregate="mean", count_column=1,
     kernel=UfuncKernel([(np.add, 2)], (0.0, 0.0), lift=_mean_kl, lower=_mean_klower),
     compiled=CompiledForms(lift="lift_pair", lower="lower_ratio", from_values="mean_from_values", exact="pair",
                            stepwise="mean"),
 ))
 register_builtin(Aggregation(
     name="std", lift=_std_lift, combine=_chan, lower=_std_lower, identity=(0.0, 0.0, 0.0, 0.0),
-    inverse=_chan_inverse, commutative=True, result="float", kernel=StdKernel(),
+    inverse=_chan_inverse, commutative=True, result="float", kernel=StdKernel(), count_column=0,
     compiled=CompiledForms(layout="std", lift="lift_std", lower="lower_std", from_values="std_from_values",
                            value_column=1, exact="std", stepwise="std"),
 ))
 register_builtin(Aggregation(
     name="var", lift=_var_lift, combine=_chan, lower=_var_lower, identity=(0.0, 0.0, 0.0, 0.0),
-    inverse=_chan_inverse, commutative=True, result="float", kernel=VarKernel(),
+    inverse=_chan_inverse, commutative=True, result="float", kernel=VarKernel(), count_column=0,
     compiled=CompiledForms(layout="std", lift="lift_std", exact="std", stepwise="var"),
 ))

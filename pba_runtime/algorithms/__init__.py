@@ -11,9 +11,10 @@ import functools
 import os
 from typing import Any
 
-from ..aggregations import Aggregation, get_aggregation
+from ..aggregations import Aggregation, check_min_periods, get_aggregation, skip_missing
 from ..batch import splits_rows
 from ..kernels import Engine, check_engine, resolve_engine
+from ..missing import check_missing
 from ..pool import WorkerPool, default_pool_free
 from ..windows import CountWindow, TimeWindow, validate_window
 from .base import WindowOperator
@@ -313,8 +314,16 @@ def resolve_auto(window: CountWindow | TimeWindow, agg: str | Aggregation | None
 
 
 def create(algorithm: str, window: CountWindow | TimeWindow, agg: str | Aggregation, *,
-           allowed_lateness: int | None = None, **options: Any) -> WindowOperator:
+           allowed_lateness: int | None = None, missing: str = "propagate", min_periods: int = 1,
+           **options: Any) -> WindowOperator:
     """Build the operator ``algorithm`` (a name in ``ALGORITHMS`` or ``"auto"``) for ``window`` and ``agg``.
+
+    ``missing="skip"`` skips missing values: nulls (``None``, pandas' ``<NA>``, a masked entry, an
+    Arrow or polars null) and NaN are not values, each window's result is ``agg`` over its other
+    values, and null (NaN; ``None`` for ``collect``) where fewer than ``min_periods`` (an int ``>= 0``,
+    default 1) remain; results are then float64, ``count``, ``argmax`` and ``argmin`` included
+    (:func:`pba_runtime.aggregations.skip_missing`, ``docs/semantics.md``). ``missing="propagate"``
+    (the default) gives numpy's result, NaN a value and nulls refused; ``min_periods`` is then unused.
 
     ``allowed_lateness=L`` (time windows only, integer ``L >= 0``) accepts tuples up
     to ``L`` time units behind the largest timestamp seen: ``fiba`` places them
@@ -347,9 +356,15 @@ def create(algorithm: str, window: CountWindow | TimeWindow, agg: str | Aggregat
     ([], [(3.0, 6)])
     >>> late.flush()[1].tolist()
     [5.0, 5.0, 0.0, 0.0]
+    >>> skip = pr.create("sba", pr.CountWindow(range=3, slide=1), "sum", missing="skip", min_periods=2)
+    >>> skip.insert_many([1.0, float("nan"), None, 4.0, 5.0])[1].tolist()
+    [nan, nan, 9.0]
     """
     if not isinstance(algorithm, str):
         raise TypeError(f"algorithm must be a name (str), got {type(algorithm).__name__}")
+    min_periods = check_min_periods(min_periods)
+    if check_missing(missing) == "skip":
+        agg = skip_missing(agg, min_periods)
     auto = algorithm == "auto"
     if auto:
         algorithm, reason = choose_algorithm("auto", window, agg)

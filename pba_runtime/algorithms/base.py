@@ -18,7 +18,7 @@ import numpy.typing as npt
 
 from ..aggregations import Aggregation, as_float_array, get_aggregation
 from ..kernels import Engine
-from ..missing import refuse_missing
+from ..missing import fill_missing, refuse_missing
 from ..windows import CountWindow, TimeWindow, validate_window
 
 __all__ = ["Results", "WindowOperator", "SlicedAggregator", "SlideOneInsert", "UnsortedTimestampsError", "as_timestamps",
@@ -362,9 +362,13 @@ class WindowOperator:
     def _lift_all(self, values: Any, ts: np.ndarray | None) -> list:
         """Lift a whole batch before touching any state, so bad input changes nothing."""
         agg = self.agg
+        if agg.missing == "skip":  # nulls read as NaN, which the aggregation's lift skips
+            values = fill_missing(values)
+            if isinstance(values, np.ndarray):
+                values = values.tolist()  # Python floats, as a list's values are lifted
         if agg.kernel is not None and agg.result != "object":
-            as_float_array(values, agg_name=agg.name)  # refuse strings & co. for the numeric built-ins
-        else:
+            as_float_array(values, agg_name=agg.name, missing=agg.missing)  # refuse strings & co. for the numeric built-ins
+        elif agg.missing != "skip":
             refuse_missing(values)
         lift = agg.lift
         if agg.positional:

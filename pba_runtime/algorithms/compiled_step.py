@@ -202,7 +202,7 @@ class CompiledStep(WindowOperator):
         if self._py is not None:
             return self._py.insert_many(values, timestamps)
         values, ts = self._batch_input(values, timestamps)
-        vals = as_float_array(values, agg_name=self.agg.name)
+        vals = as_float_array(values, agg_name=self.agg.name, missing=self.agg.missing)
         if self._non_negative and (vals < 0).any():
             j = int(np.argmax(vals < 0))
             self._value(vals[j].item(), None if ts is None else int(ts[j]))  # the Python lift's error

@@ -21,6 +21,8 @@ from typing import Any
 
 from .base import WindowOperator, sizeof
 
+_NO_TUPLE = object()  # a time window holding no tuple (a result may be None: collect under missing="skip")
+
 
 class Recal(WindowOperator):
     name = "recal"
@@ -35,7 +37,7 @@ class Recal(WindowOperator):
     def _fold(self, lo: float, hi: float) -> Any:
         parts = [p for x, p in self._buf if lo <= x < hi]
         if not parts:
-            return None
+            return _NO_TUPLE
         self._emitted += 1
         return self.agg.lower(reduce(self.agg.combine, parts))
 
@@ -56,7 +58,7 @@ class Recal(WindowOperator):
             k = self._next_k
             while k * s + off + r <= t and k * s + off <= self._t_last:
                 res = self._fold(k * s + off, k * s + off + r)
-                if res is not None:
+                if res is not _NO_TUPLE:
                     out.append((k * s + off + r, res))
                 k += 1
             self._next_k = max(k, (t - off - r) // s + 1)
@@ -78,7 +80,7 @@ class Recal(WindowOperator):
         k = self._next_k
         while k * s + off <= self._t_last:
             res = self._fold(k * s + off, k * s + off + r)
-            if res is not None:
+            if res is not _NO_TUPLE:
                 out.append((k * s + off + r, res))
             k += 1
         self._next_k = k

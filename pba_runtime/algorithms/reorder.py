@@ -383,7 +383,7 @@ class ReorderBuffer(WindowOperator):
         # a custom aggregation's own lift is the judge, as tuple by tuple
         parts = None if self._builtin else self._inner.lift_all(values, ts)
         try:
-            vals = as_float_array(values, agg_name=agg.name)
+            vals = as_float_array(values, agg_name=agg.name, missing=agg.missing)
             agg.kernel.lift(vals, ts if agg.positional else None)  # what the inner's insert_many will do
         except Exception:
             if parts is None:

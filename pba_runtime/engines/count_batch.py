@@ -116,7 +116,7 @@ def insert_slices(op, values, timestamps=None):
     if not hasattr(values, "__len__"):
         values = list(values)
     op._no_timestamps(timestamps, op.window)
-    vals = as_float_array(values, agg_name=op.agg.name)
+    vals = as_float_array(values, agg_name=op.agg.name, missing=op.agg.missing)
     N = len(vals)
     if N == 0:
         return op._pack([], [])

@@ -39,7 +39,7 @@ def insert_fused(op, values, timestamps=None, flush: bool = False) -> tuple[np.n
     op._check_open()
     if not hasattr(values, "__len__"):
         values = list(values)
-    vals = as_float_array(values, agg_name=op.agg.name)
+    vals = as_float_array(values, agg_name=op.agg.name, missing=op.agg.missing)
     ts = fused_timestamps(op, timestamps, len(vals))
     if ts is None:
         ts = op._check_timestamps(timestamps, len(vals), op._t_last, op.window)
@@ -267,7 +267,7 @@ def insert_episodes(op, values, timestamps=None) -> tuple[np.ndarray, Any]:
     op._check_open()
     if not hasattr(values, "__len__"):
         values = list(values)
-    vals = as_float_array(values, agg_name=op.agg.name)
+    vals = as_float_array(values, agg_name=op.agg.name, missing=op.agg.missing)
     ts = op._check_timestamps(timestamps, len(vals), op._t_last, op.window)
     kernel = op._kernel
     N = len(vals)

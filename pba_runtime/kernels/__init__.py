@@ -261,7 +261,8 @@ def resolve_engine(agg: Aggregation, engine: str = "auto") -> Engine:
         return Engine("python")
     if engine in ("auto", "compiled"):
         layout, ops, why = _layout(agg)
-        if layout is None and agg.kernel is None and compiled_available():
+        # (an aggregation that skips missing values is not compiled whole: its lift reads nulls)
+        if layout is None and agg.kernel is None and agg.missing != "skip" and compiled_available():
             builtin = BUILTIN_AGGREGATIONS.get(agg.name) is agg  # collect: a list is no number, nothing to say
             kernel, why = _user_kernel(agg, warn=engine == "auto" and not builtin)
             if kernel is not None:
