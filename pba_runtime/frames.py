@@ -53,7 +53,10 @@ class Take:
 
 @dataclass(frozen=True)
 class Array:
-    """``values`` (a numpy array; object for lists and vectors), null where ``valid`` is False (None: none)."""
+    """``values`` (a numpy array; object for lists and vectors), null where ``valid`` is False (None: none).
+
+    The result owns ``values``: where a kind writes nulls as NaN (pandas, a dict), a float array gets them in
+    place."""
 
     values: np.ndarray
     valid: np.ndarray | None
@@ -333,7 +336,12 @@ class _NarwhalsFrame(Frame):
 
     def _take(self, name: str, rows: np.ndarray) -> Any:
         if self.kind == "pandas":
-            return self.native[name].iloc[rows].reset_index(drop=True)
+            col = self.native[name]
+            if isinstance(col.dtype, np.dtype):  # numpy-backed: a numpy gather (pandas' iloc builds an index too)
+                import pandas as pd
+
+                return pd.Series(col.to_numpy()[rows], name=name, copy=False)
+            return col.iloc[rows].reset_index(drop=True)
         if self.kind in ("polars", "polars-lazy"):
             return self.native.get_column(name).gather(rows)
         return self.native.column(name).take(rows)
@@ -498,7 +506,10 @@ def _numpy_nulls(item: Array) -> np.ndarray:
         out = v.copy()
         out[~ok] = np.datetime64("NaT")
         return out
-    out = v.astype(np.float64) if v.dtype.kind != "f" else v.copy()
+    if v.dtype.kind == "f" and v.flags.writeable:
+        np.putmask(v, ~ok, np.nan)  # the query's own result array: no copy of a column of millions of rows
+        return v
+    out = v.astype(np.float64)
     out[~ok] = np.nan
     return out
 

@@ -492,7 +492,7 @@ def _result_array(results: Any, agg: Aggregation) -> np.ndarray:
         return results
     out = np.empty(len(results), dtype=object)  # vectors (moment_sketch) and lists (collect): one per row
     for i, r in enumerate(results):
-        out[i] = list(np.asarray(r).tolist()) if not isinstance(r, list) else r
+        out[i] = r if r is None or isinstance(r, list) else list(np.asarray(r).tolist())
     return out
 
 
@@ -517,6 +517,10 @@ def _per_key_windows(V, T, bounds, w, agg: Aggregation, missing: str, mp: int) -
         return WindowResult(empty, empty, {agg.name: np.zeros(0)}, {agg.name: None})
     out = np.concatenate(vals) if all(v.dtype != object for v in vals) else _concat_objects(vals)
     valid = np.concatenate(counts) >= mp if counts else None
+    if missing == "skip":  # sliding_aggregate's null under skip: NaN (None for lists)
+        valid = (np.array([x is not None for x in out], dtype=bool) if out.dtype == object
+                 else ~np.isnan(out) if out.ndim == 1 else None)
+        valid = None if valid is not None and valid.all() else valid
     return WindowResult(np.concatenate(keys), np.concatenate(ends), {agg.name: out}, {agg.name: valid})
 
 

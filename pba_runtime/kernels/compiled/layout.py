@@ -100,14 +100,15 @@ def _place(values, pos, out, ok, valid, has_valid):
 
 def place(values: np.ndarray, valid: np.ndarray | None, pos: np.ndarray, m: int) -> tuple[np.ndarray, np.ndarray]:
     """``values`` (and their validity) at rows ``pos`` of ``m`` rows: ``(out, ok)``; other rows are not valid
-    (``ok`` False; ``out`` 0 there). Object arrays (lists, vectors) are placed by numpy."""
+    (``ok`` False; ``out`` NaN there for floats, 0 for integers). Object arrays (lists, vectors) are placed by
+    numpy."""
     ok = np.zeros(m, dtype=bool)
     if values.dtype == object or values.ndim != 1:
         out = np.empty((m,) + values.shape[1:], dtype=values.dtype)
         out[pos] = values
         ok[pos] = True if valid is None else valid
         return out, ok
-    out = np.zeros(m, dtype=values.dtype)
+    out = np.full(m, np.nan) if values.dtype == np.float64 else np.zeros(m, dtype=values.dtype)
     has = valid is not None
     _place(values, pos, out, ok, valid if has else ok[:0], has)
     return out, ok
