@@ -488,8 +488,11 @@ def _placed(vals: np.ndarray, valid: np.ndarray | None, idx: np.ndarray | None, 
 
 # ---------------------------------------------------------------------- aggregations without a keyed engine
 def _result_array(results: Any, agg: Aggregation) -> np.ndarray:
-    if isinstance(results, np.ndarray) and results.ndim == 1:
+    if isinstance(results, np.ndarray) and results.ndim == 1 and results.dtype != object:
         return results
+    if all(r is None or isinstance(r, float | int | np.floating | np.integer) for r in results):
+        # a user aggregation's scalars (None where null under skip): a float column
+        return np.array([math.nan if r is None else r for r in results], dtype=np.float64)
     out = np.empty(len(results), dtype=object)  # vectors (moment_sketch) and lists (collect): one per row
     for i, r in enumerate(results):
         out[i] = r if r is None or isinstance(r, list) else list(np.asarray(r).tolist())
@@ -588,6 +591,12 @@ def _per_key_rows(V, T, bounds, w, agg: Aggregation, missing: str, mp: int, clos
             if have > 0 and have >= mp:
                 out[i] = agg.lower(agg.combine(fa, back_agg))
                 ok[i] = True
+            elif have == 0 and mp == 0:  # no value, none needed: the aggregation's empty result, if it has one
+                try:
+                    out[i] = agg.lower(agg.identity)
+                    ok[i] = True
+                except (ZeroDivisionError, ValueError):  # geomean of nothing: null
+                    pass
     if ok.all():
         try:
             return out.astype(np.float64), None

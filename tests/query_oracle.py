@@ -50,8 +50,9 @@ def agg_value(name: str, vals: np.ndarray, where: np.ndarray, missing: str, mp: 
     m = len(vals)
     if m < mp:
         return None
-    if m == 0:  # min_periods 0 and no value left: the empty sum and count, as pandas; nothing else has a value
-        return {"sum": 0.0, "count": 0}.get(name)
+    if m == 0:  # min_periods 0 and no value left: the empty sum and count, as pandas; a user's aggregation
+        # lowers its identity; no other built-in has a value
+        return name.lower(name.identity) if not isinstance(name, str) else {"sum": 0.0, "count": 0}.get(name)
     return _agg(name, vals, np.asarray(where))
 
 

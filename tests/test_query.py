@@ -24,7 +24,11 @@ import pba_runtime as pr
 KINDS = ("pandas", "polars", "pyarrow", "dict")
 KEYED = ("max", "min", "sum", "count", "mean", "std", "var", "argmax", "argmin")
 #: a user's aggregation: no keyed engine has it, so it takes the per-key path (sliding_aggregate, Two-Stacks)
-ABSMAX = pr.Aggregation(lift=abs, combine=max, lower=float, identity=0.0, name="absmax")
+def _nan_max(a: float, b: float) -> float:  # Python's max is not associative with NaN: this one propagates it
+    return a if (a != a or a >= b) else b
+
+
+ABSMAX = pr.Aggregation(lift=abs, combine=_nan_max, lower=float, identity=0.0, name="absmax")
 
 
 def as_kind(df: pd.DataFrame, kind: str):
