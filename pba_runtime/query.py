@@ -43,7 +43,7 @@ from .aggregations import Aggregation, get_aggregation
 from .api import sliding_aggregate
 from .engines.keyed import KEYED_AGGS, WindowResult, window_results
 from .engines.rows import KEYED_ROW_AGGS, row_results
-from .kernels.compiled.layout import place, union_rows
+from .kernels.compiled.layout import Runs, place, place_runs, union_rows
 from .windows import CountWindow, TimeWindow, Window
 
 __all__ = ["Query", "aggregate", "ALIGNS", "MISSING", "CLOSED"]
@@ -456,7 +456,7 @@ def _same_rows(have: WindowResult | None, res: WindowResult) -> WindowResult:
 
 
 def _union(results: list[WindowResult], wins: tuple[Window, ...]) -> tuple[np.ndarray, np.ndarray,
-                                                                          list[np.ndarray | None]]:
+                                                                          list[np.ndarray | Runs | None]]:
     """The (key, end) rows of every window, ordered by key then end, and where each window's rows are in them
     (None: all of them, in order)."""
     if len(results) == 1:
@@ -469,20 +469,31 @@ def _union(results: list[WindowResult], wins: tuple[Window, ...]) -> tuple[np.nd
         r0 = wins[lo].range
         if all((w.range - r0) % s == 0 for w in wins):
             # count windows of one slide: the shortest one's ends hold every other's (key k's ends r0 + j*s)
+            # and each one's rows of a key are one run of the union's (a copy per key, not an index per row)
             base = results[lo]
             nkeys = int(max((int(r.key[-1]) for r in results if len(r.key)), default=-1)) + 1
-            start = np.zeros(nkeys + 1, dtype=np.int64)
-            np.cumsum(np.bincount(base.key, minlength=nkeys), out=start[1:])
-            where = [None if i == lo else start[r.key] + (r.end - r0) // s for i, r in enumerate(results)]
+            ustart = np.zeros(nkeys + 1, dtype=np.int64)
+            np.cumsum(np.bincount(base.key, minlength=nkeys), out=ustart[1:])
+            where: list[Runs | None] = []
+            for i, r in enumerate(results):
+                if i == lo:
+                    where.append(None)
+                    continue
+                n = np.bincount(r.key, minlength=nkeys)
+                src = np.zeros(nkeys, dtype=np.int64)
+                np.cumsum(n[:-1], out=src[1:])
+                has = n > 0
+                gap = (wins[i].range - r0) // s
+                where.append(Runs(src[has], ustart[:-1][has] + gap, n[has], len(base.key)))
             return base.key, base.end, where
     key, end, pos = union_rows([r.key for r in results], [r.end for r in results])
     return key, end, pos
 
 
-def _placed(vals: np.ndarray, valid: np.ndarray | None, idx: np.ndarray | None, m: int) -> frames.Array:
+def _placed(vals: np.ndarray, valid: np.ndarray | None, idx: np.ndarray | Runs | None, m: int) -> frames.Array:
     if idx is None:
         return frames.Array(vals, valid)
-    out, ok = place(vals, valid, idx, m)
+    out, ok = place_runs(vals, valid, idx) if isinstance(idx, Runs) else place(vals, valid, idx, m)
     return frames.Array(out, None if ok.all() else ok)
 
 

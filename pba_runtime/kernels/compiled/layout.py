@@ -5,6 +5,8 @@ end (``docs/semantics.md``, *Queries over frames*). Each window's rows come orde
 union is a merge of sorted runs, linear in the rows (:func:`union_rows`; its plain reference is
 :func:`union_rows_reference`, a sort of the concatenated rows); :func:`place` writes one window's results at
 their rows of the union (the reference: ``out[pos] = values``), in one pass of increasing positions.
+Where one window's rows of each key are one run of consecutive union rows (count windows of one slide),
+:func:`place_runs` copies them run by run (reference: :func:`place_runs_reference`).
 
 Examples
 --------
@@ -16,13 +18,15 @@ Examples
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 from numba import njit
 
 from ..lean_load import lean_loads
 from .common import _JIT
 
-__all__ = ["place", "union_rows", "union_rows_reference"]
+__all__ = ["Runs", "place", "place_runs", "place_runs_reference", "union_rows", "union_rows_reference"]
 
 
 @njit(**_JIT)
@@ -111,6 +115,75 @@ def place(values: np.ndarray, valid: np.ndarray | None, pos: np.ndarray, m: int)
     out = np.full(m, np.nan) if values.dtype == np.float64 else np.zeros(m, dtype=values.dtype)
     has = valid is not None
     _place(values, pos, out, ok, valid if has else ok[:0], has)
+    return out, ok
+
+
+class Runs(NamedTuple):
+    """Rows ``src[j] : src[j] + length[j]`` of a window's results go to union rows ``dst[j] :``, ``dst``
+    increasing; the union has ``m`` rows."""
+
+    src: np.ndarray
+    dst: np.ndarray
+    length: np.ndarray
+    m: int
+
+
+@njit(**_JIT)
+def _place_runs(values, valid, has_valid, src, dst, length, out, ok, fill):
+    pos = 0
+    for j in range(src.shape[0]):
+        d = dst[j]
+        while pos < d:
+            out[pos] = fill
+            ok[pos] = False
+            pos += 1
+        s = src[j]
+        for t in range(length[j]):
+            out[d + t] = values[s + t]
+            ok[d + t] = valid[s + t] if has_valid else True
+        pos = d + length[j]
+    while pos < out.shape[0]:
+        out[pos] = fill
+        ok[pos] = False
+        pos += 1
+
+
+def place_runs(values: np.ndarray, valid: np.ndarray | None, runs: Runs) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`place` for results that go to the union in runs (:class:`Runs`): ``(out, ok)``, NaN (floats)
+    or 0 (integers) where no result goes.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> out, ok = place_runs(np.array([1.0, 2.0, 3.0]), None, Runs(np.array([0, 2]), np.array([1, 4]),
+    ...                                                            np.array([2, 1]), 5))
+    >>> out.tolist(), ok.tolist()
+    ([nan, 1.0, 2.0, nan, 3.0], [False, True, True, False, True])
+    """
+    if values.dtype == object or values.ndim != 1:
+        return place_runs_reference(values, valid, runs)
+    out = np.empty(runs.m, dtype=values.dtype)
+    ok = np.empty(runs.m, dtype=bool)
+    has = valid is not None
+    fill = np.nan if values.dtype.kind == "f" else 0
+    _place_runs(values, valid if has else ok[:0], has, runs.src, runs.dst, runs.length, out, ok,
+                values.dtype.type(fill))
+    return out, ok
+
+
+def place_runs_reference(values: np.ndarray, valid: np.ndarray | None, runs: Runs) -> tuple[np.ndarray, np.ndarray]:
+    """The plain form of :func:`place_runs`: the runs as positions, then :func:`place`'s reference."""
+    pos = np.concatenate([np.arange(d, d + n) for d, n in zip(runs.dst.tolist(), runs.length.tolist())]
+                         + [np.zeros(0, dtype=np.int64)]).astype(np.int64)
+    rows = np.concatenate([np.arange(s, s + n) for s, n in zip(runs.src.tolist(), runs.length.tolist())]
+                          + [np.zeros(0, dtype=np.int64)]).astype(np.int64)
+    if values.dtype == object or values.ndim != 1:
+        out = np.empty((runs.m,) + values.shape[1:], dtype=values.dtype)
+    else:
+        out = np.full(runs.m, np.nan) if values.dtype.kind == "f" else np.zeros(runs.m, dtype=values.dtype)
+    ok = np.zeros(runs.m, dtype=bool)
+    out[pos] = values[rows]
+    ok[pos] = True if valid is None else valid[rows]
     return out, ok
 
 
