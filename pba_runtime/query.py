@@ -492,6 +492,8 @@ def _union(results: list[WindowResult], wins: tuple[Window, ...]) -> tuple[np.nd
 
 def _placed(vals: np.ndarray, valid: np.ndarray | None, idx: np.ndarray | Runs | None, m: int) -> frames.Array:
     if idx is None:
+        if vals.base is not None and vals.base.nbytes > 2 * vals.nbytes:
+            vals = vals.copy()  # a row of the engine's 2-D result: the result frame must not keep all of it alive
         return frames.Array(vals, valid)
     out, ok = place_runs(vals, valid, idx) if isinstance(idx, Runs) else place(vals, valid, idx, m)
     return frames.Array(out, None if ok.all() else ok)
