@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import pba_runtime as pr
-from pba_runtime.engines.keyed import KEYED_AGGS, window_results, window_results_reference
+from pba_runtime.engines.keyed import KEYED_AGGS, slide1_per_key_reference, window_results, window_results_reference
 from tests.oracle import EXACT, _agg, assert_results_equal
 
 SPECIAL = np.array([np.nan, np.inf, -np.inf, -0.0, 0.0, 1e12, 1e-3, -1e12, 1e12 + 0.1, 1e12 + 0.7])
@@ -207,6 +207,84 @@ def test_many_keys_split_between_threads(monkeypatch):
             for a in KEYED_AGGS:
                 np.testing.assert_allclose(f.values[a], s.values[a], rtol=1e-9, atol=1e-12)
     assert calls
+
+
+FROM_VALUES = ("max", "min", "sum", "count", "mean", "std", "argmax")  # the slide-1 road's aggregations
+
+
+def check_slide1_bits(V, bounds, windows, aggs):
+    """Every count window of slide 1 and range > 1: for the slide-1 road's aggregations, the rows of a
+    ``sliding_aggregate`` call per key, bit for bit (NaN's sign aside)."""
+    res = window_results(V, None, bounds, windows, aggs)
+    for w, r in zip(windows, res):
+        if w.slide != 1 or w.range == 1:
+            continue
+        want = slide1_per_key_reference(V, bounds, w, [a for a in aggs if a in FROM_VALUES])
+        np.testing.assert_array_equal(r.key, want.key)
+        np.testing.assert_array_equal(r.end, want.end)
+        for a, v in want.values.items():
+            assert r.values[a].dtype == v.dtype, a
+            assert np.array_equal(r.values[a], v, equal_nan=True), (w, a)
+
+
+@st.composite
+def slide1_cases(draw):
+    seed = draw(st.integers(0, 2**32 - 1))
+    rng = np.random.default_rng(seed)
+    lens = [draw(st.sampled_from([0, 1, 3, 7, 16, 29, 64])) for _ in range(draw(st.integers(0, 6)))]
+    bounds = np.concatenate([[0], np.cumsum(lens)]).astype(np.int64)
+    V = _values(rng, int(bounds[-1]), draw(st.integers(0, 2)))
+    ranges = draw(st.lists(st.integers(1, 20), min_size=1, max_size=3, unique=True))
+    windows = [pr.CountWindow(r) for r in ranges]
+    windows.insert(draw(st.integers(0, len(windows))), pr.CountWindow(5, 3))  # another slide in the same call
+    aggs = draw(st.lists(st.sampled_from(KEYED_AGGS), min_size=1, max_size=len(KEYED_AGGS), unique=True))
+    return V, bounds, windows, aggs
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(slide1_cases())
+def test_slide1_count_windows_give_sliding_aggregate_bits(case):
+    """Count windows of slide 1 (keys empty or shorter than the window among them) beside a window of
+    slide 3, every aggregation: the slide-1 road's are ``sliding_aggregate``'s bits per key, and every
+    result the reference's and the oracle's."""
+    V, bounds, windows, aggs = case
+    check_slide1_bits(V, bounds, windows, aggs)
+    check(V, None, bounds, windows, aggs, "propagate", 1)
+
+
+def test_slide1_long_windows_one_loop_sum():
+    """Windows of ``SUM_ONE_LOOP_MIN`` values and more (``sum``/``mean`` by the one-loop kernel), keys
+    shorter and longer than them: ``sliding_aggregate``'s bits; ``skip`` keeps the generic pass."""
+    from pba_runtime.kernels.compiled import SUM_ONE_LOOP_MIN
+
+    rng = np.random.default_rng(7)
+    q = SUM_ONE_LOOP_MIN
+    lens = [0, q - 1, q, 3 * q + 5, 50]
+    bounds = np.concatenate([[0], np.cumsum(lens)]).astype(np.int64)
+    V = _values(rng, int(bounds[-1]), 2)
+    windows = [pr.CountWindow(q), pr.CountWindow(q + 3), pr.CountWindow(40), pr.CountWindow(9, 4)]
+    check_slide1_bits(V, bounds, windows, list(KEYED_AGGS))
+    skip = window_results(V, None, bounds, windows, ["sum", "max"], missing="skip", min_periods=0)
+    ref = window_results_reference(V, None, bounds, windows, ["sum", "max"], missing="skip", min_periods=0)
+    for f, s in zip(skip, ref):
+        np.testing.assert_array_equal(f.end, s.end)
+        np.testing.assert_array_equal(f.values["max"], s.values["max"])
+        np.testing.assert_array_equal(f.valid["max"], s.valid["max"])
+
+
+def test_slide1_split_between_threads(monkeypatch):
+    """The slide-1 road over key ranges on this thread and the pool's worker (forced below the row
+    threshold): the bits of one call per key."""
+    import pba_runtime.engines.keyed as keyed
+    from pba_runtime.engines.key_split import run_split as keyed_split
+
+    monkeypatch.setattr(keyed, "run_split", lambda fn, bounds, *, pool=None: keyed_split(fn, bounds, pool=pool,
+                                                                                           min_rows=0))
+    rng = np.random.default_rng(11)
+    lens = rng.integers(0, 120, 40)
+    bounds = np.concatenate([[0], np.cumsum(lens)]).astype(np.int64)
+    V = _values(rng, int(bounds[-1]), 2)
+    check_slide1_bits(V, bounds, [pr.CountWindow(16), pr.CountWindow(33), pr.CountWindow(6, 2)], list(KEYED_AGGS))
 
 
 def test_bad_input_names_the_parameter():

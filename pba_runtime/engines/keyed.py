@@ -7,9 +7,15 @@ per slide (:mod:`pba_runtime.kernels.compiled.keyed`; the keys split between thi
 worker, :func:`.key_split.run_split`): each key's stream is sliced once per distinct slide, each slice's
 partial lifted once per family of aggregations (``max``/``argmax``, ``min``/``argmin``, and
 ``count``/``sum``/``mean``/``std``/``var``), and every window of that slide answered from those slices.
+Count windows of slide 1 and ``range > 1`` with ``missing="propagate"`` (pandas' ``rolling(n)``) take
+another road for ``max``, ``min``, ``sum``, ``mean``, ``std``, ``argmax`` and ``count``: per key, the
+single-stream kernel ``sliding_aggregate`` runs over the values themselves, all keys in one compiled call
+per window (:func:`pba_runtime.kernels.compiled.keyed.count_slide1_values`); ``var`` and ``argmin`` there,
+and every other window, take the pass above.
 
 Per key, window and aggregation, the rows are what ``pba_runtime.sliding_aggregate(V[a:b], window=w, agg=agg,
-timestamps=T[a:b])`` gives (ends and results; ``sum``, ``mean``, ``std``, ``var`` to rounding): count
+timestamps=T[a:b])`` gives (ends and results; ``sum``, ``mean``, ``std``, ``var`` to rounding, but bit for
+bit on the slide-1 road above; :func:`slide1_per_key_reference` is that per-key loop): count
 windows emit their full windows, time windows every window holding a tuple. ``missing="skip"``: NaN is a
 tuple but not a value; each result is over the window's other values and ``valid`` is False where fewer
 than ``min_periods`` remain (``max``, ``min``, ``argmax``, ``argmin``: also where none does); ``count`` is
@@ -54,14 +60,16 @@ from ..kernels.read_only import read_only
 from ..windows import CountWindow, TimeWindow
 from .key_split import run_split
 
-__all__ = ["KEYED_AGGS", "WindowResult", "window_results", "window_results_reference"]
+__all__ = ["KEYED_AGGS", "WindowResult", "slide1_per_key_reference", "window_results", "window_results_reference"]
 
 #: The aggregations :func:`window_results` answers (built-ins all), in the order of the kernels' codes.
 KEYED_AGGS = tuple(a for a in ("max", "min", "sum", "count", "mean", "std", "var", "argmax", "argmin")
                    if a in BUILTIN_AGGREGATIONS)
 _FLOAT = ("max", "min", "sum", "mean", "std", "var")
 _INT = ("count", "argmax", "argmin")
-_NEED_ONE = ("max", "min", "argmax", "argmin")  # not valid over no values, whatever min_periods
+_NEED_ONE = ("max", "min", "argmax", "argmin")
+#: with a single-stream kernel over the values of count windows of slide 1 (``sliding_aggregate``'s)
+_FROM_VALUES = ("max", "min", "sum", "count", "mean", "std", "argmax")  # not valid over no values, whatever min_periods
 MISSING = ("propagate", "skip")
 #: The kernels lift slices this many block starts at a time (at least ``SEGMENT_PER_Q`` times the longest
 #: window, in slices): their scratch is bounded whatever a key's length.
@@ -223,19 +231,41 @@ def window_results(V: Any, T: Any, bounds: Any, windows: Any, aggs: Any, *, miss
     keys = np.empty(total, dtype=np.int64)
     bad = np.zeros(1, dtype=np.int64)
     mp = float(min_periods)
+    # count windows of slide 1 (q > 1, propagate): the aggregations with a single-stream kernel over the
+    # values run it per key (sliding_aggregate's bits); the generic pass answers the others
+    fast = [a for a in aggs if a in _FROM_VALUES] if not (time or skip) else []
+    fast_codes = np.array([KEYED_AGGS.index(a) for a in fast], dtype=np.int64)
+    fast_rows = np.array([fnames.index(a) if a in _FLOAT else inames.index(a) for a in fast], dtype=np.int64)
+    rest_codes = codes.copy()
+    rest_codes[fast_codes] = -1
+    wst = [np.ascontiguousarray(row) for row in wstart]
+    jobs = []  # (slide, windows, codes) for the generic pass
     for s, idx in _groups(windows):
+        one = [i for i in idx if s == 1 and int(windows[i].range) > 1] if len(fast) else []
+        for i in one:
+            if nkeys:
+                run_split(lambda k0, k1, i=i: K.count_slide1_values(V, bounds, k0, k1, int(windows[i].range),
+                                                                    wst[i], fast_codes, fast_rows, F, FI, ends, keys),
+                          bounds, pool=pool)
+        if one and (rest_codes >= 0).any():
+            jobs.append((s, one, rest_codes))
+        others = [i for i in idx if i not in one]
+        if others:
+            jobs.append((s, others, codes))
+    for s, idx, gcodes in jobs:
         g, base, q, p, c = _plan(windows, idx, time)
         ws = np.full(len(idx), s, dtype=np.int64)
         st = np.ascontiguousarray(wstart[idx])
         seg = max(SEGMENT_SLICES, SEGMENT_PER_Q * int(q.max()), 1)
         if time:
             def fill(k0, k1):
-                K.time_group(V, T, bounds, k0, k1, g, base, ws, q, p, c, st, F, FI, ends, keys, codes, skip, mp, seg, bad)
+                K.time_group(V, T, bounds, k0, k1, g, base, ws, q, p, c, st, F, FI, ends, keys, gcodes, skip, mp, seg,
+                             bad)
         else:
             wr = np.array([int(windows[i].range) for i in idx], dtype=np.int64)
 
             def fill(k0, k1):
-                K.count_group(V, bounds, k0, k1, g, wr, ws, q, p, st, F, FI, ends, keys, codes, skip, mp, seg, bad)
+                K.count_group(V, bounds, k0, k1, g, wr, ws, q, p, st, F, FI, ends, keys, gcodes, skip, mp, seg, bad)
         if nkeys:
             run_split(fill, bounds, pool=pool)
     if bad[0]:  # pragma: no cover (the counts and the fill enumerate the same windows)
@@ -329,3 +359,33 @@ def window_results_reference(V: Any, T: Any, bounds: Any, windows: Any, aggs: An
         valid = {a: (np.array(oks[a], dtype=bool) if skip else None) for a in aggs}
         out.append(WindowResult(np.array(keys, dtype=np.int64), np.array(ends, dtype=np.int64), values, valid))
     return out
+
+
+def slide1_per_key_reference(V: Any, bounds: Any, window: CountWindow, aggs: Any) -> WindowResult:
+    """One count window's rows over every key by a ``pba_runtime.sliding_aggregate`` call per key and
+    aggregation (``missing="propagate"``): the reference of the slide-1 road of :func:`window_results`
+    (:func:`pba_runtime.kernels.compiled.keyed.count_slide1_values`), which must give its bits.
+
+    Examples
+    --------
+    >>> import pba_runtime as pr
+    >>> r = slide1_per_key_reference(np.array([1.0, 5.0, 2.0, 4.0, 3.0]), np.array([0, 3, 3, 5]),
+    ...                              pr.CountWindow(2), ["max", "argmax"])
+    >>> r.key, r.end, r.values["max"], r.values["argmax"]
+    (array([0, 0, 2]), array([2, 3, 2]), array([5., 5., 4.]), array([1, 1, 0]))
+    """
+    from ..api import sliding_aggregate
+
+    V, _, bounds, windows, aggs = _check(V, None, bounds, [window], aggs, "propagate", 1)
+    none = np.empty(0, dtype=np.int64)
+    keys, ends = [none], [none]
+    vals = {a: [np.empty(0, dtype=np.float64 if a in _FLOAT else np.int64)] for a in aggs}
+    for k in range(len(bounds) - 1):
+        x = V[bounds[k] : bounds[k + 1]]
+        e, _ = sliding_aggregate(x, window=window, agg="count")
+        keys.append(np.full(len(e), k, dtype=np.int64))
+        ends.append(np.asarray(e, dtype=np.int64))
+        for a in aggs:
+            vals[a].append(np.asarray(sliding_aggregate(x, window=window, agg=a)[1]))
+    values = {a: np.concatenate(vals[a]) for a in aggs}
+    return WindowResult(np.concatenate(keys), np.concatenate(ends), values, {a: None for a in aggs})

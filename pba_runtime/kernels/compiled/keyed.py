@@ -27,8 +27,10 @@ import numpy as np
 from numba import njit
 
 from ..lean_load import lean_loads
-from .common import _JIT, c_max, c_min
-from .std import _chan
+from .argmax import argmax_from_values
+from .common import _JIT, ADD, MAX, MIN, SUM_ONE_LOOP_MIN, c_max, c_min
+from .std import _chan, std_from_values
+from .ufuncs import mean_from_values, merge_scalar
 
 # Codes of KEYED_AGGS (pba_runtime.engines.keyed), in order: codes[A] is the row of F (float results) or FI
 # (int results) the aggregation A goes to, -1 when not asked.
@@ -389,6 +391,66 @@ def time_window_counts(T, bounds, k0, k1, s, off, r, out):
             last = kmax
             have = True
         out[k] = n
+
+
+@njit(**_JIT)
+def count_slide1_values(V, bounds, k0, k1, q, wstart, aggs, rows, F, FI, ends, keys):
+    """One count window of ``q > 1`` values, slide 1, over keys ``[k0, k1)`` by the single-stream kernels
+    ``sliding_aggregate`` runs (``missing="propagate"``): per key, aggregation ``aggs[j]`` (a code ``A_*``:
+    max, min, sum, mean, std, argmax or count) into row ``rows[j]`` of ``F`` (float) or ``FI`` (int), key
+    ``k``'s windows from ``wstart[k]``, with their ``ends`` (``q``, ``q + 1``, ..., the key's length) and
+    ``keys``.
+
+    Each key gets what :func:`pba_runtime.kernels.merge_range` (``max``/``min``/``sum`` over the values,
+    which are their partials) or :func:`pba_runtime.kernels.values_range` (``mean``, ``std``, ``argmax``
+    from position 0, ``count``) gives on its values as one batch: the same kernel, scratch of the same
+    sizes, rows of ``q`` from the key's first window, so the same bits. The scratch is this call's."""
+    one_loop = q >= SUM_ONE_LOOP_MIN  # the lcs of two rows, no csa (_sum_rows), as merge_range/values_range
+    lcs = np.empty(2 * q)
+    csa = np.empty(q)
+    lcs2 = np.empty((2, q))
+    csa2 = np.empty((2, q))
+    lcp = np.empty(q, dtype=np.int64)
+    csp = np.empty(q, dtype=np.int64)
+    lcv = np.empty(q)
+    csv = np.empty(q)
+    none = np.empty(0, dtype=np.int64)
+    for k in range(k0, k1):
+        a = bounds[k]
+        N = bounds[k + 1] - a
+        if N < q:
+            continue
+        n = N - q + 1
+        o0 = wstart[k]
+        x = V[a : a + N]
+        e = ends[o0 : o0 + n]
+        kk = keys[o0 : o0 + n]
+        for t in range(n):
+            e[t] = q + t
+            kk[t] = k
+        for j in range(aggs.shape[0]):
+            A = aggs[j]
+            r = rows[j]
+            if A == A_MAX or A == A_MIN:
+                merge_scalar(x, q, 0, n, F[r, o0 : o0 + n], none, 0, 1, MAX if A == A_MAX else MIN, lcs[:q], csa)
+            elif A == A_SUM:
+                if one_loop:
+                    merge_scalar(x, q, 0, n, F[r, o0 : o0 + n], none, 0, 1, ADD, lcs, csa[:1])
+                else:
+                    merge_scalar(x, q, 0, n, F[r, o0 : o0 + n], none, 0, 1, ADD, lcs[:q], csa)
+            elif A == A_MEAN:
+                if one_loop:
+                    mean_from_values(x, q, 0, n, F[r, o0 : o0 + n], none, 0, 1, lcs, csa[:1])
+                else:
+                    mean_from_values(x, q, 0, n, F[r, o0 : o0 + n], none, 0, 1, lcs[:q], csa)
+            elif A == A_STD:
+                std_from_values(x, q, 0, n, F[r, o0 : o0 + n], none, 0, 1, lcs2, csa2)
+            elif A == A_ARGMAX:
+                argmax_from_values(x, q, 0, n, FI[r, o0 : o0 + n], none, 0, 1, lcp, lcv, csp, csv, 0)
+            elif A == A_COUNT:
+                c = FI[r, o0 : o0 + n]
+                for t in range(n):
+                    c[t] = q
 
 
 # Loading from the disk cache without numba's compiler set-up (lean_load.py).
