@@ -16,7 +16,7 @@ Examples
 >>> fr = read_frame({"k": np.array(["b", "a", "b"]), "v": np.array([1.0, 2.0, 3.0])})
 >>> fr.kind, fr.n_rows, fr.columns
 ('dict', 3, ('k', 'v'))
->>> codes, first = fr.keys(["k"])
+>>> codes, first, grouped = fr.keys(["k"])
 >>> codes.tolist(), first.tolist()
 ([1, 0, 1], [1, 0])
 >>> out = fr.build([("k", Take("k", first)), ("total", Array(np.array([2.0, 4.0]), np.array([True, False])))])
@@ -142,7 +142,12 @@ class Frame:
             a = a.copy()  # the frame's own memory may be under it: the NaN go into a copy
             a[null] = np.nan
             return a, True
-        return a, bool(np.isnan(a).any()) if family == "float" else False
+        if family != "float":
+            return a, False
+        with np.errstate(invalid="ignore", over="ignore"):  # inf + -inf: NaN, then the exact check below
+            if not np.isnan(a.sum()):  # a NaN makes the sum NaN: one fast pass when there is none
+                return a, False
+        return a, bool(np.isnan(a).any())
 
     def order(self, name: str, param: str = "on") -> tuple[np.ndarray, OrderType, np.ndarray | None]:
         """Column ``name`` as int64 order values, its :class:`OrderType` and its null mask (None: no null).
@@ -172,27 +177,31 @@ class Frame:
         raise TypeError(f"{param}: column {name!r} ({a.dtype}) is not an order column; give integers, datetimes or "
                         "dates")
 
-    def keys(self, by: Sequence[str], param: str = "by") -> tuple[np.ndarray, np.ndarray]:
+    def keys(self, by: Sequence[str], param: str = "by") -> tuple[np.ndarray, np.ndarray, bool]:
         """Dense group codes of the key columns ``by`` (ordered by key value, a null key last, as its own
-        group) and the first input row of each group. No key column: one group of every row."""
+        group), the first input row of each group, and whether the rows come grouped in key order already
+        (codes non-decreasing; then group ``k``'s rows are ``first[k]`` up to ``first[k + 1]``). No key
+        column: one group of every row."""
         n = self.n_rows
         if not by:
-            return np.zeros(n, dtype=np.int64), np.zeros(1 if n else 0, dtype=np.int64)
+            return np.zeros(n, dtype=np.int64), np.zeros(1 if n else 0, dtype=np.int64), True
+        if len(by) == 1:
+            a, null, family = self._column(by[0])
+            if family == "int" and null is None and len(a) and bool((a[1:] >= a[:-1]).all()):
+                # sorted integer keys (a frame sorted by key): the groups are the runs, no hashing
+                starts = np.flatnonzero(a[1:] != a[:-1]) + 1
+                first = np.concatenate([[0], starts]).astype(np.int64)
+                codes = np.repeat(np.arange(len(first), dtype=np.int64), np.diff(np.append(first, len(a))))
+                return codes, first, True
         codes = None
         for name in by:
             c, g = self._codes(name, param)
             codes = c if codes is None else _combine(codes, c, g)
         assert codes is not None
-        return _first_rows(codes)
+        return (*_first_rows(codes), False)
 
     def _codes(self, name: str, param: str) -> tuple[np.ndarray, int]:
         a, null, family = self._column(name)
-        if family == "int" and null is None and len(a) and bool((a[1:] >= a[:-1]).all()):
-            change = np.empty(len(a), dtype=bool)  # sorted integer keys (a frame sorted by key): no hashing
-            change[0] = False
-            np.not_equal(a[1:], a[:-1], out=change[1:])
-            codes = np.cumsum(change, dtype=np.int64)
-            return codes, int(codes[-1]) + 1
         import pandas as pd
 
         if family in ("datetime", "date"):

@@ -41,6 +41,7 @@ import numpy as np
 from . import frames
 from .aggregations import Aggregation, get_aggregation
 from .api import sliding_aggregate
+from .engines.key_split import run_split
 from .engines.keyed import KEYED_AGGS, WindowResult, window_results
 from .engines.rows import KEYED_ROW_AGGS, row_results
 from .kernels.compiled.layout import Runs, place, place_runs, union_rows
@@ -277,8 +278,8 @@ class Query:
                 keep = ~tnull
         unit = None if otype is None else otype.unit
         wins = tuple(w.in_unit(unit or "ms") if isinstance(w, TimeWindow) else w for w in self.windows)
-        codes, first_rows = fr.keys(list(self.by), param="by")
-        plan = _Layout.build(codes, t, keep, len(first_rows))
+        codes, first_rows, grouped = fr.keys(list(self.by), param="by")
+        plan = _Layout.build(codes, t, keep, first_rows if grouped else None, len(first_rows))
         cols = {c: (plan.gather(v), has) for c, (v, has) in values.items()}
         T = plan.gather(t) if t is not None else None
         if self.align == "rows":
@@ -331,7 +332,7 @@ class Query:
         for o in self.outputs:
             vals, valid = per_window[o.window][o.name]
             idx = where[o.window]
-            spec.append((o.name, _placed(vals, valid, idx, m)))
+            spec.append((o.name, _placed(vals, valid, idx, m, len(wins) > 1, pool)))
         return fr.build(spec)
 
     # ------------------------------------------------------------------ row output
@@ -392,8 +393,12 @@ class _Layout:
     bounds: np.ndarray
 
     @staticmethod
-    def build(codes: np.ndarray, t: np.ndarray | None, keep: np.ndarray | None, n_groups: int) -> _Layout:
+    def build(codes: np.ndarray, t: np.ndarray | None, keep: np.ndarray | None, starts: np.ndarray | None,
+              n_groups: int) -> _Layout:
+        """``starts``: the first row of each group when the rows come grouped in key order (else None)."""
         codes = np.asarray(codes, dtype=np.int64)
+        if keep is None and starts is not None and _in_key_order(t, starts):
+            return _Layout(None, np.append(starts, len(codes)).astype(np.int64))
         rows = np.arange(len(codes), dtype=np.int64) if keep is not None else None
         if keep is not None:
             rows = rows[keep]
@@ -425,6 +430,14 @@ class _Layout:
         out[self.order] = vals
         ok[self.order] = True if valid is None else valid
         return frames.Array(out, None if ok.all() else ok)
+
+
+def _in_key_order(t: np.ndarray | None, starts: np.ndarray) -> bool:
+    """Whether ``t`` is non-decreasing within each group of rows grouped from ``starts``."""
+    if t is None or len(t) < 2:
+        return True
+    down = np.flatnonzero(t[1:] < t[:-1]) + 1  # rows below their predecessor: each must start a group
+    return bool(np.isin(down, starts).all()) if len(down) else True
 
 
 def _in_order(codes: np.ndarray, t: np.ndarray | None) -> bool:
@@ -472,16 +485,15 @@ def _union(results: list[WindowResult], wins: tuple[Window, ...]) -> tuple[np.nd
             # and each one's rows of a key are one run of the union's (a copy per key, not an index per row)
             base = results[lo]
             nkeys = int(max((int(r.key[-1]) for r in results if len(r.key)), default=-1)) + 1
-            ustart = np.zeros(nkeys + 1, dtype=np.int64)
-            np.cumsum(np.bincount(base.key, minlength=nkeys), out=ustart[1:])
+            everyone = np.arange(nkeys + 1, dtype=np.int64)
+            ustart = np.searchsorted(base.key, everyone)  # rows are ordered by key: each key's first row
             where: list[Runs | None] = []
             for i, r in enumerate(results):
                 if i == lo:
                     where.append(None)
                     continue
-                n = np.bincount(r.key, minlength=nkeys)
-                src = np.zeros(nkeys, dtype=np.int64)
-                np.cumsum(n[:-1], out=src[1:])
+                first = np.searchsorted(r.key, everyone)
+                src, n = first[:-1], np.diff(first)
                 has = n > 0
                 gap = (wins[i].range - r0) // s
                 where.append(Runs(src[has], ustart[:-1][has] + gap, n[has], len(base.key)))
@@ -490,12 +502,14 @@ def _union(results: list[WindowResult], wins: tuple[Window, ...]) -> tuple[np.nd
     return key, end, pos
 
 
-def _placed(vals: np.ndarray, valid: np.ndarray | None, idx: np.ndarray | Runs | None, m: int) -> frames.Array:
+def _placed(vals: np.ndarray, valid: np.ndarray | None, idx: np.ndarray | Runs | None, m: int,
+            several: bool, pool: Any) -> frames.Array:
     if idx is None:
-        if vals.base is not None and vals.base.nbytes > 2 * vals.nbytes:
+        if several and vals.base is not None and vals.base.nbytes > 2 * vals.nbytes:
             vals = vals.copy()  # a row of the engine's 2-D result: the result frame must not keep all of it alive
         return frames.Array(vals, valid)
-    out, ok = place_runs(vals, valid, idx) if isinstance(idx, Runs) else place(vals, valid, idx, m)
+    out, ok = (place_runs(vals, valid, idx, lambda fn, b: run_split(fn, b, pool=pool)) if isinstance(idx, Runs)
+               else place(vals, valid, idx, m))
     return frames.Array(out, None if ok.all() else ok)
 
 

@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import pba_runtime as pr
-from pba_runtime.engines.keyed import KEYED_AGGS, slide1_per_key_reference, window_results, window_results_reference
+from pba_runtime.engines.keyed import _FLOAT, KEYED_AGGS, WindowResult, _check, window_results, window_results_reference
 from tests.oracle import EXACT, _agg, assert_results_equal
 
 SPECIAL = np.array([np.nan, np.inf, -np.inf, -0.0, 0.0, 1e12, 1e-3, -1e12, 1e12 + 0.1, 1e12 + 0.7])
@@ -304,3 +304,25 @@ def test_bad_input_names_the_parameter():
     r = window_results(V, np.array([5, 6, 0, 1]), np.array([0, 2, 4]), [pr.TimeWindow(2)], ["count"])[0]
     assert r.key.tolist() == [0, 0, 1] and r.end.tolist() == [6, 8, 2]
     assert window_results(V, None, np.array([0]), [pr.CountWindow(2)], ["max"])[0].key.shape == (0,)
+
+
+# ---------------------------------------------------------------------- the slide-1 road's reference
+def slide1_per_key_reference(V, bounds, window: pr.CountWindow, aggs) -> WindowResult:
+    """One count window's rows over every key by a ``pba_runtime.sliding_aggregate`` call per key and
+    aggregation (``missing="propagate"``): the reference of the slide-1 road of :func:`window_results`
+    (:func:`pba_runtime.kernels.compiled.keyed.count_slide1_values`), which must give its bits.
+
+    """
+    V, _, bounds, windows, aggs = _check(V, None, bounds, [window], aggs, "propagate", 1)
+    none = np.empty(0, dtype=np.int64)
+    keys, ends = [none], [none]
+    vals = {a: [np.empty(0, dtype=np.float64 if a in _FLOAT else np.int64)] for a in aggs}
+    for k in range(len(bounds) - 1):
+        x = V[bounds[k] : bounds[k + 1]]
+        e, _ = pr.sliding_aggregate(x, window=window, agg="count")
+        keys.append(np.full(len(e), k, dtype=np.int64))
+        ends.append(np.asarray(e, dtype=np.int64))
+        for a in aggs:
+            vals[a].append(np.asarray(pr.sliding_aggregate(x, window=window, agg=a)[1]))
+    values = {a: np.concatenate(vals[a]) for a in aggs}
+    return WindowResult(np.concatenate(keys), np.concatenate(ends), values, {a: None for a in aggs})

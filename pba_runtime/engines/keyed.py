@@ -15,7 +15,7 @@ and every other window, take the pass above.
 
 Per key, window and aggregation, the rows are what ``pba_runtime.sliding_aggregate(V[a:b], window=w, agg=agg,
 timestamps=T[a:b])`` gives (ends and results; ``sum``, ``mean``, ``std``, ``var`` to rounding, but bit for
-bit on the slide-1 road above; :func:`slide1_per_key_reference` is that per-key loop): count
+bit on the slide-1 road above; ``tests/test_keyed_engine.py``'s ``slide1_per_key_reference`` is that per-key loop): count
 windows emit their full windows, time windows every window holding a tuple. ``missing="skip"``: NaN is a
 tuple but not a value; each result is over the window's other values and ``valid`` is False where fewer
 than ``min_periods`` remain (``max``, ``min``, ``argmax``, ``argmin``: also where none does); ``count`` is
@@ -60,7 +60,7 @@ from ..kernels.read_only import read_only
 from ..windows import CountWindow, TimeWindow
 from .key_split import run_split
 
-__all__ = ["KEYED_AGGS", "WindowResult", "slide1_per_key_reference", "window_results", "window_results_reference"]
+__all__ = ["KEYED_AGGS", "WindowResult", "window_results", "window_results_reference"]
 
 #: The aggregations :func:`window_results` answers (built-ins all), in the order of the kernels' codes.
 KEYED_AGGS = tuple(a for a in ("max", "min", "sum", "count", "mean", "std", "var", "argmax", "argmin")
@@ -359,33 +359,3 @@ def window_results_reference(V: Any, T: Any, bounds: Any, windows: Any, aggs: An
         valid = {a: (np.array(oks[a], dtype=bool) if skip else None) for a in aggs}
         out.append(WindowResult(np.array(keys, dtype=np.int64), np.array(ends, dtype=np.int64), values, valid))
     return out
-
-
-def slide1_per_key_reference(V: Any, bounds: Any, window: CountWindow, aggs: Any) -> WindowResult:
-    """One count window's rows over every key by a ``pba_runtime.sliding_aggregate`` call per key and
-    aggregation (``missing="propagate"``): the reference of the slide-1 road of :func:`window_results`
-    (:func:`pba_runtime.kernels.compiled.keyed.count_slide1_values`), which must give its bits.
-
-    Examples
-    --------
-    >>> import pba_runtime as pr
-    >>> r = slide1_per_key_reference(np.array([1.0, 5.0, 2.0, 4.0, 3.0]), np.array([0, 3, 3, 5]),
-    ...                              pr.CountWindow(2), ["max", "argmax"])
-    >>> r.key, r.end, r.values["max"], r.values["argmax"]
-    (array([0, 0, 2]), array([2, 3, 2]), array([5., 5., 4.]), array([1, 1, 0]))
-    """
-    from ..api import sliding_aggregate
-
-    V, _, bounds, windows, aggs = _check(V, None, bounds, [window], aggs, "propagate", 1)
-    none = np.empty(0, dtype=np.int64)
-    keys, ends = [none], [none]
-    vals = {a: [np.empty(0, dtype=np.float64 if a in _FLOAT else np.int64)] for a in aggs}
-    for k in range(len(bounds) - 1):
-        x = V[bounds[k] : bounds[k + 1]]
-        e, _ = sliding_aggregate(x, window=window, agg="count")
-        keys.append(np.full(len(e), k, dtype=np.int64))
-        ends.append(np.asarray(e, dtype=np.int64))
-        for a in aggs:
-            vals[a].append(np.asarray(sliding_aggregate(x, window=window, agg=a)[1]))
-    values = {a: np.concatenate(vals[a]) for a in aggs}
-    return WindowResult(np.concatenate(keys), np.concatenate(ends), values, {a: None for a in aggs})

@@ -18,7 +18,7 @@ Examples
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 from numba import njit
@@ -129,9 +129,11 @@ class Runs(NamedTuple):
 
 
 @njit(**_JIT)
-def _place_runs(values, valid, has_valid, src, dst, length, out, ok, fill):
-    pos = 0
-    for j in range(src.shape[0]):
+def _place_runs(values, valid, has_valid, src, dst, length, out, ok, fill, j0, j1):
+    """Runs ``[j0, j1)`` and the rows without a result before each (after the last one too, if ``j1`` is
+    the last run): disjoint rows for disjoint run ranges."""
+    pos = 0 if j0 == 0 else dst[j0 - 1] + length[j0 - 1]
+    for j in range(j0, j1):
         d = dst[j]
         while pos < d:
             out[pos] = fill
@@ -142,15 +144,19 @@ def _place_runs(values, valid, has_valid, src, dst, length, out, ok, fill):
             out[d + t] = values[s + t]
             ok[d + t] = valid[s + t] if has_valid else True
         pos = d + length[j]
-    while pos < out.shape[0]:
-        out[pos] = fill
-        ok[pos] = False
-        pos += 1
+    if j1 == src.shape[0]:
+        while pos < out.shape[0]:
+            out[pos] = fill
+            ok[pos] = False
+            pos += 1
 
 
-def place_runs(values: np.ndarray, valid: np.ndarray | None, runs: Runs) -> tuple[np.ndarray, np.ndarray]:
+def place_runs(values: np.ndarray, valid: np.ndarray | None, runs: Runs, split: Any = None
+               ) -> tuple[np.ndarray, np.ndarray]:
     """:func:`place` for results that go to the union in runs (:class:`Runs`): ``(out, ok)``, NaN (floats)
-    or 0 (integers) where no result goes.
+    or 0 (integers) where no result goes. ``split(fn, bounds)``, if given, calls ``fn(j0, j1)`` over ranges
+    of runs covering them all (the engines' :func:`~pba_runtime.engines.key_split.run_split`, which runs
+    them beside each other), ``bounds`` the runs' first rows and the union's length; default: one call.
 
     Examples
     --------
@@ -165,9 +171,20 @@ def place_runs(values: np.ndarray, valid: np.ndarray | None, runs: Runs) -> tupl
     out = np.empty(runs.m, dtype=values.dtype)
     ok = np.empty(runs.m, dtype=bool)
     has = valid is not None
-    fill = np.nan if values.dtype.kind == "f" else 0
-    _place_runs(values, valid if has else ok[:0], has, runs.src, runs.dst, runs.length, out, ok,
-                values.dtype.type(fill))
+    fill = values.dtype.type(np.nan if values.dtype.kind == "f" else 0)
+    vv = valid if has else ok[:0]
+    nruns = len(runs.src)
+    if nruns == 0:
+        out[:] = fill
+        ok[:] = False
+        return out, ok
+    def fn(j0: int, j1: int) -> None:
+        _place_runs(values, vv, has, runs.src, runs.dst, runs.length, out, ok, fill, j0, j1)
+
+    if split is None:
+        fn(0, nruns)
+    else:
+        split(fn, np.append(runs.dst, runs.m))
     return out, ok
 
 
