@@ -174,6 +174,9 @@ class Frame:
             if nat.any():
                 null = nat if null is None else (null | nat)
             return ints, OrderType(unit, tz), null
+        if family == "mixed-tz":
+            raise ValueError(f"{param}: column {name!r} mixes time zones ({tz}); give instants of one zone, e.g. "
+                             "pandas.to_datetime(column, utc=True)")
         raise TypeError(f"{param}: column {name!r} ({a.dtype}) is not an order column; give integers, datetimes or "
                         "dates")
 
@@ -263,14 +266,26 @@ def _family(dtype: np.dtype) -> str:
     return "other"
 
 
-def _object_family(a: np.ndarray) -> tuple[np.ndarray, str]:
-    """An object column of dates or datetimes (pandas keeps ``datetime.date`` so) as datetime64."""
+def _object_family(a: np.ndarray) -> tuple[np.ndarray, str, str | None]:
+    """An object column of dates or datetimes (pandas keeps ``datetime.date`` so, and tz-aware datetimes of
+    several zones) as datetime64, its family and zone: ``"mixed-tz"`` (the zones, joined) when its datetimes
+    are not all of one zone."""
     sample = next((x for x in a if x is not None and x == x), None)
     if isinstance(sample, _dt.datetime):
-        return a.astype("datetime64[us]"), "datetime"
+        zones = {str(x.tzinfo) if x.tzinfo is not None else None for x in a if x is not None and x == x}
+        if len(zones) > 1:
+            return a, "mixed-tz", ", ".join(sorted(str(z) for z in zones))
+        import pandas as pd
+
+        zone = zones.pop()
+        stamps = pd.to_datetime(pd.Series(a), utc=zone is not None)
+        if zone is not None:
+            stamps = stamps.dt.tz_localize(None)  # UTC instants
+        return stamps.to_numpy(), "datetime", zone
     if isinstance(sample, _dt.date):
-        return np.array([np.datetime64("NaT") if x is None or x != x else x for x in a], dtype="datetime64[D]"), "date"
-    return a, "other"
+        days = np.array([np.datetime64("NaT") if x is None or x != x else x for x in a], dtype="datetime64[D]")
+        return days, "date", None
+    return a, "other", None
 
 
 # ---------------------------------------------------------------------- pandas, polars, pyarrow
@@ -282,11 +297,14 @@ class _NarwhalsFrame(Frame):
         self.n_rows = len(f)
         self.columns = tuple(str(c) for c in f.columns)
         self._schema = f.schema
+        self._zones: dict[str, str | None] = {}
 
     def _series(self, name: str) -> Any:
         return self.f.get_column(name)
 
     def _tz(self, name: str) -> str | None:
+        if self._zones.get(name) is not None:  # an object column of tz-aware datetimes
+            return self._zones[name]
         return getattr(self._schema[name], "time_zone", None)
 
     def _column(self, name: str) -> tuple[np.ndarray, np.ndarray | None, str]:
@@ -302,7 +320,7 @@ class _NarwhalsFrame(Frame):
         if isinstance(dtype, nw.Date):
             a = s.to_numpy()
             if a.dtype.kind != "M":
-                a, _ = _object_family(a)
+                a, _, _ = _object_family(a)
             return a.astype("datetime64[D]"), null, "date"
         if dtype.is_numeric():
             a = s.to_numpy()
@@ -318,7 +336,8 @@ class _NarwhalsFrame(Frame):
             return a, null, "bool"
         a = s.to_numpy()
         if a.dtype == object:
-            a, fam = _object_family(a)
+            a, fam, zone = _object_family(a)
+            self._zones[name] = zone
             return a, null, fam
         return a, null, _family(a.dtype) if a.dtype.kind in "M" else "other"
 
@@ -448,11 +467,12 @@ class _DictFrame(Frame):
                 a = np.asarray(v)
                 fam = _family(a.dtype)
                 null = None
+                zone = None
                 if a.dtype == object:
-                    a, fam = _object_family(a)
+                    a, fam, zone = _object_family(a)
                     if fam == "other":
                         null = np.array([x is None for x in a]) if any(x is None for x in a) else None
-                self._cache[name] = (a, null, fam, None)
+                self._cache[name] = (a, null, fam, zone)
         return self._cache[name]
 
     def _column(self, name: str) -> tuple[np.ndarray, np.ndarray | None, str]:

@@ -233,6 +233,20 @@ def test_tz_aware_on_is_an_instant_and_the_output_keeps_the_zone():
     assert out["v_count"].tolist() == [1, 2, 2, 1]  # instants: 30 min apart, whatever the wall clock says
 
 
+def test_tz_aware_datetimes_as_objects_of_one_zone_or_refused_when_mixed():
+    paris = pd.Series([pd.Timestamp("2026-01-01 00:10", tz="Europe/Paris"),
+                       pd.Timestamp("2026-01-01 01:20", tz="Europe/Paris")], dtype=object)
+    out = pr.aggregate(pd.DataFrame({"ts": paris, "v": [1.0, 2.0]}), on="ts", windows=pr.TimeWindow("1h"),
+                       aggs={"v": "sum"})
+    assert out["window_end"].tolist() == [pd.Timestamp("2026-01-01 01:00", tz="Europe/Paris"),
+                                          pd.Timestamp("2026-01-01 02:00", tz="Europe/Paris")]
+    mixed = pd.Series([pd.Timestamp("2026-01-01", tz="UTC"), pd.Timestamp("2026-01-01", tz="Europe/Paris")],
+                      dtype=object)
+    with pytest.raises(ValueError, match="on: column 'ts' mixes time zones"):
+        pr.aggregate(pd.DataFrame({"ts": mixed, "v": [1.0, 2.0]}), on="ts", windows=pr.TimeWindow("1h"),
+                     aggs={"v": "sum"})
+
+
 def test_dates_as_on():
     days = [dt.date(2026, 1, 1), dt.date(2026, 1, 2), dt.date(2026, 1, 4)]
     out = pr.aggregate({"d": np.array(days, dtype="datetime64[D]"), "v": np.array([1.0, 2.0, 3.0])}, on="d",
