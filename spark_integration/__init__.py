@@ -1,7 +1,9 @@
 """pba-runtime inside Spark: sliding-window aggregation per key with PBA (SBA as the fallback).
 
-Two entry points:
+Entry points:
 
+* :func:`aggregate` (DataFrame API): a :class:`pba_runtime.Query` (keys, several windows, aggregations per
+  value column, window or row output) over a batch DataFrame, one shuffle and one sort for every output;
 * :func:`sliding_window_aggregate` (DataFrame API): bring each key's rows, in
   order, to one PBA/SBA operator per key over Arrow data (``applyInPandas`` or
   ``mapInArrow``) through the vectorised batch path ``insert_many``;
@@ -44,6 +46,7 @@ from .python_worker import (
     close_worker_pool,
     worker_pool,
 )
+from .query import aggregate
 from .rdd import KeyPartitionWarning, pba_partition_function, sliding_window_rdd
 from .session import WorkerPythonError, ensure_worker_python
 
@@ -55,6 +58,7 @@ __all__ = [
     "MetricsParam",
     "RunnerConfig",
     "WorkerPythonError",
+    "aggregate",
     "algorithm_metrics",
     "choose_algorithm",
     "close_worker_pool",

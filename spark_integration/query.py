@@ -1,0 +1,214 @@
+"""A query over a Spark DataFrame: ``aggregate(df, query)``, one shuffle and one sort for every output.
+
+The batch form of :class:`pba_runtime.Query` in Spark (``docs/spark.md``, *Queries*). The plan: project the
+key columns, the order column as integers (a timestamp as epoch microseconds, a date as days) and the value
+columns as doubles (row output keeps every input column); ``repartition`` by the keys and
+``sortWithinPartitions`` by keys and order (the query's one ``Exchange`` and one sort); then, per partition,
+one :meth:`pba_runtime.Query.run` over the partition's rows in the Python worker (``mapInPandas``): every
+key of the partition, every window and every aggregation in the keyed engines' one compiled call. Window
+ends come back as the order column's type (``TimestampType``, ``DateType`` or ``LongType``).
+
+Spark rows have no order of their own, so a query needs ``on`` here, count windows included. A streaming
+DataFrame is refused (its form is still to come); a single key's rows are in one worker's memory at once, as
+with ``applyInPandas``.
+
+Examples
+--------
+>>> import pba_runtime as pr
+>>> q = pr.Query(by="plug", on="ts", windows=pr.CountWindow(2), aggs={"load": ["max", "mean"]})
+>>> [f for f, _ in output_fields(q, {"plug": "bigint", "ts": "timestamp", "load": "double"})]
+['plug', 'window_start', 'window_end', 'load_max', 'load_mean']
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pba_runtime as pr
+
+from .session import ensure_worker_python
+
+__all__ = ["aggregate", "output_fields"]
+
+#: the integer order column's name in the worker's frames (the user's ``on`` column is kept beside it)
+_ON = "__pba_on"
+_INT_RESULTS = ("count", "argmax", "argmin")
+_VECTOR_RESULTS = ("collect", "moment_sketch")
+
+
+def _kind_of(spark_type: str) -> str:
+    """``"timestamp"``, ``"date"``, ``"int"``, ``"numeric"`` or ``"other"`` of a Spark simple type string."""
+    if spark_type in ("timestamp", "timestamp_ntz"):
+        return "timestamp"
+    if spark_type == "date":
+        return "date"
+    if spark_type in ("tinyint", "smallint", "int", "bigint"):
+        return "int"
+    if spark_type in ("float", "double") or spark_type.startswith("decimal"):
+        return "numeric"
+    return "other"
+
+
+def _generated(query: pr.Query) -> set[str]:
+    """The result columns the worker makes in the order column's type (sent as integers)."""
+    names = {"window_start", "window_end"} if query.align == "windows" else set()
+    return names | {o.name for o in query.outputs if o.agg.name in ("argmax", "argmin")
+                    and isinstance(query.windows[o.window], pr.TimeWindow)}
+
+
+def output_fields(query: pr.Query, types: dict[str, str]) -> list[tuple[str, str]]:
+    """The result's ``(name, Spark type)`` of ``query`` over columns of Spark simple types ``types``.
+
+    Window output: the key columns, ``window_start`` (one window) and ``window_end`` in the order column's
+    type, then one column per output (``double``; ``bigint`` for count; ``array<double>`` for lists and
+    vectors; argmax/argmin of time windows in the order column's type). Row output: every input column, then
+    the outputs.
+    """
+    on_type = types[query.on] if query.on else "bigint"
+    timed = any(isinstance(w, pr.TimeWindow) for w in query.windows)
+    fields: list[tuple[str, str]] = []
+    if query.align == "rows":
+        fields += list(types.items())
+    else:
+        fields += [(b, types[b]) for b in query.by]
+        bound = on_type if timed and _kind_of(on_type) in ("timestamp", "date") else "bigint"
+        if len(query.windows) == 1:
+            fields.append(("window_start", bound))
+        fields.append(("window_end", bound))
+    for o in query.outputs:
+        name = o.agg.name
+        w = query.windows[o.window]
+        if name in _VECTOR_RESULTS:
+            t = "array<double>"
+        elif name in _INT_RESULTS:
+            t = on_type if (name != "count" and isinstance(w, pr.TimeWindow)
+                            and _kind_of(on_type) in ("timestamp", "date")) else "bigint"
+        else:
+            t = "double"
+        fields.append((o.name, t))
+    return fields
+
+
+def aggregate(df: Any, query: pr.Query | None = None, **kwargs: Any) -> Any:
+    """The result of ``query`` (or ``pr.Query(**kwargs)``) over the batch DataFrame ``df``, as a DataFrame.
+
+    Parameters
+    ----------
+    df : pyspark.sql.DataFrame
+        A batch DataFrame (a streaming one is refused).
+    query : pba_runtime.Query, optional
+        The query; else its parameters as keywords: ``by``, ``on`` (required here), ``windows``, ``aggs``,
+        ``align``, ``missing``, ``min_periods``, ``closed``, ``labels``.
+
+    Every column is checked on the driver before any job starts: a missing column, a value column that is
+    not numeric, an order column that is not a timestamp, date or integer raise a ``ValueError`` or
+    ``TypeError`` naming the parameter.
+    """
+    if query is None:
+        query = pr.Query(**kwargs)
+    elif kwargs:
+        raise TypeError(f"aggregate: give a query or its keywords, not both ({sorted(kwargs)})")
+    if not isinstance(query, pr.Query):
+        raise TypeError(f"query must be a pba_runtime.Query, got {type(query).__name__}")
+    if getattr(df, "isStreaming", False):
+        raise NotImplementedError("aggregate: a streaming DataFrame's query is not supported yet; use "
+                                  "spark_integration.sliding_window_aggregate for one output per stream")
+    types = dict(df.dtypes)
+    _check(query, types)
+    from pyspark.sql import functions as F
+
+    on = query.on
+    kind = _kind_of(types[on])
+    as_int = {"timestamp": F.unix_micros(F.col(on).cast("timestamp")), "date": F.unix_date(F.col(on))}.get(
+        kind, F.col(on))
+    values = list(dict.fromkeys(o.column for o in query.outputs))
+    if query.align == "rows":
+        cols = [F.col(c) for c in df.columns] + [as_int.cast("long").alias(_ON)]
+    else:
+        cols = ([F.col(b) for b in query.by] + [as_int.cast("long").alias(_ON)]
+                + [F.col(v).cast("double").alias(v) for v in values if v not in query.by])
+    fields = output_fields(query, types)
+    made = _generated(query)
+    wire = [(n, "bigint" if n in made and _kind_of(t) in ("timestamp", "date") else t) for n, t in fields]
+    schema = ", ".join(f"`{n}` {t}" for n, t in wire)
+    src = df.select(*cols)
+    keys = [F.col(b) for b in query.by]
+    src = src.repartition(*keys) if keys else src.repartition(1)
+    src = src.sortWithinPartitions(*keys, F.col(_ON))
+    ensure_worker_python(df.sparkSession)
+    out = src.mapInPandas(_worker(query, kind, wire, types), schema)
+    back = {"timestamp": F.timestamp_micros, "date": F.date_from_unix_date}
+    restore = []
+    for (n, t), (_, w) in zip(fields, wire):
+        c = F.col(f"`{n}`")
+        restore.append(back[_kind_of(t)](c).cast(t).alias(n) if t != w else c)
+    return out.select(*restore)
+
+
+def _check(query: pr.Query, types: dict[str, str]) -> None:
+    if query.on is None:
+        raise ValueError("on: Spark rows have no order of their own; name the order column (on=...), count "
+                         "windows included")
+    for param, cols in (("by", query.by), ("on", (query.on,)), ("aggs", [o.column for o in query.outputs])):
+        for c in cols:
+            if c not in types:
+                raise ValueError(f"{param}: no column {c!r} in the DataFrame; its columns: {list(types)}")
+    if _kind_of(types[query.on]) not in ("timestamp", "date", "int"):
+        raise TypeError(f"on: column {query.on!r} is {types[query.on]}; give a timestamp, date or integer column")
+    for o in query.outputs:
+        if _kind_of(types[o.column]) not in ("int", "numeric"):
+            raise TypeError(f"aggs: column {o.column!r} is {types[o.column]}, not numeric")
+    if _ON in types:
+        raise ValueError(f"by: the column name {_ON!r} is the adapter's own; rename that column")
+
+
+def _worker(query: pr.Query, kind: str, wire: list[tuple[str, str]], types: dict[str, str]):
+    """The ``mapInPandas`` function: one query run over the partition's rows (every key of it)."""
+    on = query.on
+    names = [n for n, _ in wire]
+    made = _generated(query)
+    ints = [n for n, t in wire if _kind_of(t) == "int"]
+    unit = {"timestamp": "us", "date": "s"}.get(kind)  # pandas holds dates as datetime64[s]
+    sent = {"timestamp": "us", "date": "D"}.get(kind)  # what Spark's timestamp_micros / date_from_unix_date read
+
+    def run(batches: Iterator[Any]) -> Iterator[Any]:
+        import numpy as np
+        import pandas as pd
+
+        parts = list(batches)
+        if not parts:
+            return
+        pdf = pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0].reset_index(drop=True)
+        if not len(pdf):
+            return
+        rows = query.align == "rows"
+        frame = pdf.drop(columns=[on]) if rows else pdf
+        t = pdf[_ON].to_numpy(dtype=np.int64)
+        order = t.astype(f"datetime64[{unit}]") if unit else t
+        frame = frame.drop(columns=[_ON]).assign(**{on: order})
+        res = query.run(frame)
+        if rows:
+            res = pd.concat([pdf.drop(columns=[_ON]), res], axis=1)
+        for n in names:
+            col = res[n]
+            if n in made and unit is not None:  # back to the integers Spark turns into its type
+                res[n] = _sent_integers(np, pd, col, unit, sent)
+            if n in ints and res[n].dtype.kind == "f":
+                res[n] = res[n].astype("Int64")  # nulls (too few values, a null key) stay nulls
+        yield res[names]
+
+    return run
+
+
+def _sent_integers(np: Any, pd: Any, col: Any, unit: str, sent: str) -> Any:
+    """A result column of instants (datetimes, dates, or argmax's integers of ``unit``) as nullable integers
+    of ``sent`` (microseconds or days)."""
+    a = col.to_numpy()
+    null = pd.isna(col).to_numpy()
+    if a.dtype.kind in "iuf":  # argmax / argmin: integers of the worker's unit (floats where null)
+        a = np.where(null, 0, a).astype(np.int64).astype(f"datetime64[{unit}]")
+    elif a.dtype == object:  # dates
+        a = np.array([np.datetime64("NaT") if m else x for x, m in zip(a, null)], dtype="datetime64[D]")
+    ints = a.astype(f"datetime64[{sent}]").view(np.int64)
+    return pd.Series(pd.arrays.IntegerArray(ints, null), index=col.index)

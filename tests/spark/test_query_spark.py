@@ -1,0 +1,116 @@
+"""``spark_integration.aggregate``: a query over a batch DataFrame equals the query over the same rows in
+pandas, and Spark SQL's window functions; one Exchange for every output."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import pba_runtime as pr
+import spark_integration as si
+
+pytestmark = pytest.mark.spark
+
+
+def _pdf(n: int = 3000, seed: int = 0) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    plug = rng.integers(0, 5, n)
+    t = np.sort(rng.integers(0, 600_000, n))  # ms, ties included
+    load = rng.normal(10.0, 3.0, n)
+    load[rng.random(n) < 0.03] = np.nan
+    return pd.DataFrame({"plug": plug, "t": t, "load": load})
+
+
+@pytest.fixture(scope="module")
+def frames(spark):
+    from pyspark.sql import functions as F
+
+    pdf = _pdf()
+    df = spark.createDataFrame(pdf).withColumn("ts", F.timestamp_millis("t"))
+    local = pdf.assign(ts=pd.to_datetime(pdf["t"], unit="ms").astype("datetime64[us]"))
+    return df, local
+
+
+def _sorted(out: pd.DataFrame, by: list[str]) -> pd.DataFrame:
+    return out.sort_values(by, kind="stable").reset_index(drop=True)
+
+
+@pytest.mark.parametrize("windows", [
+    [pr.CountWindow(16)],
+    [pr.CountWindow(8), pr.CountWindow(32, 4)],
+    [pr.TimeWindow("1min", "10s"), pr.TimeWindow("5min", "10s")],
+])
+def test_window_output_is_the_query_over_the_same_rows(frames, windows):
+    df, local = frames
+    q = pr.Query(by="plug", on="ts", windows=windows, aggs={"load": ["max", "mean", "std", "count"]})
+    got = _sorted(si.aggregate(df, q).toPandas(), ["plug", "window_end"])
+    want = _sorted(q.run(local[["plug", "ts", "load"]]), ["plug", "window_end"])
+    assert list(got.columns) == list(want.columns)
+    assert got["plug"].tolist() == want["plug"].tolist()
+    np.testing.assert_array_equal(got["window_end"].to_numpy(dtype="datetime64[us]")
+                                  if isinstance(windows[0], pr.TimeWindow) else got["window_end"].to_numpy(),
+                                  want["window_end"].to_numpy(dtype="datetime64[us]")
+                                  if isinstance(windows[0], pr.TimeWindow) else want["window_end"].to_numpy())
+    for o in q.outputs:
+        np.testing.assert_allclose(got[o.name].to_numpy(dtype=float), want[o.name].to_numpy(dtype=float),
+                                   rtol=1e-12, equal_nan=True, err_msg=o.name)
+
+
+def test_count_windows_equal_spark_sql_window_functions(frames):
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    df, _ = frames
+    clean = df.where(F.col("load").isNotNull() & ~F.isnan("load"))
+    q = pr.Query(by="plug", on="t", windows=pr.CountWindow(16), aggs={"load": ["max", "mean", "std"]},
+                 align="rows")
+    got = si.aggregate(clean, q)
+    w = Window.partitionBy("plug").orderBy("t").rowsBetween(-15, 0)
+    sql = (clean.withColumn("n", F.count("load").over(w))
+           .withColumn("load_max", F.max("load").over(w)).withColumn("load_mean", F.avg("load").over(w))
+           .withColumn("load_std", F.stddev_samp("load").over(w)))
+    # ties in t: both sides order a key's rows by t; compare the rows whose t is unique within the key
+    a = got.toPandas()
+    b = sql.where(F.col("n") == 16).toPandas()
+    uniq = a.groupby(["plug", "t"])["t"].transform("size") == 1
+    a = a[uniq & a["load_max"].notna()].sort_values(["plug", "t"]).reset_index(drop=True)
+    key = b.set_index(["plug", "t"])
+    key = key[~key.index.duplicated(keep=False)]
+    b = key.loc[pd.MultiIndex.from_frame(a[["plug", "t"]])].reset_index()
+    np.testing.assert_array_equal(a["load_max"].to_numpy(), b["load_max"].to_numpy())
+    for c in ("load_mean", "load_std"):
+        np.testing.assert_allclose(a[c].to_numpy(), b[c].to_numpy(), rtol=1e-9, err_msg=c)
+
+
+def test_row_output_keeps_every_input_column(frames):
+    df, local = frames
+    q = pr.Query(by="plug", on="ts", windows=pr.TimeWindow("60s"), aggs={"load": ["mean", "max"]}, align="rows")
+    out = si.aggregate(df, q)
+    assert out.columns == df.columns + ["load_mean", "load_max"]
+    got = out.toPandas().sort_values(["plug", "t", "load"]).reset_index(drop=True)
+    want = pd.concat([local, q.run(local)], axis=1).sort_values(["plug", "t", "load"]).reset_index(drop=True)
+    assert len(got) == len(want) == len(local)
+    np.testing.assert_allclose(got["load_mean"].to_numpy(dtype=float), want["load_mean"].to_numpy(dtype=float),
+                               rtol=1e-12, equal_nan=True)
+
+
+def test_the_plan_has_one_exchange_for_every_output(frames):
+    df, _ = frames
+    out = si.aggregate(df, by="plug", on="ts", windows=[pr.TimeWindow("1min", "10s"), pr.TimeWindow("5min", "10s")],
+                       aggs={"load": ["max", "mean", "std"]})
+    plan = out._jdf.queryExecution().executedPlan().toString()
+    assert plan.count("Exchange") == 1, plan
+    assert dict(out.dtypes)["window_end"] == "timestamp"
+
+
+@pytest.mark.parametrize("kwargs, param", [
+    (dict(by="nope", on="ts", windows=pr.CountWindow(2), aggs={"load": "max"}), "by"),
+    (dict(by="plug", on="ts", windows=pr.CountWindow(2), aggs={"nope": "max"}), "aggs"),
+    (dict(by="plug", windows=pr.CountWindow(2), aggs={"load": "max"}), "on"),
+    (dict(by="plug", on="load", windows=pr.CountWindow(2), aggs={"load": "max"}), "on"),
+])
+def test_bad_queries_are_refused_on_the_driver(frames, kwargs, param):
+    df, _ = frames
+    with pytest.raises((ValueError, TypeError), match=param):
+        si.aggregate(df, **kwargs)
