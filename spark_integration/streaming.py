@@ -4,10 +4,11 @@
 (``df.isStreaming``) here, after the same checks and projection as a batch one:
 ``groupBy(key).transformWithStateInPandas`` (PySpark >= 4.0, the ``protobuf``
 package needed) with :class:`PBAProcessor`, append mode. Per key, the state
-lives in Spark's state store (any provider; RocksDB is the one for large
-state), so it survives micro-batches, restarts from a checkpoint and the loss
-of an executor. What is stored, and the one or two state calls a key makes per
-micro-batch: :mod:`spark_integration.stream_state`; the per-key step, late rows
+lives in Spark's state store (RocksDB's, the one transformWithState runs on:
+:func:`use_rocksdb_state_store` sets it on a session that has Spark's default), so
+it survives micro-batches, restarts from a checkpoint and the loss of an executor.
+What is stored, and the one or two state calls a key makes per micro-batch:
+:mod:`spark_integration.stream_state`; the per-key step, late rows
 and event-time timers: :mod:`spark_integration.stream_key`.
 
 * **Count windows** (time mode ``None``): a key's rows of a micro-batch are
@@ -100,6 +101,32 @@ def uncap_arrow_batch_bytes(spark: Any) -> bool:
     spark.conf.set(ARROW_BYTES_CONF, str(UNCAPPED_ARROW_BYTES))
     log.info("spark_integration: set %s=%d (no per-row Arrow batch size check; set it to keep another value)",
              ARROW_BYTES_CONF, UNCAPPED_ARROW_BYTES)
+    return True
+
+
+STATE_STORE_CONF = "spark.sql.streaming.stateStore.providerClass"
+ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+#: Spark's default provider: transformWithState refuses it (STORE_BACKEND_NOT_SUPPORTED_FOR_TWS)
+HDFS_PROVIDER = "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider"
+
+
+def use_rocksdb_state_store(spark: Any) -> bool:
+    """Set :data:`STATE_STORE_CONF` to RocksDB's provider on ``spark`` when it has none or Spark's default.
+
+    ``transformWithStateInPandas`` runs on RocksDB's state store only: with Spark's default provider a
+    streaming query fails at its first micro-batch (``STORE_BACKEND_NOT_SUPPORTED_FOR_TWS``). Another
+    provider the user set is refused here, on the driver, with the setting to change. Returns whether it
+    set the provider (logged).
+    """
+    have = spark.conf.get(STATE_STORE_CONF, None)
+    if have == ROCKSDB_PROVIDER:
+        return False
+    if have not in (None, "", HDFS_PROVIDER):
+        raise ValueError(f"{STATE_STORE_CONF} is {have}: the streaming adapter keeps each key's windows with "
+                         f"transformWithStateInPandas, which needs {ROCKSDB_PROVIDER}")
+    spark.conf.set(STATE_STORE_CONF, ROCKSDB_PROVIDER)
+    log.info("spark_integration: set %s=%s (transformWithState needs RocksDB's state store)", STATE_STORE_CONF,
+             ROCKSDB_PROVIDER)
     return True
 
 
@@ -331,6 +358,7 @@ def stream_windows(d: Any, cfg: StreamConfig, schema: Any) -> Any:
         return pack_batches(keys, batches)
 
     uncap_arrow_batch_bytes(d.sparkSession)
+    use_rocksdb_state_store(d.sparkSession)
     packed = d.mapInArrow(pack, packed_schema)
     time_mode = "EventTime" if isinstance(cfg.step.window, pr.TimeWindow) else "None"
     return packed.groupBy(*keys).transformWithStateInPandas(PBAProcessor(cfg), schema, "Append", time_mode)

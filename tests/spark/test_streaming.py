@@ -348,3 +348,24 @@ def test_rate_source_count_windows_are_a_prefix_of_the_batch_answer(sspark, tmp_
         op = pr.create("sba", pr.CountWindow(range=5, slide=2), "sum")
         ends, res = op.insert_many(values)
         assert mine == list(zip(ends.tolist(), res.tolist()))
+
+
+def test_a_session_without_rocksdb_gets_it_and_another_provider_is_refused(spark):
+    from spark_integration.streaming import HDFS_PROVIDER, STATE_STORE_CONF, use_rocksdb_state_store
+
+    old = spark.conf.get(STATE_STORE_CONF, None)
+    try:
+        spark.conf.unset(STATE_STORE_CONF)
+        assert use_rocksdb_state_store(spark) is True
+        assert spark.conf.get(STATE_STORE_CONF) == ROCKSDB
+        assert use_rocksdb_state_store(spark) is False  # kept
+        spark.conf.set(STATE_STORE_CONF, HDFS_PROVIDER)  # Spark's default, set explicitly
+        assert use_rocksdb_state_store(spark) is True and spark.conf.get(STATE_STORE_CONF) == ROCKSDB
+        spark.conf.set(STATE_STORE_CONF, "com.example.MyStateStoreProvider")
+        with pytest.raises(ValueError, match="spark.sql.streaming.stateStore.providerClass is com.example"):
+            use_rocksdb_state_store(spark)
+    finally:
+        if old is None:
+            spark.conf.unset(STATE_STORE_CONF)
+        else:
+            spark.conf.set(STATE_STORE_CONF, old)
