@@ -114,3 +114,22 @@ def test_bad_queries_are_refused_on_the_driver(frames, kwargs, param):
     df, _ = frames
     with pytest.raises((ValueError, TypeError), match=param):
         si.aggregate(df, **kwargs)
+
+
+@pytest.mark.timeout(600)  # its own JVM, and on a cold numba cache the keyed kernels compile
+def test_the_spark_query_bench_runs(tmp_path):
+    """bench/bench_spark_query.py at a smoke size, in its own process (its own SparkSession and JVM)."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    bench = Path(__file__).resolve().parents[2] / "bench" / "bench_spark_query.py"
+    out = tmp_path / "spark_query.json"
+    proc = subprocess.run([sys.executable, str(bench), "--quick", "--rows", "30000", "--check-rows", "20000",
+                           "--out", str(out)], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    res = json.loads(out.read_text())
+    assert set(res["cases"]) == {"ours_1", "ours_9", "sql_1", "sql_9"}
+    assert all(res["agrees"].values()) and res["exchanges_in_the_query_plan"] == 1
+    assert all(c["n"] == 1 and c["median"] > 0 for c in res["cases"].values())
