@@ -288,6 +288,31 @@ class Query:
 
     # ------------------------------------------------------------------ window output
     def _windows(self, fr, plan, cols, T, wins, first_rows, otype, pool):
+        per_window, rows = self._window_results(plan, cols, T, wins, pool)
+        key, end, where = _union(rows, wins)
+        del rows  # each window's own (key, end) rows, no longer needed: their memory goes now
+        spec: list[tuple[str, Any]] = [(b, frames.Take(b, first_rows[key])) for b in self.by]
+        count_ends = isinstance(wins[0], CountWindow)
+        if len(wins) == 1:
+            start = end - wins[0].range
+            spec.append(("window_start", frames.Array(start, None) if count_ends or otype.unit is None
+                         else frames.Order(otype, start)))
+        spec.append(("window_end", frames.Array(end, None) if count_ends or otype.unit is None
+                     else frames.Order(otype, end)))
+        m = len(key)
+        placed = {}
+        for wi in range(len(wins)):  # window by window, each one's engine results let go once placed
+            mine = per_window[wi]
+            outputs = len(mine)
+            for name in list(mine):
+                vals, valid = mine.pop(name)
+                placed[name] = _placed(vals, valid, where[wi], m, outputs, pool)
+                del vals, valid
+        spec += [(o.name, placed[o.name]) for o in self.outputs]
+        return fr.build(spec)
+
+    def _window_results(self, plan, cols, T, wins, pool):
+        """Per window, each output's ``(values, valid)`` and the window's (key, end) rows."""
         mp = 1 if self.min_periods is None else self.min_periods
         per_window: list[dict[str, tuple[np.ndarray, np.ndarray | None]]] = [{} for _ in wins]
         rows: list[WindowResult | None] = [None] * len(wins)
@@ -319,21 +344,7 @@ class Query:
                 res = _per_key_windows(V, T, plan.bounds, wins[o.window], o.agg, missing, mp)
                 rows[o.window] = _same_rows(rows[o.window], res)
                 per_window[o.window][o.name] = (res.values[o.agg.name], res.valid.get(o.agg.name))
-        key, end, where = _union(rows, wins)
-        spec: list[tuple[str, Any]] = [(b, frames.Take(b, first_rows[key])) for b in self.by]
-        count_ends = isinstance(wins[0], CountWindow)
-        if len(wins) == 1:
-            start = end - wins[0].range
-            spec.append(("window_start", frames.Array(start, None) if count_ends or otype.unit is None
-                         else frames.Order(otype, start)))
-        spec.append(("window_end", frames.Array(end, None) if count_ends or otype.unit is None
-                     else frames.Order(otype, end)))
-        m = len(key)
-        for o in self.outputs:
-            vals, valid = per_window[o.window][o.name]
-            idx = where[o.window]
-            spec.append((o.name, _placed(vals, valid, idx, m, len(wins) > 1, pool)))
-        return fr.build(spec)
+        return per_window, rows
 
     # ------------------------------------------------------------------ row output
     def _rows(self, fr, plan, cols, T, wins, pool):
@@ -503,10 +514,12 @@ def _union(results: list[WindowResult], wins: tuple[Window, ...]) -> tuple[np.nd
 
 
 def _placed(vals: np.ndarray, valid: np.ndarray | None, idx: np.ndarray | Runs | None, m: int,
-            several: bool, pool: Any) -> frames.Array:
+            outputs: int, pool: Any) -> frames.Array:
+    """One output at its rows of the union (``idx`` None: they are the union's). ``outputs``: its window's
+    outputs, what of the engine's result array the result frame may keep."""
     if idx is None:
-        if several and vals.base is not None and vals.base.nbytes > 2 * vals.nbytes:
-            vals = vals.copy()  # a row of the engine's 2-D result: the result frame must not keep all of it alive
+        if vals.base is not None and vals.base.nbytes > 2 * outputs * vals.nbytes:
+            vals = vals.copy()  # a row of a result array holding other windows: the frame must not keep it all
         return frames.Array(vals, valid)
     out, ok = (place_runs(vals, valid, idx, lambda fn, b: run_split(fn, b, pool=pool)) if isinstance(idx, Runs)
                else place(vals, valid, idx, m))

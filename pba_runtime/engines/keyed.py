@@ -225,10 +225,6 @@ def window_results(V: Any, T: Any, bounds: Any, windows: Any, aggs: Any, *, miss
         codes[KEYED_AGGS.index(a)] = j
     for j, a in enumerate(inames):
         codes[KEYED_AGGS.index(a)] = j
-    F = np.empty((len(fnames), total))
-    FI = np.empty((len(inames), total), dtype=np.int64)
-    ends = np.empty(total, dtype=np.int64)
-    keys = np.empty(total, dtype=np.int64)
     bad = np.zeros(1, dtype=np.int64)
     mp = float(min_periods)
     # count windows of slide 1 (q > 1, propagate): the aggregations with a single-stream kernel over the
@@ -238,20 +234,35 @@ def window_results(V: Any, T: Any, bounds: Any, windows: Any, aggs: Any, *, miss
     fast_rows = np.array([fnames.index(a) if a in _FLOAT else inames.index(a) for a in fast], dtype=np.int64)
     rest_codes = codes.copy()
     rest_codes[fast_codes] = -1
-    wst = [np.ascontiguousarray(row) for row in wstart]
     jobs = []  # (slide, windows, codes) for the generic pass
+    slide1 = []  # the windows of the slide-1 road
     for s, idx in _groups(windows):
         one = [i for i in idx if s == 1 and int(windows[i].range) > 1] if len(fast) else []
-        for i in one:
-            if nkeys:
-                run_split(lambda k0, k1, i=i: K.count_slide1_values(V, bounds, k0, k1, int(windows[i].range),
-                                                                    wst[i], fast_codes, fast_rows, F, FI, ends, keys),
-                          bounds, pool=pool)
+        slide1 += one
         if one and (rest_codes >= 0).any():
             jobs.append((s, one, rest_codes))
         others = [i for i in idx if i not in one]
         if others:
             jobs.append((s, others, codes))
+    # the result arrays: one set per window when only the slide-1 road writes them (a window's results then
+    # hold no other window's memory), else one set for all (the generic pass fills several windows a call)
+    if jobs:
+        shared = (np.empty((len(fnames), total)), np.empty((len(inames), total), dtype=np.int64),
+                  np.empty(total, dtype=np.int64), np.empty(total, dtype=np.int64))
+        arrays = [shared] * len(windows)
+        origin = wbase[:-1]
+        F, FI, ends, keys = shared
+    else:
+        arrays = [(np.empty((len(fnames), n)), np.empty((len(inames), n), dtype=np.int64), np.empty(n, dtype=np.int64),
+                   np.empty(n, dtype=np.int64)) for n in per_window.tolist()]
+        origin = np.zeros(len(windows), dtype=np.int64)
+    for i in slide1:
+        if nkeys:
+            Fi, FIi, ends_i, keys_i = arrays[i]
+            st_i = np.ascontiguousarray(wstart[i] - wbase[i] + origin[i])
+            run_split(lambda k0, k1, i=i, Fi=Fi, FIi=FIi, ends_i=ends_i, keys_i=keys_i, st_i=st_i:
+                      K.count_slide1_values(V, bounds, k0, k1, int(windows[i].range), st_i, fast_codes, fast_rows, Fi,
+                                            FIi, ends_i, keys_i), bounds, pool=pool)
     for s, idx, gcodes in jobs:
         g, base, q, p, c = _plan(windows, idx, time)
         ws = np.full(len(idx), s, dtype=np.int64)
@@ -272,7 +283,9 @@ def window_results(V: Any, T: Any, bounds: Any, windows: Any, aggs: Any, *, miss
         raise RuntimeError("window_results: the kernels wrote another number of windows than counted")
     results = []
     for i in range(len(windows)):
-        lo, hi = int(wbase[i]), int(wbase[i + 1])
+        lo = int(origin[i])
+        hi = lo + int(per_window[i])
+        F, FI, ends, keys = arrays[i]
         values = {}
         valid: dict[str, np.ndarray | None] = {}
         n = FI[inames.index("count"), lo:hi] if skip else None
