@@ -1,6 +1,7 @@
 """The job of the standalone-cluster test, run with ``spark-submit --master spark://... --py-files pba.zip``.
 
-``cluster_job.py WORK``: the batch adapter over generated rows, and a streaming
+``cluster_job.py WORK``: the batch adapter over generated rows, a query of several outputs over them
+(``si.aggregate``), and a streaming
 query over the same rows as parquet files (file source, file sink,
 checkpoint), each compared with the answer computed here, on the driver,
 without Spark. Prints ``OK <windows>`` and exits 0 when both agree.
@@ -50,6 +51,17 @@ def main(work: str) -> None:
     batch = si.sliding_window_aggregate(df, key="plug", order_by="ts", value="load", window=window, agg="max")
     got_batch = {(r.plug, r.window_end, r.result) for r in batch.collect()}
     assert got_batch == want, ("batch", sorted(got_batch ^ want)[:5])
+
+    # a query of several outputs (2 windows x max, mean) in one shuffle, against the same query run here
+    query = pr.Query(by="plug", on="ts", windows={"10s": pr.TimeWindow("10s", "2s"), "20s": pr.TimeWindow("20s", "2s")},
+                     aggs={"load": ["max", "mean"]})
+    local = allrows.assign(ts=pd.to_datetime(allrows["ms"], unit="ms").astype("datetime64[us]"))
+    want_q = query.run(local[["plug", "ts", "load"]]).sort_values(["plug", "window_end"]).reset_index(drop=True)
+    got_q = si.aggregate(df, query).toPandas().sort_values(["plug", "window_end"]).reset_index(drop=True)
+    assert got_q["plug"].tolist() == want_q["plug"].tolist(), "query: keys"
+    for o in query.outputs:
+        assert np.allclose(got_q[o.name].to_numpy(dtype=float), want_q[o.name].to_numpy(dtype=float), rtol=1e-12,
+                           equal_nan=True), ("query", o.name)
 
     sdf = (spark.readStream.schema("plug string, ms long, load double").option("maxFilesPerTrigger", 1).parquet(src)
            .withColumn("ts", F.timestamp_millis("ms")).withWatermark("ts", "5 seconds"))
