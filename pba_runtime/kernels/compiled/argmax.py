@@ -21,6 +21,19 @@ def _argmax(av, ap, bv, bp):
     return av, ap
 
 
+@njit(inline="always", cache=True)
+def pick_max_at(av, ap, bv, bp, empty):
+    """:func:`_argmax` over integer positions (a row, a stream position or a timestamp), ``empty`` the
+    position of a partial without a value: the keyed engines' combine of ``(value, position)``."""
+    if bp == empty:
+        return av, ap
+    if ap == empty:
+        return bv, bp
+    if bv > av or (bv != bv and av == av):
+        return bv, bp
+    return av, ap
+
+
 @njit(**_JIT)
 def merge_argmax(X, q, a0, a1, out, ends, first_end, step, lcs):
     """``argmax`` partials ``(value, position)`` (position NaN: no element)."""

@@ -27,7 +27,7 @@ import numpy as np
 from numba import njit
 
 from ..lean_load import lean_loads
-from .argmax import argmax_from_values
+from .argmax import argmax_from_values, pick_max_at
 from .common import _JIT, ADD, MAX, MIN, SUM_ONE_LOOP_MIN, c_max, c_min
 from .std import _chan, std_from_values
 from .ufuncs import mean_from_values, merge_scalar
@@ -43,18 +43,6 @@ F_SUM, F_CHAN, F_MAX, F_MAXP, F_MIN, F_MINP, F_SKIP = range(7)
 @njit(inline="always", cache=True)
 def _identity():
     return (0.0, 0.0, 0.0, 0.0, 0.0, 0.0, -np.inf, EMPTY, np.inf, EMPTY)
-
-
-@njit(inline="always", cache=True)
-def _pick_max(av, ap, bv, bp):
-    """The larger of two (value, position) partials, NaN largest, the older (``a``) on ties."""
-    if bp == EMPTY:
-        return av, ap
-    if ap == EMPTY:
-        return bv, bp
-    if bv > av or (bv != bv and av == av):
-        return bv, bp
-    return av, ap
 
 
 @njit(inline="always", cache=True)
@@ -83,7 +71,7 @@ def _comb(a, b, fl):
     mx = a[6]
     mxp = a[7]
     if fl[F_MAXP]:
-        mx, mxp = _pick_max(a[6], a[7], b[6], b[7])
+        mx, mxp = pick_max_at(a[6], a[7], b[6], b[7], EMPTY)
     elif fl[F_MAX]:
         mx = c_max(a[6], b[6])
     mn = a[8]

@@ -26,6 +26,7 @@ import numpy as np
 from numba import njit
 
 from ..lean_load import lean_loads
+from .argmax import pick_max_at
 from .common import _JIT, c_fmax, c_max
 from .std import _chan
 
@@ -138,19 +139,6 @@ def rows_max(V, bounds, k0, k1, S, E, neg, skip, out):
             out[i] = -res if neg else res
 
 
-@njit(inline="always", cache=True)
-def _amax(av, ap, bv, bp):
-    """``(value, row)`` of the older ``a`` and the newer ``b`` (row -1: no value): the larger value, NaN
-    counting as largest (``np.argmax``), the older on ties (``aggregations._argmax2``)."""
-    if bp < 0:
-        return av, ap
-    if ap < 0:
-        return bv, bp
-    if bv > av or (bv != bv and av == av):
-        return bv, bp
-    return av, ap
-
-
 @njit(**_JIT)
 def rows_argmax(V, T, bounds, k0, k1, S, E, neg, skip, timed, out):
     """``argmax`` of each row's window (``neg``: of ``-V``, the ``argmin``): the oldest row holding the
@@ -173,7 +161,7 @@ def rows_argmax(V, T, bounds, k0, k1, S, E, neg, skip, timed, out):
             while top < e:
                 x = -V[top] if neg else V[top]
                 if not skip or x == x:
-                    bv, bp = _amax(bv, bp, x, top)
+                    bv, bp = pick_max_at(bv, bp, x, top, -1)
                 top += 1
             if s >= mid:
                 av = ninf
@@ -181,13 +169,13 @@ def rows_argmax(V, T, bounds, k0, k1, S, E, neg, skip, timed, out):
                 for j in range(e - 1, s - 1, -1):
                     x = -V[j] if neg else V[j]
                     if not skip or x == x:
-                        av, ap = _amax(x, j, av, ap)
+                        av, ap = pick_max_at(x, j, av, ap, -1)
                     Fv[j - a] = av
                     Fp[j - a] = ap
                 mid = e
                 bv = ninf
                 bp = -1
-            rp = _amax(Fv[s - a], Fp[s - a], bv, bp)[1] if s < mid else bp
+            rp = pick_max_at(Fv[s - a], Fp[s - a], bv, bp, -1)[1] if s < mid else bp
             if rp < 0:
                 out[i] = 0
             else:
