@@ -36,6 +36,7 @@ from typing import Any
 import pba_runtime as pr
 
 from . import durations
+from .host import KeyedHost
 from .kernels import ENGINES
 from .runtime import Job, UserError
 from .runtime.errors import JobError
@@ -182,14 +183,19 @@ def build_parser() -> argparse.ArgumentParser:
     g = p.add_argument_group("window and aggregation")
     g.add_argument("--window", choices=("count", "time"), default="count",
                    help="count: per-key positions (default); time: event-time timestamps")
-    g.add_argument("--range", default=None, metavar="R",
+    g.add_argument("--range", default=None, metavar="R", action="append",
                    help="window range: tuples (count, default 1024) or, for time windows, a duration: 250ms, 60s, "
-                        "5min, 1h30m, 1d, '1 minute' (a bare number is milliseconds; default 60s)")
+                        "5min, 1h30m, 1d, '1 minute' (a bare number is milliseconds; default 60s); several "
+                        "windows: repeat it or list them (--range 256,1024,4096), every output over each")
     g.add_argument("--slide", default=None, metavar="S",
-                   help="window slide, same units as --range (default 1 for count; the range for time: tumbling)")
+                   help="window slide, same units as --range, of every window (default 1 for count; the range "
+                        "for time: tumbling)")
     g.add_argument("--offset", default=None, metavar="DURATION",
                    help="time windows: windows start at k * slide + offset (default 0)")
-    g.add_argument("--agg", default="max", metavar="NAME", help=f"aggregation: {aggs} (default max)")
+    g.add_argument("--agg", default="max", metavar="NAME[,NAME...]",
+                   help=f"aggregation: {aggs} (default max); several: --agg max,mean,std. With several "
+                        "aggregations or ranges the sink writes one row per (key, window end), every output "
+                        "in its own column (value_max_1024, ...)")
     g.add_argument("--algorithm", default="auto", metavar="NAME",
                    help=f"algorithm: {algos} (default auto: PBA where its worker can help, else SBA; the banner "
                         "and the summary say which and why)")
@@ -243,7 +249,36 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _window(args: argparse.Namespace) -> pr.CountWindow | pr.TimeWindow:
+def _ranges(args: argparse.Namespace) -> list[str | None]:
+    """The ``--range`` values, each repeated option or comma-separated item one window (``[None]``: none given)."""
+    if not args.range:
+        return [None]
+    out = [r.strip() for text in args.range for r in text.split(",")]
+    if any(not r for r in out):
+        raise UserError(f"--range: an empty range in {','.join(args.range)!r}")
+    if len(set(out)) != len(out):
+        raise UserError(f"--range: a range is given twice ({', '.join(out)})")
+    return out
+
+
+def _windows(args: argparse.Namespace) -> list[pr.CountWindow | pr.TimeWindow]:
+    """One window per ``--range``, each of ``--window``'s kind and the one ``--slide``."""
+    return [_window(args, r) for r in _ranges(args)]
+
+
+def _aggs(args: argparse.Namespace) -> list[str]:
+    out = [a.strip() for a in args.agg.split(",")]
+    if any(not a for a in out):
+        raise UserError(f"--agg: an empty name in {args.agg!r}")
+    if len(set(out)) != len(out):
+        raise UserError(f"--agg: an aggregation is given twice ({args.agg})")
+    for a in out:
+        if a not in pr.BUILTIN_AGGREGATIONS:
+            raise UserError(f"--agg: unknown aggregation {a!r}; accepted: {', '.join(sorted(pr.BUILTIN_AGGREGATIONS))}")
+    return out
+
+
+def _window(args: argparse.Namespace, range_: str | None) -> pr.CountWindow | pr.TimeWindow:
     try:
         if args.window == "count":
             if args.offset is not None:
@@ -255,7 +290,7 @@ def _window(args: argparse.Namespace) -> pr.CountWindow | pr.TimeWindow:
                     raise UserError(f"--{name} of a count window is a number of tuples, got {text!r}")
                 return int(t)
 
-            return pr.CountWindow(range=count("range", args.range or "1024"), slide=count("slide", args.slide or "1"))
+            return pr.CountWindow(range=count("range", range_ or "1024"), slide=count("slide", args.slide or "1"))
 
         def dur(name: str, text: str | None) -> durations.Duration | None:  # errors name the option
             if text is None:
@@ -265,7 +300,7 @@ def _window(args: argparse.Namespace) -> pr.CountWindow | pr.TimeWindow:
             return d
 
         offset = dur("offset", args.offset)
-        return pr.TimeWindow(range=dur("range", args.range or "60s"), slide=dur("slide", args.slide),
+        return pr.TimeWindow(range=dur("range", range_ or "60s"), slide=dur("slide", args.slide),
                              offset=0 if offset is None else offset)
     except (TypeError, ValueError) as exc:
         raise UserError(str(exc)) from None
@@ -308,6 +343,8 @@ def _describe(job: Job) -> str:
         what = f"{d['kind']} {d['path']}"
     w = job.window
     kind = "time" if job.is_time else "count"
+    if job.query is not None:
+        return _describe_query(job, what, kind)
     alg = job.algorithm
     if alg == "auto":
         chosen, why = job.choice()
@@ -319,15 +356,34 @@ def _describe(job: Job) -> str:
         else:
             alg = f"auto -> {chosen}: {REASON_TEXT.get(why, why)}"
     late = f", lateness {job.allowed_lateness} ms" if job.is_time else ""
+    engine = _engine_name(job)
+    return (f"{PROG}: {what} -> key by -> {kind} W[{w.range}, {w.slide}] {job.agg.name} ({alg}{late}), "
+            f"{engine} engine x {job.parallelism} slots -> {_sink_text(job)}")
+
+
+def _sink_text(job: Job) -> str:
     sink = "none" if job.sink_format is None else f"{job.sink_format}:{job.sink_path}"
     if job.compression is not None:
         sink += f" ({job.compression})"
     if job.sink_format in STAGED_FORMATS:
         sink += (" (written on an output thread beside each slot)" if job.output_stage() else
                  f" (written on the slots' main loops: {job.cores()} cores, too few for an output thread each)")
-    engine = _engine_name(job)
-    return (f"{PROG}: {what} -> key by -> {kind} W[{w.range}, {w.slide}] {job.agg.name} ({alg}{late}), "
-            f"{engine} engine x {job.parallelism} slots -> {sink}")
+    return sink
+
+
+def _describe_query(job: Job, what: str, kind: str) -> str:
+    """The banner of a query job: its windows and aggregations, the outputs' algorithms."""
+    q = job.query
+    wins = ", ".join(dict.fromkeys(f"W[{w.range}, {w.slide}]" for w in q.windows))
+    aggs = ", ".join(dict.fromkeys(a if isinstance(a, str) else a.name for a in q.aggs))
+    algs: dict[str, int] = {}
+    for spec in job._slot_spec(0).host_specs():
+        alg = job.algorithm if job.algorithm != "auto" else KeyedHost(spec).choose()[0]
+        algs[alg] = algs.get(alg, 0) + 1
+    chosen = ", ".join(f"{a} x{n}" for a, n in algs.items())
+    late = f", lateness {job.allowed_lateness} ms" if job.is_time else ""
+    return (f"{PROG}: {what} -> key by -> {kind} {wins} x {aggs} ({len(q.names)} outputs, {job.algorithm} -> "
+            f"{chosen}{late}) x {job.parallelism} slots -> {_sink_text(job)}")
 
 
 def _engine_name(job: Job) -> str:
@@ -386,7 +442,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         _setup_logging(args.log_level)
         if args.log_file is not None:
             pr.configure_logging(args.log_file, args.log_level.upper())
-        window = _window(args)
+        windows, aggs = _windows(args), _aggs(args)
         source = _source(args)
         every_tuples, every_seconds = args.checkpoint_every or (None, None)
         if args.checkpoint_every is not None and args.checkpoint_dir is None:
@@ -394,7 +450,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.resume and args.checkpoint_dir is None:
             raise UserError("--resume needs --checkpoint-dir (where the checkpoint is)")
         progress = args.progress if args.progress is not None else sys.stderr.isatty()
-        job = Job(source, window, args.agg, args.algorithm, parallelism=args.parallelism, sink=args.sink,
+        if len(windows) == 1 and len(aggs) == 1:
+            what: dict[str, Any] = {"window": windows[0], "agg": aggs[0]}
+        else:  # a query: every aggregation over every window, one column each
+            column = args.value_col if args.source.partition(":")[0] in ("csv", "jsonl") else "value"
+            try:
+                what = {"query": pr.Query(on=args.ts_col if args.window == "time" else None, windows=windows,
+                                          aggs={column: aggs}, missing="propagate")}
+            except (TypeError, ValueError) as exc:
+                raise UserError(str(exc)) from None
+        job = Job(source, algorithm=args.algorithm, **what, parallelism=args.parallelism, sink=args.sink,
                   late_output=args.late_output, allowed_lateness=args.allowed_lateness,
                   checkpoint_dir=args.checkpoint_dir, checkpoint_every=every_tuples,
                   checkpoint_interval=every_seconds, batch_size=args.batch_size, queue_size=args.queue_size,

@@ -12,7 +12,7 @@ import pytest
 
 import pba_runtime as pr
 from pba_runtime import durations
-from pba_runtime.cli import _window, build_parser
+from pba_runtime.cli import _windows, build_parser
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -157,7 +157,8 @@ def test_the_parser_imports_neither_numpy_nor_pandas():
 
 # --------------------------------------------------------------------------- the CLI's window options
 def _cli_window(*argv):
-    return _window(build_parser().parse_args(list(argv)))
+    (w,) = _windows(build_parser().parse_args(list(argv)))
+    return w
 
 
 def test_cli_window_options_take_every_duration():
@@ -167,6 +168,10 @@ def test_cli_window_options_take_every_duration():
     assert _cli_window("--window", "time") == pr.TimeWindow(60_000)  # the default range, tumbling
     assert _cli_window("--window", "time", "--range", "2000", "--slide", "500") == pr.TimeWindow(2_000, 500)
     assert _cli_window("--range", "16") == pr.CountWindow(16, 1)
+    several = _windows(build_parser().parse_args(["--window", "time", "--range", "1s,5min", "--range", "1h",
+                                                  "--slide", "1s"]))
+    assert several == [pr.TimeWindow(1_000, 1_000), pr.TimeWindow(300_000, 1_000), pr.TimeWindow(3_600_000, 1_000)]
+    assert [w.label for w in several] == ["1s", "5min", "1h"]
 
 
 def test_cli_durations_are_the_core_parser():

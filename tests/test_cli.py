@@ -61,7 +61,7 @@ def test_python_m_cli_runs_main(tmp_path):
     every window and exits 0."""
     cli = [sys.executable, "-m", "pba_runtime.cli"]
     proc = subprocess.run(cli + ["--agg", "median"], capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 2 and proc.stderr.startswith("pba-run: error: unknown aggregation 'median'")
+    assert proc.returncode == 2 and proc.stderr.startswith("pba-run: error: --agg: unknown aggregation 'median'")
     assert proc.stderr.count("\n") == 1
     out, metrics = tmp_path / "out.csv", tmp_path / "m.json"
     proc = subprocess.run(cli + ["--tuples", "3000", "--range", "16", "-q", "--sink", f"csv:{out}", "--metrics-json",
@@ -172,7 +172,7 @@ def test_user_errors_from_the_input_file(capsys, tmp_path):
 def test_a_real_process_exits_2_without_a_traceback(tmp_path):
     proc = subprocess.run(CLI + ["--agg", "median"], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2
-    assert proc.stderr.startswith("pba-run: error: unknown aggregation 'median'")
+    assert proc.stderr.startswith("pba-run: error: --agg: unknown aggregation 'median'")
     assert "Traceback" not in proc.stderr and proc.stderr.count("\n") == 1
 
 

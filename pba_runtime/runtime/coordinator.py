@@ -44,7 +44,7 @@ from .errors import JobError, UserError
 from .metrics import JobMetrics, PhaseClock
 from .part_files import commit_parts, prepare_part_dir
 from .partitioning import Partitioner, compact_keys, key_array, slot_of, split_by_slot
-from .sinks import LATE_COLUMNS, PART_FORMATS, RESULT_COLUMNS, TEXT_FORMATS, FileSink
+from .sinks import LATE_COLUMNS, PART_FORMATS, TEXT_FORMATS, FileSink
 from .slot import POLL, slot_main
 from .sources import Source
 
@@ -116,7 +116,7 @@ class JobRun:
                 log.info("removed %d part files of an earlier run or past the checkpoint in %s", len(removed),
                          job.sink_path)
         elif job.sink_format is not None:
-            self.sink = FileSink(job.sink_path, job.sink_format, RESULT_COLUMNS)
+            self.sink = FileSink(job.sink_path, job.sink_format, job.result_columns())
             self.sink.open(None if ckpt is None else ckpt["sink_offset"])
         self.late_sink = FileSink(job.late_path, job.late_format, LATE_COLUMNS, lazy=True)
         self.late_sink.open(None if ckpt is None else ckpt["late_offset"])

@@ -35,7 +35,8 @@ from .coordinator import JobRun
 from .errors import UserError
 from .metrics import JobMetrics
 from .part_files import check_compression
-from .sinks import late_format_for, late_path_for, parse_sink_spec
+from .query_rows import QueryOutputs
+from .sinks import RESULT_COLUMNS, late_format_for, late_path_for, parse_sink_spec
 from .sources import DEFAULT_BATCH_SIZE, Source
 from .task_slot import STAGED_FORMATS, SlotSpec
 
@@ -68,7 +69,12 @@ class Job:
     window : CountWindow or TimeWindow
         Count windows are per key (stream positions of the key's tuples).
     agg : str or Aggregation
-        An aggregation name, or a picklable :class:`pba_runtime.Aggregation`.
+        An aggregation name, or a picklable :class:`pba_runtime.Aggregation` (default ``"max"``).
+    query : pba_runtime.Query, optional
+        Instead of ``window`` and ``agg``: every output of a query at once (its windows, and its aggregations
+        of the stream's value column, the column the query names), one row per (key, window end) with each
+        output in its own column (:mod:`~pba_runtime.runtime.query_rows`); the stream's key and timestamps are
+        the source's (the query's ``by`` and ``on`` are the frames'). Time windows' durations in milliseconds.
     algorithm : str
         A name in ``pba_runtime.ALGORITHMS`` or ``"auto"`` (the default, as in ``pba-run``,
         ``sliding_aggregate`` and the Spark adapter: PBA where its worker can help, else SBA;
@@ -121,8 +127,8 @@ class Job:
         (:meth:`output_stage`).
     """
 
-    def __init__(self, source: Source, window: pr.CountWindow | pr.TimeWindow, agg: Any = "max",
-                 algorithm: str = "auto", *, parallelism: int = 2, sink: str = "none", late_output: str | None = None,
+    def __init__(self, source: Source, window: pr.CountWindow | pr.TimeWindow | None = None, agg: Any = None,
+                 algorithm: str = "auto", *, query: Any = None, parallelism: int = 2, sink: str = "none", late_output: str | None = None,
                  allowed_lateness: int | None = None, checkpoint_dir: str | None = None,
                  checkpoint_every: int | None = None, checkpoint_interval: float | None = None,
                  batch_size: int = DEFAULT_BATCH_SIZE, queue_size: int = DEFAULT_QUEUE_SIZE,
@@ -133,17 +139,28 @@ class Job:
         if not isinstance(source, Source):
             raise UserError(f"source must be a pba_runtime.runtime Source, got {type(source).__name__}")
         self.source = source
+        self.query = None
+        if query is not None:
+            if window is not None or agg is not None:
+                raise UserError("query: give either window and agg, or query=, not both")
+            self.query = QueryOutputs.of(query)
+            window, agg = self.query.windows[0], self.query.aggs[0]
+        elif window is None:
+            raise UserError("window: a job needs a window (pr.CountWindow or pr.TimeWindow), or query=")
+        agg = "max" if agg is None else agg
         try:
             self.window = pr.windows.validate_window(window)
             self.agg = pr.get_aggregation(agg)
         except (TypeError, ValueError) as exc:
             raise UserError(str(exc)) from None
         self.agg_spec = agg if isinstance(agg, str) else self.agg
-        if not isinstance(agg, str):
+        for a in (self.query.aggs if self.query is not None else (agg,)):
+            if isinstance(a, str):
+                continue
             try:
-                pickle.dumps(self.agg)
+                pickle.dumps(a)
             except Exception:
-                raise UserError(f"aggregation {self.agg.name!r} cannot be sent to the task slots (not picklable: "
+                raise UserError(f"aggregation {a.name!r} cannot be sent to the task slots (not picklable: "
                                 "define its functions at module level)") from None
         self.algorithm = algorithm
         self.engine = engine
@@ -197,7 +214,8 @@ class Job:
     def _check_operator(self) -> None:
         """Validate the slots' operators here: a bad window/aggregation/algorithm fails before any process starts."""
         try:
-            self._slot_spec(0).host_spec().validate()
+            for spec in self._slot_spec(0).host_specs():
+                spec.validate()
         except (TypeError, ValueError) as exc:
             raise UserError(str(exc)) from None
 
@@ -211,7 +229,13 @@ class Job:
             "allowed_lateness": self.allowed_lateness,
             "sink": [self.sink_format, None if self.sink_path in (None, "-") else os.path.abspath(self.sink_path)],
             "late_output": [self.late_format, os.path.abspath(self.late_path)],
+            **({} if self.query is None else {"query": self.query.describe()}),
         }
+
+    def result_columns(self) -> tuple[str, ...]:
+        """The sink's columns: ``key, start, end, value``, or a query's (:meth:`QueryOutputs.columns
+        <pba_runtime.runtime.query_rows.QueryOutputs.columns>`)."""
+        return RESULT_COLUMNS if self.query is None else self.query.columns()
 
     def _slot_spec(self, index: int, epoch: int = 1, ring: str | None = None, in_ring: str | None = None) -> SlotSpec:
         profile = os.path.join(self.profile_dir, f"slot{index}.prof") if self.profile_dir else None
@@ -221,7 +245,7 @@ class Job:
                         epoch=epoch, late_format=self.late_format, profile_path=profile,
                         durable=self.checkpoint_dir is not None, ring=ring, in_ring=in_ring,
                         log_config=logs.current_config(),
-                        cores=self.cores_per_slot(), staged=self.output_stage())
+                        cores=self.cores_per_slot(), staged=self.output_stage(), query=self.query)
 
     def cores_per_slot(self) -> int:
         """Cores each task slot may use: the cores this process may run on, shared by the slots (at least 1).
@@ -251,6 +275,9 @@ class Job:
         ...  for agg, sink in (("max", "csv:o.csv"), ("max", "jsonl:o.jsonl"), ("moment_sketch", "csv:o.csv"))]
         [48, 96, 600]
         """
+        if self.query is not None:  # a number (or null) and the text before it, per output
+            names = sum(len(n) + 6 for n in self.query.names) if self.sink_format == "jsonl" else 0
+            return (96 if self.sink_format == "jsonl" else 48) + 25 * len(self.query.names) + names
         agg = self.agg
         width = agg.kernel.shape[0] if agg.result == "vector" and agg.kernel is not None and agg.kernel.shape else 0
         return (96 if self.sink_format == "jsonl" else 48) + 24 * width

@@ -319,6 +319,17 @@ class JobMetrics:
             out.update(s.get("algorithms", {}))
         return dict(out)
 
+    def outputs(self) -> dict[str, dict[str, Any]]:
+        """A query job's outputs, over all slots: per name, the windows it emitted in this run and its keys'
+        algorithms (empty for a job of one output)."""
+        out: dict[str, dict[str, Any]] = {}
+        for s in self.slots.values():
+            for name, o in s.get("outputs", {}).items():
+                mine = out.setdefault(name, {"windows": 0, "algorithms": Counter()})
+                mine["windows"] += o["windows"]
+                mine["algorithms"].update(o["algorithms"])
+        return {n: {"windows": o["windows"], "algorithms": dict(o["algorithms"])} for n, o in out.items()}
+
     def time_shares(self) -> dict[str, Any]:
         """Wall and CPU seconds per phase, per stage (coordinator loop, sink thread, slots summed).
 
@@ -369,6 +380,7 @@ class JobMetrics:
             "merges": int(self._slot_sum("calls")),
             "largest_merge": max((int(s.get("largest_piece", 0)) for s in self.slots.values()), default=0),
             "reasons": self._slot_merge("reasons"),
+            "outputs": self.outputs(),
             "engines": self._slot_merge("engines"),
             "lcs_stalls": int(self._slot_sum("stalls")),
             "lcs_stall_s": self._slot_sum("stall_time"),
@@ -403,7 +415,8 @@ class JobMetrics:
         lines = [
             f"tuples       {s['tuples']:,} in {s['elapsed_s']:.2f} s = {format_count(s['tuples_per_s'])} tuples/s "
             f"(parallelism {self.parallelism}; {s['startup_s']:.2f} s start-up before: processes, kernels)",
-            f"windows      {s['windows']:,} emitted",
+            f"windows      {s['windows']:,} emitted" + (f" (rows of {len(s['outputs'])} outputs each)"
+                                                        if s["outputs"] else ""),
             f"late tuples  {s['late']:,}",
             (f"latency      p50 {lat['p50']:.2f} ms, p90 {lat['p90']:.2f} ms, p99 {lat['p99']:.2f} ms, "
              f"max {lat['max']:.2f} ms (arrival of the completing tuple -> result at the sink)"
@@ -412,6 +425,9 @@ class JobMetrics:
             f"({s['lcs_stall_s'] * 1000:.1f} ms waited)",
             f"keys         {s['keys']:,} ({_reasons(s['reasons']) or algs})",
         ]
+        for name, o in s["outputs"].items():
+            algs = ", ".join(f"{a} x{n}" for a, n in sorted(o["algorithms"].items())) or "-"
+            lines.append(f"output       {name}: {o['windows']:,} windows ({algs})")
         if any(s["total"][k] != s[k] for k in ("tuples", "windows", "late")):
             t = s["total"]
             lines.append(f"since start  {t['tuples']:,} tuples, {t['windows']:,} windows, {t['late']:,} late "

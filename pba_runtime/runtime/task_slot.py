@@ -44,6 +44,7 @@ from .byte_ring import ByteRing
 from .metrics import PhaseClock, Rusage
 from .part_files import ROWS_PER_GROUP, PartWriter
 from .partitioning import group_runs
+from .query_rows import format_query, join, query_table
 from .sinks import PART_FORMATS, TEXT_FORMATS, ResultParts, format_batch, format_late, result_table, sample_parts
 
 __all__ = ["SlotSpec", "TaskSlot", "make_operator", "STAGED_FORMATS"]
@@ -101,6 +102,10 @@ class SlotSpec:
         Format and write the sink's results on an output stage (a thread of the slot's own) rather than
         on the main loop (:meth:`pba_runtime.runtime.Job.output_stage`, which sets it only for a sink of
         :data:`STAGED_FORMATS`).
+    query : QueryOutputs, optional
+        A query job's outputs (:mod:`~pba_runtime.runtime.query_rows`): one operator per output and key,
+        their results joined into one row per (key, window end); ``window`` and ``agg`` are then its first
+        output's.
     """
 
     index: int
@@ -122,11 +127,20 @@ class SlotSpec:
     in_ring: str | None = None
     log_config: tuple | None = None
     staged: bool = False
+    query: Any = None
 
     def host_spec(self) -> HostSpec:
-        """The :class:`~pba_runtime.host.HostSpec` of this slot's keys."""
-        return HostSpec(self.window, self.agg, self.algorithm, allowed_lateness=self.allowed_lateness,
-                        engine=self.engine, cores=self.cores)
+        """The :class:`~pba_runtime.host.HostSpec` of this slot's keys (a query's first output's)."""
+        return self.host_specs()[0]
+
+    def host_specs(self) -> list[HostSpec]:
+        """One :class:`~pba_runtime.host.HostSpec` per output: the job's one, or each of its query's."""
+        if self.query is None:
+            return [HostSpec(self.window, self.agg, self.algorithm, allowed_lateness=self.allowed_lateness,
+                             engine=self.engine, cores=self.cores)]
+        q = self.query
+        return [HostSpec(w, q.aggregation(i), self.algorithm, allowed_lateness=self.allowed_lateness,
+                         engine=self.engine, cores=self.cores) for i, w in enumerate(q.windows)]
 
 
 def make_operator(spec: SlotSpec, pool: pr.WorkerPool | None) -> pr.WindowOperator:
@@ -161,7 +175,11 @@ class TaskSlot:
     def __init__(self, spec: SlotSpec, states: dict[Any, Any] | None = None):
         self.spec = spec
         self.pool = CountingPool(kind="thread", workers=spec.pool_workers)
-        self.host = KeyedHost(spec.host_spec(), self.pool)
+        self.query = spec.query
+        #: one host per output (a query's), each key opened in all of them at once
+        self.hosts = [KeyedHost(h, self.pool) for h in spec.host_specs()]
+        self.host = self.hosts[0]
+        self.output_windows = [0] * len(self.hosts)  # windows each output emitted
         # numba's import and the cached merge load while the slot waits for its first batch
         self._warm = warm_in_background(self.host.engine())
         self.clock = PhaseClock()
@@ -185,7 +203,11 @@ class TaskSlot:
         self.ring = None if spec.ring is None else ByteRing.attach(spec.ring, on_wait=_check_parent)
         self.in_ring = None if spec.in_ring is None else ByteRing.attach(spec.in_ring)
         if states:
-            self.host.restore(states)
+            if self.query is None:
+                self.host.restore(states)
+            else:  # a query's key: its outputs' snapshots, in order
+                for i, host in enumerate(self.hosts):
+                    host.restore({k: v[i] for k, v in states.items()})
 
     @property
     def ops(self) -> dict[Any, pr.WindowOperator]:
@@ -208,7 +230,10 @@ class TaskSlot:
         out = None
         if fmt is not None and n_win:
             if self.parts is not None:
-                self.parts.write(result_table(parts, self._range))
+                self.parts.write(result_table(parts, self._range) if self.query is None
+                                 else query_table(self.query, parts))
+            elif self.query is not None:
+                out = format_query(self.query, fmt, parts, self.ring)
             else:
                 out = format_batch(fmt, parts, self._range, self.ring)
         late = None
@@ -285,6 +310,8 @@ class TaskSlot:
         """
         clock = self.clock
         clock.mark()
+        if self.query is not None:
+            return self._aggregate_query(keys, bounds, values, timestamps)
         keys_seen = self.host.keys
         if not self._is_time:
             slide = self._slide
@@ -319,6 +346,47 @@ class TaskSlot:
         clock.lap("aggregate")
         return parts, late_parts
 
+    def _aggregate_query(self, keys: list, bounds: list, values: np.ndarray,
+                         timestamps: np.ndarray | None) -> tuple[list, list]:
+        """:meth:`aggregate_grouped` of a query: every output's operators fed the same grouped batch (count
+        windows: all keys of an output in one :func:`insert_many_keyed`), the results joined into the query's
+        rows (:func:`~pba_runtime.runtime.query_rows.join`); late tuples are the first output's (every output
+        sees the same tuples under the same lateness)."""
+        keys_seen = self.host.keys
+        for i, key in enumerate(keys):
+            if key not in keys_seen:
+                lo, hi = bounds[i], bounds[i + 1]
+                span = hi - lo if not self._is_time else int(timestamps[lo:hi].max() - timestamps[lo:hi].min()) + 1
+                self._open(key, span)
+        outs: list[list] = []
+        columns: list = []
+        late_parts: list = []
+        for h, host in enumerate(self.hosts):
+            seen = host.keys
+            merged: list = []
+            if not self._is_time:
+                got = insert_many_keyed([seen[key].op for key in keys], values, bounds, merged)
+            else:
+                got = []
+                for i, key in enumerate(keys):
+                    lo, hi = bounds[i], bounds[i + 1]
+                    op = seen[key].op
+                    got.append(op.insert_many(values[lo:hi], timestamps[lo:hi]))
+                    if h == 0:
+                        self._take_late(key, op, late_parts)
+                    elif hasattr(op, "take_late"):
+                        op.take_late()  # the same tuples as the first output's
+            n_win = sum(len(e) for e, _ in got)
+            self.output_windows[h] += n_win
+            outs.append(got)
+            # every key's windows as the merge's own two arrays, when it returned them so
+            whole = merged and len(merged[0][0]) == sum(1 for e, _ in got if len(e)) and len(merged[0][1]) == n_win
+            columns.append(merged[0][1:] if whole else None)
+        parts = join(list(keys), outs, self.query.window_of, columns)
+        self._account(len(keys), len(values), parts)
+        self.clock.lap("aggregate")
+        return parts, late_parts
+
     def _account(self, calls: int, tuples: int, parts: list) -> None:
         """Count a batch: its keys' calls, its tuples, the most windows one key emitted."""
         self.calls += calls
@@ -328,10 +396,16 @@ class TaskSlot:
                 self.largest_piece = len(ends)
 
     def _open(self, key: Any, key_slices: int) -> Any:
-        """Open ``key``'s operator at its first piece: ``"auto"`` sees the piece's slices (``small_key``)."""
-        hosted = self.host.open(key_slices)
-        self.host.add(key, hosted)
-        return hosted
+        """Open ``key``'s operator at its first piece: ``"auto"`` sees the piece's slices (``small_key``).
+        A query's key is opened in every output's host (``key_slices``: the piece's span, in tuples or ms,
+        divided by each window's slide)."""
+        if self.query is None:
+            hosted = self.host.open(key_slices)
+            self.host.add(key, hosted)
+            return hosted
+        for host, w in zip(self.hosts, self.query.windows):
+            host.add(key, host.open(max(1, key_slices // w.slide)))
+        return self.host.keys[key]
 
     def on_barrier(self, checkpoint_id: int) -> tuple:
         """Snapshot every key: the ``("barrier", ...)`` message."""
@@ -342,11 +416,18 @@ class TaskSlot:
     def snapshot(self) -> dict[str, Any]:
         """The barrier's payload but its ``parts``: every key's state, pickled now, and the counters."""
         self.clock.mark()
-        states = pickle.dumps(self.host.snapshot(), protocol=pickle.HIGHEST_PROTOCOL)
+        states = pickle.dumps(self._states(), protocol=pickle.HIGHEST_PROTOCOL)
         payload = {"states": states, "keys": len(self.host), "tuples": self.tuples, "windows": self.windows,
                    "late": self.late}
         self.clock.lap("snapshot")
         return payload
+
+    def _states(self) -> dict[Any, Any]:
+        """``{key: snapshot}``; a query's key: its outputs' snapshots, in order."""
+        if self.query is None:
+            return self.host.snapshot()
+        snaps = [host.snapshot() for host in self.hosts]
+        return {k: tuple(s[k] for s in snaps) for k in snaps[0]}
 
     def on_end(self, arrival: float) -> tuple:
         """Flush every key (end of stream); returns the last ``("out", ...)`` message."""
@@ -361,6 +442,23 @@ class TaskSlot:
         self.clock.mark()
         parts = []
         late_parts: list = []
+        if self.query is not None:
+            keys = list(self.host.keys)
+            outs = []
+            for h, host in enumerate(self.hosts):
+                got = []
+                for key in keys:
+                    op = host.keys[key].op
+                    got.append(op.flush())
+                    if h == 0:
+                        self._take_late(key, op, late_parts)
+                    elif hasattr(op, "take_late"):
+                        op.take_late()
+                self.output_windows[h] += sum(len(e) for e, _ in got)
+                outs.append(got)
+            parts = join(keys, outs, self.query.window_of) if keys else []
+            self.clock.lap("aggregate")
+            return parts, late_parts
         for key, op in self.host.items():
             ends, res = op.flush()
             self._take_late(key, op, late_parts)
@@ -411,7 +509,11 @@ class TaskSlot:
         pyarrow's first-use costs fall in the slot's start-up, not in its stream (nothing without a part-file
         sink)."""
         if self.parts is not None:
-            self.parts.warm(result_table(sample_parts(ROWS_PER_GROUP), self._range))
+            sample = sample_parts(ROWS_PER_GROUP)
+            if self.query is None:
+                self.parts.warm(result_table(sample, self._range))
+            else:
+                self.parts.warm(query_table(self.query, join([0], [[sample.columns]] * len(self.hosts))))
 
     def finish_parts(self, next_epoch: int | None = None) -> list[str]:
         """Close the slot's part file (part-file sinks): its name, for the checkpoint (or the end) to commit."""
@@ -450,7 +552,18 @@ class TaskSlot:
                 "clock": clock, "rusage": rusage,
                 "gc": {"frozen": self.frozen,  # the objects of the slot's start-up (freeze_startup)
                        "collections": [g["collections"] - c for g, c in zip(gc.get_stats(), self._gc0)]},
+                "outputs": self._output_stats(),
                 "cpu_s": time.process_time() - self._cpu0}
+
+    def _output_stats(self) -> dict[str, Any]:
+        """A query's outputs: per name, the windows it emitted and its keys' algorithms (empty without a query)."""
+        if self.query is None:
+            return {}
+        out = {}
+        for name, host, n in zip(self.query.names, self.hosts, self.output_windows):
+            algs: Counter[str] = Counter(str(h.op.stats().get("algorithm", h.algorithm)) for h in host.keys.values())
+            out[name] = {"windows": n, "algorithms": dict(algs)}
+        return out
 
     def _split_min(self) -> dict[str, int]:
         """From how large a merge PBA's batch path gives its worker a part: windows (compiled engine),
@@ -466,7 +579,8 @@ class TaskSlot:
             self.ring.close()
         if self.in_ring is not None:
             self.in_ring.close()
-        self.host.close()
+        for host in self.hosts:
+            host.close()
         self.pool.close(wait=False)
         if self._warm is not None:
             self._warm.join()

@@ -67,7 +67,7 @@ from .float_repr import (
 )
 from .unaligned import load2, load8, store2, store8
 
-__all__ = ["Layout", "CSV", "JSONL", "blob", "lines", "lines_into", "write_float_lines", "float_text", "compile_now"]
+__all__ = ["Layout", "CSV", "JSONL", "blob", "lines", "lines_into", "column_lines_into", "write_float_lines", "float_text", "compile_now"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -356,6 +356,84 @@ def _write_vectors(buf, prefix, prefix_off, counts, ends, range_, bits, texts, t
             pos = _put_text(buf, pos, texts, texts_off, _END)
             row += 1
     return pos
+
+
+@njit(cache=True, nogil=True)
+def _write_columns(buf, prefix, prefix_off, counts, ends, range_, with_start, values, bits, absent, is_int, names,
+                   names_off, null, texts, texts_off, g, pow10u, digits2, little):  # pragma: no cover - compiled
+    """The lines of a query's rows into ``buf``: per row ``prefix[part] [start between] end``, then per output
+    column ``names[i]`` and its number (an int where ``is_int[i]``, else as :func:`_write_fast` spells a value;
+    ``null`` where ``absent[row, i]``; ``absent`` of shape ``(0, 0)``: none is), then the layout's end;
+    returns the length written."""
+    pos = 0
+    row = 0
+    k = bits.shape[1]
+    masked = absent.shape[0] > 0
+    for p in range(counts.shape[0]):
+        p0, p1 = prefix_off[p], prefix_off[p + 1]
+        for _ in range(counts[p]):
+            for j in range(p0, p1):
+                buf[pos] = prefix[j]
+                pos += 1
+            e = ends[row]
+            if with_start:
+                pos = _put_int(buf, pos, e - range_, pow10u, digits2, little)
+                pos = _put_text(buf, pos, texts, texts_off, _BETWEEN)
+            pos = _put_int(buf, pos, e, pow10u, digits2, little)
+            for i in range(k):
+                pos = _put_text(buf, pos, names, names_off, i)
+                if masked and absent[row, i]:
+                    for j in range(null.shape[0]):
+                        buf[pos] = null[j]
+                        pos += 1
+                elif is_int[i]:
+                    pos = _put_int(buf, pos, np.int64(values[row, i]), pow10u, digits2, little)
+                else:
+                    pos = _put_float(buf, pos, bits[row, i], texts, texts_off, g, pow10u, digits2, little)
+            pos = _put_text(buf, pos, texts, texts_off, _END)
+            row += 1
+    return pos
+
+
+def column_lines_into(alloc: Callable[[int], np.ndarray], prefixes: list[bytes] | tuple[np.ndarray, np.ndarray],
+                      counts: np.ndarray, ends: np.ndarray, range_: int | None, values: np.ndarray,
+                      absent: np.ndarray | None, is_int: np.ndarray, names: list[bytes], null: bytes,
+                      layout: Layout = CSV) -> int:
+    """The lines of a query's rows (one column per output) written into ``alloc(n)``'s buffer; returns the
+    bytes written.
+
+    Per row: the key prefix, ``start`` and the layout's ``between`` (only with ``range_``: ``start`` is
+    ``end - range_``), ``end``, then for each output column ``i`` the text ``names[i]`` and the row's
+    ``values[:, i]`` (float64; written as an integer where ``is_int[i]``), or ``null`` where
+    ``absent[:, i]``; then the layout's ``end``.
+
+    Examples
+    --------
+    >>> out = np.zeros(64, np.uint8)
+    >>> n = column_lines_into(lambda size: out, [b"k,"], np.array([2]), np.array([5, 6]), None,
+    ...                       np.array([[0.25, 3.0], [0.5, 4.0]]), np.array([[False, False], [False, True]]),
+    ...                       np.array([False, True]), [b",", b","], b"")
+    >>> print(out[:n].tobytes().decode(), end="")
+    k,5,0.25,3
+    k,6,0.5,
+    """
+    ends = np.ascontiguousarray(ends, dtype=np.int64)
+    counts = np.ascontiguousarray(counts, dtype=np.int64)
+    values = np.ascontiguousarray(values, dtype=np.float64)
+    if values.ndim != 2 or len(values) != len(ends) or len(ends) != int(counts.sum()) or len(names) != values.shape[1]:
+        raise ValueError(f"values must be (rows, {len(names)}) with rows = sum of counts = rows of ends")
+    is_blob = isinstance(prefixes, tuple) and len(prefixes) == 2 and isinstance(prefixes[0], np.ndarray)
+    prefix, prefix_off = prefixes if is_blob else blob(prefixes)
+    texts, texts_off = layout.texts
+    names_blob, names_off = blob(names)
+    prefix_bytes = int(np.dot(np.diff(prefix_off), counts))
+    per_row = 2 * 20 + len(layout.between) + len(layout.end) + sum(len(t) for t in names) \
+        + values.shape[1] * max(layout.value_bound, 20, len(null))
+    mask = np.zeros((0, 0), np.bool_) if absent is None else np.ascontiguousarray(absent, dtype=np.bool_)
+    return _write_columns(alloc(prefix_bytes + len(ends) * per_row + _SLACK), prefix, prefix_off, counts, ends,
+                          np.int64(range_ or 0), range_ is not None, values, values.view(np.uint64), mask,
+                          np.ascontiguousarray(is_int, dtype=np.bool_), names_blob, names_off,
+                          np.frombuffer(null, np.uint8), texts, texts_off, G, POW10U, DIGITS2, _LITTLE)
 
 
 def blob(items: list[bytes]) -> tuple[np.ndarray, np.ndarray]:
