@@ -358,6 +358,20 @@ def _write_vectors(buf, prefix, prefix_off, counts, ends, range_, bits, texts, t
     return pos
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _put_head(buf, pos, prefix, p0, p1, e, range_, with_start, texts, texts_off, pow10u, digits2,
+              little):  # pragma: no cover - compiled
+    """Write a query line's head: its key prefix ``prefix[p0:p1]``, ``start`` (``e - range_``) and the
+    layout's ``between`` when ``with_start``, then ``end``; returns the position after it."""
+    for j in range(p0, p1):
+        buf[pos] = prefix[j]
+        pos += 1
+    if with_start:
+        pos = _put_int(buf, pos, e - range_, pow10u, digits2, little)
+        pos = _put_text(buf, pos, texts, texts_off, _BETWEEN)
+    return _put_int(buf, pos, e, pow10u, digits2, little)
+
+
 @njit(cache=True, nogil=True)
 def _write_columns(buf, prefix, prefix_off, counts, ends, range_, with_start, values, bits, absent, is_int, names,
                    names_off, null, texts, texts_off, g, pow10u, digits2, little):  # pragma: no cover - compiled
@@ -372,14 +386,8 @@ def _write_columns(buf, prefix, prefix_off, counts, ends, range_, with_start, va
     for p in range(counts.shape[0]):
         p0, p1 = prefix_off[p], prefix_off[p + 1]
         for _ in range(counts[p]):
-            for j in range(p0, p1):
-                buf[pos] = prefix[j]
-                pos += 1
-            e = ends[row]
-            if with_start:
-                pos = _put_int(buf, pos, e - range_, pow10u, digits2, little)
-                pos = _put_text(buf, pos, texts, texts_off, _BETWEEN)
-            pos = _put_int(buf, pos, e, pow10u, digits2, little)
+            pos = _put_head(buf, pos, prefix, p0, p1, ends[row], range_, with_start, texts, texts_off, pow10u,
+                            digits2, little)
             for i in range(k):
                 pos = _put_text(buf, pos, names, names_off, i)
                 if masked and absent[row, i]:
