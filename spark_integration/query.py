@@ -90,16 +90,20 @@ def output_fields(query: pr.Query, types: dict[str, str]) -> list[tuple[str, str
     return fields
 
 
-def aggregate(df: Any, query: pr.Query | None = None, **kwargs: Any) -> Any:
-    """The result of ``query`` (or ``pr.Query(**kwargs)``) over the batch DataFrame ``df``, as a DataFrame.
+def aggregate(df: Any, query: pr.Query | None = None, *, state_chunk_rows: int = 4096, **kwargs: Any) -> Any:
+    """The result of ``query`` (or ``pr.Query(**kwargs)``) over the DataFrame ``df``, as a DataFrame.
 
     Parameters
     ----------
     df : pyspark.sql.DataFrame
-        A batch DataFrame (a streaming one is refused).
+        A batch DataFrame, or a streaming one (window output of one value column; time windows need
+        ``df.withWatermark(on, ...)``): its rows in append mode, each (key, window end) once, when the
+        watermark passes the end (time windows) or when its last row arrives (count windows).
     query : pba_runtime.Query, optional
         The query; else its parameters as keywords: ``by``, ``on`` (required here), ``windows``, ``aggs``,
         ``align``, ``missing``, ``min_periods``, ``closed``, ``labels``.
+    state_chunk_rows : int
+        A streaming query: rows per sealed chunk of each key's tail in the state store.
 
     Every column is checked on the driver before any job starts: a missing column, a value column that is
     not numeric, an order column that is not a timestamp, date or integer raise a ``ValueError`` or
@@ -111,11 +115,10 @@ def aggregate(df: Any, query: pr.Query | None = None, **kwargs: Any) -> Any:
         raise TypeError(f"aggregate: give a query or its keywords, not both ({sorted(kwargs)})")
     if not isinstance(query, pr.Query):
         raise TypeError(f"query must be a pba_runtime.Query, got {type(query).__name__}")
-    if getattr(df, "isStreaming", False):
-        raise NotImplementedError("aggregate: a streaming DataFrame's query is not supported yet; use "
-                                  "spark_integration.sliding_window_aggregate for one output per stream")
     types = dict(df.dtypes)
     _check(query, types)
+    if getattr(df, "isStreaming", False):
+        return _stream(df, query, types, state_chunk_rows)
     from pyspark.sql import functions as F
 
     on = query.on
@@ -212,3 +215,84 @@ def _sent_integers(np: Any, pd: Any, col: Any, unit: str, sent: str) -> Any:
         a = np.array([np.datetime64("NaT") if m else x for x, m in zip(a, null)], dtype="datetime64[D]")
     ints = a.astype(f"datetime64[{sent}]").view(np.int64)
     return pd.Series(pd.arrays.IntegerArray(ints, null), index=col.index)
+
+
+# --------------------------------------------------------------------------- a streaming DataFrame
+def _stream(df: Any, query: pr.Query, types: dict[str, str], chunk_rows: int) -> Any:
+    """A streaming DataFrame's query: per key, one state-store operator per output over the same packed rows
+    (:class:`~spark_integration.streaming.QueryProcessor`), every output of a (key, window end) in one row."""
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+
+    from .dataframe import WATERMARK_KEY, _no_nulls, cores_per_task_of
+    from .python_worker import local_cores
+    from .stream_key import KeyWindows, StepConfig
+    from .streaming import ORDER_COL, VALUE_COL, QueryStreamConfig, new_namespace, stream_query
+
+    if query.align != "windows":
+        raise ValueError('align: a streaming DataFrame gets window output; row output (align="rows") is for a '
+                         "batch DataFrame")
+    values = list(dict.fromkeys(o.column for o in query.outputs))
+    if len(values) != 1:
+        raise ValueError(f"aggs: a streaming query aggregates one value column; these name {len(values)}: {values}")
+    if not query.by:
+        raise ValueError("by: a streaming query keeps its state per key; name the key columns (by=...)")
+    timed = {isinstance(w, pr.TimeWindow) for w in query.windows}
+    if len(timed) != 1:
+        raise ValueError("windows: a streaming query's windows are all count windows or all time windows")
+    is_time = timed.pop()
+    on = query.on
+    if is_time and WATERMARK_KEY not in (df.schema[on].metadata or {}):
+        raise ValueError(f"on: time windows over a streaming DataFrame need a watermark on column {on!r}: "
+                         f"df.withWatermark({on!r}, '10 seconds') (a window is emitted once it passes its end)")
+    if not_numbers := [o.name for o in query.outputs if o.agg.result not in ("float", "int")]:
+        raise ValueError(f"aggs: a streaming query's outputs are numbers; {not_numbers} are not")
+    mp = 1 if query.min_periods is None else query.min_periods
+    if query.missing == "propagate" and mp > 1:
+        raise ValueError('min_periods applies with missing="skip" on a streaming DataFrame')
+    if isinstance(chunk_rows, bool) or not isinstance(chunk_rows, int) or chunk_rows < 1:
+        raise ValueError(f"state_chunk_rows must be a positive integer, got {chunk_rows!r}")
+    ensure_worker_python(df.sparkSession)
+    cores = 1 if local_cores() == 1 else cores_per_task_of(df.sparkSession)
+    ns = new_namespace()
+    steps, window_of, distinct = [], [], {}
+    for i, o in enumerate(query.outputs):
+        w = query.windows[o.window]
+        w = w.in_unit("ms") if isinstance(w, pr.TimeWindow) else w
+        agg = o.agg.name if pr.BUILTIN_AGGREGATIONS.get(o.agg.name) is o.agg else o.agg
+        steps.append(StepConfig(w, agg, "auto", cores=cores, chunk_rows=chunk_rows, namespace=f"{ns}-{i}",
+                                missing=query.missing, min_periods=mp))
+        window_of.append(distinct.setdefault(o.window, len(distinct)))
+    for step in steps:
+        KeyWindows(step)  # the driver refuses what the workers would
+    one = len(query.windows) == 1
+    cfg = QueryStreamConfig(tuple(query.by), tuple(o.name for o in query.outputs), tuple(steps), tuple(window_of),
+                            tuple(o.agg.name in _INT_RESULTS for o in query.outputs),
+                            steps[0].window.range if one else None)
+    kind = _kind_of(types[on])
+    order = {"timestamp": F.unix_millis(F.col(on).cast("timestamp")),
+             "date": F.unix_date(F.col(on)).cast("long") * F.lit(86_400_000)}.get(kind, F.col(on).cast("long"))
+    src = df
+    if query.missing == "skip":
+        src = src.where(F.col(on).isNotNull())
+    else:
+        order = _no_nulls(order, "on", on, tuple(query.by))
+    value = F.coalesce(F.col(values[0]).cast("double"), F.lit(float("nan")))  # a null: NaN, as frames read it
+    d = src.select(*[F.col(b) for b in query.by], order.alias(ORDER_COL), value.alias(VALUE_COL))
+    fields = output_fields(query, types)
+    wire = T.StructType(
+        [df.schema[b] for b in query.by]
+        + [T.StructField(n, T.LongType()) for n in (("window_start",) if one else ()) + ("window_end",)]
+        + [T.StructField(o.name, T.LongType() if o.agg.name in _INT_RESULTS else T.DoubleType())
+           for o in query.outputs])
+    out = stream_query(d, cfg, wire)
+    restore = []
+    for n, t in fields:
+        c = F.col(f"`{n}`")
+        k = _kind_of(t)
+        if k == "timestamp":
+            c = F.timestamp_millis(c).cast(t)
+        elif k == "date":
+            c = F.date_from_unix_date(F.floor(c / F.lit(86_400_000)).cast("int"))
+        restore.append(c.alias(n))
+    return out.select(*restore)

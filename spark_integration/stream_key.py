@@ -139,6 +139,11 @@ class StepConfig:
         and the tail (:data:`PREAGGREGATED`).
     namespace : str
         Names one query's operators in the worker's cache.
+    missing : {"propagate", "skip"}
+        ``"skip"``: NaN values are not values (the operator runs
+        :func:`pba_runtime.aggregations.skipping.skip_missing` of ``agg``; no pre-aggregation).
+    min_periods : int
+        ``missing="skip"``: fewest values a result needs (else NaN).
     """
 
     window: Any
@@ -151,6 +156,8 @@ class StepConfig:
     cache_keys: int = 10_000
     namespace: str = ""
     preaggregate: bool = True
+    missing: str = "propagate"
+    min_periods: int = 1
 
 
 @dataclass
@@ -221,8 +228,13 @@ class KeyWindows:
         self.agg = pr.get_aggregation(cfg.agg)
         self.is_time = isinstance(cfg.window, pr.TimeWindow)
         kind = self.agg.preaggregate
-        self.pre = kind if self.is_time and cfg.preaggregate and kind in PREAGGREGATED else None
+        skip = cfg.missing == "skip"
+        self.pre = kind if self.is_time and cfg.preaggregate and kind in PREAGGREGATED and not skip else None
         op_agg = cfg.agg if self.pre is None else PREAGGREGATED[kind]
+        if skip:
+            from pba_runtime.aggregations.skipping import skip_missing
+
+            op_agg = skip_missing(cfg.agg, cfg.min_periods)
         self.host = host if host is not None else rt.key_host(
             cfg.algorithm, cfg.window, op_agg, cores=cfg.cores, min_slices=cfg.min_slices, engine=cfg.engine)
         self.window = self.host.window

@@ -63,7 +63,8 @@ from .stream_key import KeyOutput, KeyWindows, StateAccess, StepConfig
 from .stream_state import HEADER_ID, STATE_KEY_SCHEMA, STATE_VALUE_SCHEMA, pack_rows, unpack_rows
 
 __all__ = ["ARROW_BYTES_CONF", "LATE_POLICIES", "PACKED_COUNT", "PACKED_ROWS", "PACK_ROWS", "PBAProcessor",
-           "StreamConfig", "UNCAPPED_ARROW_BYTES", "pack_batches", "stream_windows", "uncap_arrow_batch_bytes"]
+           "QueryProcessor", "QueryStreamConfig", "StreamConfig", "UNCAPPED_ARROW_BYTES", "pack_batches",
+           "stream_query", "stream_windows", "uncap_arrow_batch_bytes"]
 
 log = logging.getLogger("spark_integration")
 
@@ -341,6 +342,171 @@ class PBAProcessor(StatefulProcessor):
             data["late_value"] = pd.arrays.ArrowExtensionArray(pa.concat_arrays(
                 [pa.nulls(m, pa.float64()), pa.array(out.late_value[:n_late], pa.float64())]))
         return pd.DataFrame(data)
+
+
+@dataclass
+class QueryStreamConfig:
+    """What :class:`QueryProcessor` needs on the workers (pickled with it): per output its name and step
+    (``steps[i].namespace`` distinct per output: each output's operators have their own cache), which window
+    it belongs to (``window_of``: outputs of one window emit the same ends), whether it is an integer
+    (``ints``), and the one window's range when the rows carry ``window_start`` (``start_range``)."""
+
+    key_names: tuple[str, ...]
+    names: tuple[str, ...]
+    steps: tuple[StepConfig, ...]
+    window_of: tuple[int, ...]
+    ints: tuple[bool, ...]
+    start_range: int | None = None
+    metrics: Any = None
+    log_level: Any = None
+
+    @property
+    def is_time(self) -> bool:
+        return isinstance(self.steps[0].window, pr.TimeWindow)
+
+
+class _KeptTimers(StateAccess):
+    """A key's state through :class:`_SparkState` for one output of a query, its timers never deleted.
+
+    The outputs of a key share its event-time timers (one set per key in Spark): an output moving its timer
+    must not delete one another output registered at the same time. A timer left behind fires once and brings
+    the key back for nothing more than a step at the watermark (each output emits what the watermark passed,
+    whatever brought it).
+    """
+
+    def __init__(self, inner: _SparkState):
+        self.inner = inner
+
+    def get_header(self) -> bytes | None:
+        return self.inner.get_header()
+
+    def put_header(self, blob: bytes) -> None:
+        self.inner.put_header(blob)
+
+    def chunks(self) -> Iterator[tuple[int, bytes]]:
+        return self.inner.chunks()
+
+    def put_chunk(self, cid: int, blob: bytes) -> None:
+        self.inner.put_chunk(cid, blob)
+
+    def remove_chunk(self, cid: int) -> None:
+        self.inner.remove_chunk(cid)
+
+    def register_timer(self, t: int) -> None:
+        self.inner.register_timer(t)
+
+    def delete_timer(self, t: int) -> None:
+        pass
+
+
+class QueryProcessor(StatefulProcessor):
+    """The ``StatefulProcessor`` of a streaming :func:`spark_integration.aggregate`: per key, one
+    :class:`~spark_integration.stream_key.KeyWindows` step per output over the same rows (each output's state
+    in a ``MapState`` of its own), their windows joined into one row per (key, window end)."""
+
+    def __init__(self, cfg: QueryStreamConfig):
+        self.cfg = cfg
+
+    def init(self, handle: Any) -> None:
+        t0 = time.perf_counter()
+        rt.configure_worker_logging(self.cfg.log_level)
+        self._counts: dict[str, int] = {}
+        self._states = [_KeptTimers(_SparkState(handle, handle.getMapState(f"pba_state_{i}", STATE_KEY_SCHEMA,
+                                                                           STATE_VALUE_SCHEMA), self._counts))
+                        for i in range(len(self.cfg.steps))]
+        self._steps = [KeyWindows(s) for s in self.cfg.steps]
+        self._counts["stream.tasks"] = 1
+        self._counts["stream.init_us"] = int((time.perf_counter() - t0) * 1e6)
+
+    def handleInputRows(self, key: Any, rows: Any, timerValues: Any) -> Iterator[Any]:
+        t0 = time.perf_counter()
+        order, values = [], []
+        nk = len(self.cfg.key_names)
+        for frame in rows:
+            for blob in frame.iloc[:, nk + 1]:
+                t, v = unpack_rows(blob)
+                order.append(t)
+                values.append(v)
+        o = np.concatenate(order) if len(order) != 1 else order[0]
+        v = np.concatenate(values) if len(values) != 1 else values[0]
+        wm = timerValues.getCurrentWatermarkInMs() if self.cfg.is_time else None
+        out = self._rows(key, [step.process(st, key, o, v, wm) for step, st in zip(self._steps, self._states)])
+        self._took(t0)
+        if out is not None:
+            yield out
+
+    def handleExpiredTimer(self, key: Any, timerValues: Any, expiredTimerInfo: Any) -> Iterator[Any]:
+        t0 = time.perf_counter()
+        wm = timerValues.getCurrentWatermarkInMs()
+        fired = expiredTimerInfo.getExpiryTimeInMs()
+        none_t, none_v = np.empty(0, np.int64), np.empty(0, np.float64)
+        out = self._rows(key, [step.process(st, key, none_t, none_v, wm, fired=fired)
+                               for step, st in zip(self._steps, self._states)])
+        self._took(t0)
+        if out is not None:
+            yield out
+
+    def _took(self, t0: float) -> None:
+        c = self._counts
+        c["stream.steps"] = c.get("stream.steps", 0) + 1
+        c["stream.step_us"] = c.get("stream.step_us", 0) + int((time.perf_counter() - t0) * 1e6)
+
+    def close(self) -> None:
+        counts = getattr(self, "_counts", None)
+        if counts:
+            if self.cfg.metrics is not None:
+                self.cfg.metrics.add(counts)
+            log.info("spark_integration: streaming query task done: %s", dict(sorted(counts.items())))
+
+    def _rows(self, key: Any, outs: list[KeyOutput]) -> Any:
+        """The key's rows of this step (a pandas DataFrame), or ``None`` for none: every output in its column,
+        null where its window has no end on the row (and where its result is null: NaN)."""
+        import pandas as pd
+
+        from pba_runtime.runtime.query_rows import join
+
+        c = self._counts
+        first = outs[0]
+        for name, n in (("windows", sum(len(o.ends) for o in outs)), ("late", len(first.late_order)),
+                        (f"rows.{first.algorithm}", first.rows)):
+            if n:
+                c[name] = c.get(name, 0) + n
+        if not any(len(o.ends) for o in outs):
+            return None
+        cfg = self.cfg
+        parts = join([key], [[(o.ends, np.asarray(o.results, np.float64))] for o in outs], list(cfg.window_of))
+        ends, values = parts.columns
+        m = len(ends)
+        data: dict[str, Any] = {name: [key[i]] * m for i, name in enumerate(cfg.key_names)}
+        if cfg.start_range is not None:
+            data["window_start"] = ends - cfg.start_range
+        data["window_end"] = ends
+        for i, name in enumerate(cfg.names):
+            col = values[:, i]
+            null = np.isnan(col) if parts.absent is None else (parts.absent[:, i] | np.isnan(col))
+            if cfg.ints[i]:
+                data[name] = pd.arrays.IntegerArray(np.where(null, 0, col).astype(np.int64), null)
+            else:
+                data[name] = col  # NaN: null, as the batch query's
+        return pd.DataFrame(data)
+
+
+def stream_query(d: Any, cfg: QueryStreamConfig, schema: Any) -> Any:
+    """``d`` (key columns, ORDER_COL int64 ms, VALUE_COL double; streaming) to the query's rows, append mode."""
+    from pyspark.sql import types as T
+
+    keys = cfg.key_names
+    packed_schema = T.StructType([d.schema[k] for k in keys] + [T.StructField(PACKED_COUNT, T.LongType(), False),
+                                                                T.StructField(PACKED_ROWS, T.BinaryType(), False)])
+
+    def pack(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        return pack_batches(keys, batches)
+
+    uncap_arrow_batch_bytes(d.sparkSession)
+    use_rocksdb_state_store(d.sparkSession)
+    packed = d.mapInArrow(pack, packed_schema)
+    time_mode = "EventTime" if cfg.is_time else "None"
+    return packed.groupBy(*keys).transformWithStateInPandas(QueryProcessor(cfg), schema, "Append", time_mode)
 
 
 def stream_windows(d: Any, cfg: StreamConfig, schema: Any) -> Any:

@@ -1,0 +1,129 @@
+"""A query over a streaming DataFrame: ``si.aggregate`` on real streaming queries (file sources, one file per
+micro-batch, RocksDB state store) against the same query over the same rows as a batch DataFrame."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import pba_runtime as pr
+import spark_integration as si
+
+from test_streaming import (
+    SENTINEL,
+    batch_of,
+    frames_count,
+    frames_time,
+    rows,
+    run_files,
+    run_memory,
+    stream_of,
+    write_files,
+)
+
+pytestmark = [pytest.mark.spark, pytest.mark.timeout(400)]
+
+ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+
+
+@pytest.fixture(scope="module")
+def sspark(spark):
+    key = "spark.sql.streaming.stateStore.providerClass"
+    old = spark.conf.get(key, None)
+    spark.conf.set(key, ROCKSDB)
+    yield spark
+    if old is None:
+        spark.conf.unset(key)
+    else:
+        spark.conf.set(key, old)
+
+
+def assert_rows_close(got: list[tuple], want: list[tuple], float_cols: list[int]) -> None:
+    """Same rows (key, window bounds, integer outputs exact); float outputs to 1e-12 (micro-batches cut the
+    stream elsewhere than one batch), nulls in the same places."""
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        for i, (a, b) in enumerate(zip(g, w)):
+            if i in float_cols and a is not None and b is not None:
+                assert a == pytest.approx(b, rel=1e-12, abs=1e-15), (g, w)
+            else:
+                assert a == b, (g, w)
+
+
+def test_time_windows_query_stream_equals_batch(sspark, tmp_path):
+    rng = np.random.default_rng(7)
+    frames = frames_time(rng)
+    write_files(str(tmp_path / "in"), frames + [SENTINEL])
+    q = pr.Query(by="plug", on="t", windows=[pr.TimeWindow("4s", "1500ms"), pr.TimeWindow("9s", "1500ms")],
+                 aggs={"load": ["max", "mean", "count"]})
+    metrics = si.algorithm_metrics(sspark)
+    out = si.aggregate(stream_of(sspark, str(tmp_path / "in"), time=True, delay="3 seconds"), q, state_chunk_rows=4)
+    assert out.isStreaming
+    assert out.columns == ["plug", "window_end", *[o.name for o in q.outputs]]
+    assert dict(out.dtypes)["window_end"] == "timestamp" and dict(out.dtypes)["load_count_4s"] == "bigint"
+    del metrics
+    run_memory(out, "query_time_stream", str(tmp_path / "ck"))
+    got = [r for r in rows(sspark.table("query_time_stream")) if r[0] != "zz"]
+    want = rows(si.aggregate(batch_of(sspark, frames, time=True), q))
+    assert_rows_close(got, want, float_cols=[3, 6])
+    assert len(got) > 20 and any(r[5] is None for r in got)  # the 9 s window has ends the 4 s one has not
+
+
+def test_count_windows_query_stream_equals_batch(sspark, tmp_path):
+    rng = np.random.default_rng(8)
+    frames = frames_count(rng)
+    write_files(str(tmp_path / "in"), frames)
+    q = pr.Query(by="plug", on="ts", windows=[pr.CountWindow(3, 2), pr.CountWindow(4)], aggs={"load": ["min", "sum"]})
+    out = si.aggregate(stream_of(sspark, str(tmp_path / "in")), q, state_chunk_rows=2)
+    run_memory(out, "query_count_stream", str(tmp_path / "ck"))
+    got = rows(sspark.table("query_count_stream"))
+    want = rows(si.aggregate(batch_of(sspark, frames), q))
+    assert_rows_close(got, want, float_cols=[3, 5])
+    assert len(got) > 5
+
+
+def test_query_stream_restarted_from_its_checkpoint_gives_every_row_once(sspark, tmp_path):
+    """Stop after two files, restart on the same checkpoint with two more: the file sink holds the batch answer,
+    each row once (the state of every output survives the restart)."""
+    rng = np.random.default_rng(9)
+    keys = [f"k{i:02d}" for i in range(20)]
+    frames = frames_time(rng, n_files=4, keys=keys)
+    src, sink, ck = str(tmp_path / "in"), str(tmp_path / "out"), str(tmp_path / "ck")
+    q = pr.Query(by="plug", on="t", windows=[pr.TimeWindow("5s", "2s"), pr.TimeWindow("10s", "2s")],
+                 aggs={"load": ["sum", "max"]})
+
+    def query():
+        return si.aggregate(stream_of(sspark, src, time=True, delay="3 seconds"), q, state_chunk_rows=3)
+
+    write_files(src, frames[:2])
+    run_files(query(), sink, ck)
+    first = sspark.read.parquet(sink).count()
+    write_files(src, frames[2:] + [SENTINEL])
+    run_files(query(), sink, ck)
+    got = [r for r in rows(sspark.read.parquet(sink)) if r[0] != "zz"]
+    want = rows(si.aggregate(batch_of(sspark, frames, time=True), q))
+    assert 0 < first < len(got)
+    assert_rows_close(got, want, float_cols=[2, 4])
+    assert len({r[0] for r in got}) == 20
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda df: dict(by="plug", on="t", windows=pr.TimeWindow("4s"), aggs={"load": "max"}),
+     "need a watermark on column 't'"),
+    (lambda df: dict(by="plug", on="ts", windows=pr.CountWindow(4), aggs={"load": "max", "ts": "min"}),
+     "aggregates one value column"),
+    (lambda df: dict(by="plug", on="ts", windows=pr.CountWindow(4), aggs={"load": "max"}, align="rows"),
+     'row output (align="rows") is for a batch DataFrame'),
+    (lambda df: dict(on="ts", windows=pr.CountWindow(4), aggs={"load": "max"}), "by: a streaming query"),
+    (lambda df: dict(by="plug", on="ts", windows=pr.CountWindow(4), aggs={"load": "collect"}), "are not"),
+    (lambda df: dict(by="plug", on="nope", windows=pr.CountWindow(4), aggs={"load": "max"}), "on: no column 'nope'"),
+])
+def test_a_streaming_query_is_refused_on_the_driver_in_one_line(sspark, tmp_path, make, message):
+    write_files(str(tmp_path / "in"), [pd.DataFrame({"plug": ["a"], "ts": [1], "load": [1.0]})])
+    from pyspark.sql import functions as F
+
+    df = stream_of(sspark, str(tmp_path / "in")).withColumn("t", F.timestamp_millis("ts"))
+    with pytest.raises((ValueError, TypeError)) as err:
+        si.aggregate(df, **make(df))
+    assert message in str(err.value) and "\n" not in str(err.value)
