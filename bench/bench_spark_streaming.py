@@ -43,6 +43,8 @@ Usage::
     python bench/bench_spark_streaming.py --floor      # Spark's parts of the plan, beside ours
     python bench/bench_spark_streaming.py --sweep      # W[60 s, 1 s] by rows per micro-batch, fixed + per-row fit
     python bench/bench_spark_streaming.py --rate --rows 1000000 --files 4 --interval 8 --limit 45  # fixed input rate
+    python bench/bench_spark_streaming.py --query --sizes 4000000,10000000 --native-sizes 1000000,4000000
+        # the 2-aggregation x 2-window query: si.aggregate vs window() + groupBy().agg() per window
 """
 
 from __future__ import annotations
@@ -121,6 +123,87 @@ def native(df, r: str):
     from pyspark.sql import functions as F
 
     return df.groupBy("k", F.window("t", r, "1 second")).agg(F.max("v").alias("result"))
+
+
+QUERY_WINDOWS = ("10 seconds", "60 seconds")
+
+
+def ours_query(df):
+    """The 2-aggregation x 2-window query, one ``si.aggregate`` (one state per key for all four outputs)."""
+    import pba_runtime as pr
+    import spark_integration as si
+
+    windows = [pr.TimeWindow(r.replace(" seconds", "s"), "1s") for r in QUERY_WINDOWS]
+    return si.aggregate(df, by="k", on="t", windows=windows, aggs={"v": ["max", "mean"]})
+
+
+def native_query(df, r: str):
+    """Spark's form of one window of the query: ``window()`` + ``groupBy().agg()`` of both aggregations."""
+    from pyspark.sql import functions as F
+
+    return df.groupBy("k", F.window("t", r, "1 second")).agg(F.max("v").alias("max"), F.avg("v").alias("mean"))
+
+
+def query_bench(args) -> int:
+    """``--query``: the 2-aggregation x 2-window query (max, mean over W[10 s, 1 s] and W[60 s, 1 s]), ours as
+    one streaming query against Spark's ``window()`` + ``groupBy().agg()``, one streaming query per window
+    (Spark's window() groups by one window a query): their data micro-batch times summed. Each system at the
+    micro-batch sizes given (``--sizes`` ours, ``--native-sizes`` Spark's), interleaved per repetition; rows/s
+    = rows / the summed ``triggerExecution`` of the data micro-batches after each run's first."""
+    sizes = [int(float(x)) for x in args.sizes.split(",") if x]
+    native_sizes = [int(float(x)) for x in args.native_sizes.split(",") if x]
+    files = args.files or 3
+    reps = args.reps or 2
+    spark = session()
+    tmp = tempfile.mkdtemp(prefix="pba-bench-stream-query-")
+    out: dict = {"keys": args.keys, "files": files, "reps": reps, "sizes": sizes, "native_sizes": native_sizes,
+                 "query": "max, mean over W[10 s, 1 s] and W[60 s, 1 s]", "runs": {},
+                 "session_conf": {k: spark.conf.get(k, None) for k in SHOWN_CONF}}
+    n = 0
+
+    def once(name: str, size: int, builds: list) -> None:
+        nonlocal n
+        per_run = []
+        for build in builds:
+            n += 1
+            res = run_query(build(stream(spark, os.path.join(tmp, f"in-{size}"))), os.path.join(tmp, f"ck{n}"))
+            per_run.append(res)
+        rows = per_run[0]["rows"]
+        later = [sum(r["batches_ms"][1:]) for r in per_run]
+        later_rows = rows - rows // files  # the first micro-batch starts the query (planning, workers)
+        rate = later_rows / (sum(later) / 1000) if sum(later) else float("nan")
+        if name != "warmup":
+            out["runs"].setdefault(name, {}).setdefault(str(size), []).append(
+                {"rows_per_s_after_first": rate, "queries": per_run})
+        print(f"{name:14s} {size:>9,} {rate / 1e6:.3f}M rows/s batches_ms={[r['batches_ms'] for r in per_run]}",
+              flush=True)
+
+    try:
+        for size in sorted(set(sizes) | set(native_sizes)):
+            write_files(os.path.join(tmp, f"in-{size}"), args.keys, size, files)
+        small = min(sizes + native_sizes)
+        once("warmup", small, [ours_query])
+        once("warmup", small, [lambda d, r=r: native_query(d, r) for r in QUERY_WINDOWS])
+        for _ in range(reps):
+            for size in sizes:
+                once("ours_query", size, [ours_query])
+            for size in native_sizes:
+                once("native_query", size, [lambda d, r=r: native_query(d, r) for r in QUERY_WINDOWS])
+    finally:
+        out["session_conf_at_end"] = {k: spark.conf.get(k, None) for k in SHOWN_CONF}
+        spark.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
+    best = {}
+    for name, by_size in out["runs"].items():
+        med = {s: statistics.median(r["rows_per_s_after_first"] for r in runs) for s, runs in by_size.items()}
+        spread = {s: [min(r["rows_per_s_after_first"] for r in runs), max(r["rows_per_s_after_first"] for r in runs)]
+                  for s, runs in by_size.items()}
+        top = max(med, key=med.get)
+        best[name] = {"best_size": int(top), "rows_per_s": med[top], "min_max": spread[top], "by_size": med}
+    summary = {"best": best}
+    if "ours_query" in best and "native_query" in best:
+        summary["ratio_at_best_sizes"] = best["ours_query"]["rows_per_s"] / best["native_query"]["rows_per_s"]
+    return _write(out, summary, args.out, "spark_streaming_query.json")
 
 
 def floor_cases() -> dict:
@@ -263,12 +346,16 @@ def main(argv=None) -> int:
     ap.add_argument("--native-sizes", default="250000,1000000,4000000", help="--sweep: rows per micro-batch, window()")
     ap.add_argument("--floor-sizes", default="", help="--sweep: sizes at which Spark's parts of our plan run too")
     ap.add_argument("--rate", action="store_true", help="a fixed input rate: one file every --interval seconds")
+    ap.add_argument("--query", action="store_true",
+                    help="the 2-aggregation x 2-window query (si.aggregate) vs window() + groupBy().agg() per window")
     ap.add_argument("--interval", type=float, default=5.0, help="--rate: seconds between triggers")
     args = ap.parse_args(argv)
     if args.sweep:
         return sweep(args)
     if args.rate:
         return fixed_rate(args)
+    if args.query:
+        return query_bench(args)
     rows = args.rows or (200_000 if args.quick else 1_000_000)
     files = args.files or 3
     reps = args.reps or (2 if args.quick else 3)

@@ -306,7 +306,9 @@ class KeyWindows:
                 if self.shift_results:
                     res = res + live.base
                 out.ends, out.parts = ends, [res]
-            self._append(st, hdr, np.arange(hdr.n, hdr.n + len(values), dtype=np.int64), values)  # by position
+            pos = np.arange(hdr.n, hdr.n + len(values), dtype=np.int64)  # the tail holds positions
+            keep = pos >= self._count_tail_start(hdr.n + len(values))  # the rows a window to come covers
+            self._append(st, hdr, pos[keep], values[keep])
             hdr.n += len(values)
             hdr.last = int(order[-1])
             out.rows = len(values)
@@ -351,20 +353,26 @@ class KeyWindows:
                 self._keep_after(ends, res, before, None, ends_parts, res_parts)
                 hdr.n += len(rv)
                 hdr.last = int(rt_[-1])
-                self._append(st, hdr, rt_, rv)
+                released = (rt_, rv)
+            else:
+                released = None
             if hdr.last != NO_TIME:
                 k = self._k_after(hdr.last)
                 if before != NO_TIME:
                     k = max(k, self._k_after(before))
                 w = self.window
                 if k * w.slide + w.offset <= hdr.last and self._end(k) <= wm:  # the watermark passed a window end
-                    ends, res = self._flushed_until(st, hdr, live)
+                    ends, res = self._flushed_until(st, hdr, live, released)
                     self._keep_after(ends, res, max(before, hdr.last), wm, ends_parts, res_parts)
+            start = self._end(self._k_after(wm)) - self.window.range  # the oldest window to come
+            if released is not None:  # into the tail: the rows a window to come covers (no write of the others)
+                keep = released[0] >= start
+                self._append(st, hdr, released[0][keep], released[1][keep])
             hdr.emitted = wm
             if ends_parts:
                 out.ends = np.concatenate(ends_parts)
                 out.parts = res_parts if self.pre != "count" else [p.astype(np.int64) for p in res_parts]
-            self._expire(st, hdr, self._end(self._k_after(wm)) - self.window.range)  # the oldest window to come
+            self._expire(st, hdr, start)
         self._set_timer(st, hdr)
         return out
 
@@ -433,15 +441,17 @@ class KeyWindows:
         else:
             res_parts.append(res[m])
 
-    def _flushed_until(self, st: StateAccess, hdr: Header, live: _Live) -> tuple[np.ndarray, Any]:
-        """The windows a flush would emit now, from a copy of the operator (the operator goes on)."""
+    def _flushed_until(self, st: StateAccess, hdr: Header, live: _Live,
+                       released: tuple[np.ndarray, np.ndarray] | None = None) -> tuple[np.ndarray, Any]:
+        """The windows a flush would emit now, from a copy of the operator (the operator goes on).
+        ``released``: the rows this step fed it, not in the tail yet."""
         clone = self.host.open()
         try:
             try:
                 clone.op.restore(live.hosted.op.snapshot())
             except ValueError:  # another algorithm than the live one (its pool failed): replay the tail
                 clone.op.close()
-                clone = self._replay(st, hdr).hosted
+                clone = self._replay(st, hdr, released).hosted
             return clone.op.flush()
         finally:
             clone.op.close()
@@ -514,9 +524,13 @@ class KeyWindows:
         parts.append((hdr.open_t, hdr.open_v))
         return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
 
-    def _replay(self, st: StateAccess, hdr: Header) -> _Live:
-        """A fresh operator that has consumed the key's tail (its windows already emitted: dropped)."""
+    def _replay(self, st: StateAccess, hdr: Header,
+                extra: tuple[np.ndarray, np.ndarray] | None = None) -> _Live:
+        """A fresh operator that has consumed the key's tail, and ``extra`` rows after it (its windows already
+        emitted: dropped)."""
         t, v = self._tail(st, hdr)
+        if extra is not None:
+            t, v = np.concatenate([t, extra[0]]), np.concatenate([v, extra[1]])
         hosted = self.host.open()
         base = 0
         try:
