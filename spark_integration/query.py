@@ -90,7 +90,8 @@ def output_fields(query: pr.Query, types: dict[str, str]) -> list[tuple[str, str
     return fields
 
 
-def aggregate(df: Any, query: pr.Query | None = None, *, state_chunk_rows: int = 4096, **kwargs: Any) -> Any:
+def aggregate(df: Any, query: pr.Query | None = None, *, state_chunk_rows: int = 4096, metrics: Any = None,
+              **kwargs: Any) -> Any:
     """The result of ``query`` (or ``pr.Query(**kwargs)``) over the DataFrame ``df``, as a DataFrame.
 
     Parameters
@@ -104,6 +105,9 @@ def aggregate(df: Any, query: pr.Query | None = None, *, state_chunk_rows: int =
         ``align``, ``missing``, ``min_periods``, ``closed``, ``labels``.
     state_chunk_rows : int
         A streaming query: rows per sealed chunk of each key's tail in the state store.
+    metrics : AlgorithmMetrics, optional
+        A streaming query: :func:`spark_integration.algorithm_metrics`'s accumulator, given the processor's
+        counters (windows, late rows, time in its steps and state calls) as each task ends.
 
     Every column is checked on the driver before any job starts: a missing column, a value column that is
     not numeric, an order column that is not a timestamp, date or integer raise a ``ValueError`` or
@@ -118,7 +122,7 @@ def aggregate(df: Any, query: pr.Query | None = None, *, state_chunk_rows: int =
     types = dict(df.dtypes)
     _check(query, types)
     if getattr(df, "isStreaming", False):
-        return _stream(df, query, types, state_chunk_rows)
+        return _stream(df, query, types, state_chunk_rows, metrics)
     from pyspark.sql import functions as F
 
     on = query.on
@@ -218,7 +222,7 @@ def _sent_integers(np: Any, pd: Any, col: Any, unit: str, sent: str) -> Any:
 
 
 # --------------------------------------------------------------------------- a streaming DataFrame
-def _stream(df: Any, query: pr.Query, types: dict[str, str], chunk_rows: int) -> Any:
+def _stream(df: Any, query: pr.Query, types: dict[str, str], chunk_rows: int, metrics: Any) -> Any:
     """A streaming DataFrame's query: per key, one state-store operator per output over the same packed rows
     (:class:`~spark_integration.streaming.QueryProcessor`), every output of a (key, window end) in one row."""
     from pyspark.sql import functions as F
@@ -268,7 +272,7 @@ def _stream(df: Any, query: pr.Query, types: dict[str, str], chunk_rows: int) ->
     one = len(query.windows) == 1
     cfg = QueryStreamConfig(tuple(query.by), tuple(o.name for o in query.outputs), tuple(steps), tuple(window_of),
                             tuple(o.agg.name in _INT_RESULTS for o in query.outputs),
-                            steps[0].window.range if one else None)
+                            steps[0].window.range if one else None, metrics=metrics)
     kind = _kind_of(types[on])
     order = {"timestamp": F.unix_millis(F.col(on).cast("timestamp")),
              "date": F.unix_date(F.col(on)).cast("long") * F.lit(86_400_000)}.get(kind, F.col(on).cast("long"))

@@ -249,11 +249,13 @@ class KeyWindows:
 
     # ------------------------------------------------------------------ one key
     def process(self, st: StateAccess, key: Any, order: np.ndarray, values: np.ndarray, wm: int | None,
-                fired: int | None = None) -> KeyOutput:
+                fired: int | None = None, released: bool = False) -> KeyOutput:
         """Feed one key's new rows (``order`` int64, ``values`` float64; both may be empty) at watermark ``wm``.
 
         ``wm``: the micro-batch's event-time watermark in ms (time windows; ``None`` or ``<= 0``: none
         yet). ``fired``: the expiry of the event-time timer that brought the key here, if one did.
+        ``released`` (time windows): the rows are the caller's, held until ``wm`` passed them (a query's
+        rows, kept once for all its outputs): none is late, and they are fed at once.
         """
         hdr = Header.from_blob(st.get_header())
         live = self.cache.take(key, hdr.token)
@@ -266,7 +268,8 @@ class KeyWindows:
         values = np.asarray(values, np.float64)
         try:
             if self.is_time:
-                out = self._time_step(st, hdr, live, order, values, wm if wm is not None and wm > 0 else None)
+                out = self._time_step(st, hdr, live, order, values, wm if wm is not None and wm > 0 else None,
+                                      released)
             else:
                 out = self._count_step(st, hdr, live, order, values)
         except BaseException:
@@ -326,8 +329,8 @@ class KeyWindows:
         return k * w.slide + w.offset + w.range
 
     def _time_step(self, st: StateAccess, hdr: Header, live: _Live, t: np.ndarray, v: np.ndarray,
-                   wm: int | None) -> KeyOutput:
-        late = t <= wm if wm is not None else np.zeros(len(t), bool)
+                   wm: int | None, released: bool = False) -> KeyOutput:
+        late = t <= wm if wm is not None and not released else np.zeros(len(t), bool)
         out = self._late_split(hdr, t, v, late)
         if late.any():
             t, v = t[~late], v[~late]

@@ -223,7 +223,9 @@ class _SparkState(StateAccess):
             c = self.counts
             name = "stream.calls." + kind
             c[name] = c.get(name, 0) + 1
-            c["stream.state_us"] = c.get("stream.state_us", 0) + int((time.perf_counter() - t0) * 1e6)
+            us = int((time.perf_counter() - t0) * 1e6)
+            c["stream.state_us"] = c.get("stream.state_us", 0) + us
+            c["stream.state_us." + kind] = c.get("stream.state_us." + kind, 0) + us
 
     def get_header(self) -> bytes | None:
         row = self._call("get_header", self.parts.getValue, self._HEADER)
@@ -402,7 +404,12 @@ class _KeptTimers(StateAccess):
 class QueryProcessor(StatefulProcessor):
     """The ``StatefulProcessor`` of a streaming :func:`spark_integration.aggregate`: per key, one
     :class:`~spark_integration.stream_key.KeyWindows` step per output over the same rows (each output's state
-    in a ``MapState`` of its own), their windows joined into one row per (key, window end)."""
+    in a ``MapState`` of its own), their windows joined into one row per (key, window end).
+
+    Time windows: the rows ahead of the watermark wait once for all outputs, in a ``MapState`` of the query's
+    (``pba_pending``), and are handed to every output's step as the watermark passes them (a row at or
+    behind the watermark when it arrives is late, counted once); an event-time timer at the oldest waiting
+    row brings the key back when no row does."""
 
     def __init__(self, cfg: QueryStreamConfig):
         self.cfg = cfg
@@ -415,6 +422,8 @@ class QueryProcessor(StatefulProcessor):
                                                                            STATE_VALUE_SCHEMA), self._counts))
                         for i in range(len(self.cfg.steps))]
         self._steps = [KeyWindows(s) for s in self.cfg.steps]
+        self._pending = _SparkState(handle, handle.getMapState("pba_pending", STATE_KEY_SCHEMA, STATE_VALUE_SCHEMA),
+                                    self._counts) if self.cfg.is_time else None
         self._counts["stream.tasks"] = 1
         self._counts["stream.init_us"] = int((time.perf_counter() - t0) * 1e6)
 
@@ -429,22 +438,47 @@ class QueryProcessor(StatefulProcessor):
                 values.append(v)
         o = np.concatenate(order) if len(order) != 1 else order[0]
         v = np.concatenate(values) if len(values) != 1 else values[0]
-        wm = timerValues.getCurrentWatermarkInMs() if self.cfg.is_time else None
-        out = self._rows(key, [step.process(st, key, o, v, wm) for step, st in zip(self._steps, self._states)])
+        if not self.cfg.is_time:
+            out = self._rows(key, [step.process(st, key, o, v, None) for step, st in zip(self._steps, self._states)])
+        else:
+            wm = timerValues.getCurrentWatermarkInMs()
+            out = self._release(key, o, v, wm, None)
         self._took(t0)
         if out is not None:
             yield out
 
     def handleExpiredTimer(self, key: Any, timerValues: Any, expiredTimerInfo: Any) -> Iterator[Any]:
         t0 = time.perf_counter()
-        wm = timerValues.getCurrentWatermarkInMs()
-        fired = expiredTimerInfo.getExpiryTimeInMs()
-        none_t, none_v = np.empty(0, np.int64), np.empty(0, np.float64)
-        out = self._rows(key, [step.process(st, key, none_t, none_v, wm, fired=fired)
-                               for step, st in zip(self._steps, self._states)])
+        out = self._release(key, np.empty(0, np.int64), np.empty(0, np.float64), timerValues.getCurrentWatermarkInMs(),
+                            expiredTimerInfo.getExpiryTimeInMs())
         self._took(t0)
         if out is not None:
             yield out
+
+    def _release(self, key: Any, t: np.ndarray, v: np.ndarray, wm: int, fired: int | None) -> Any:
+        """Time windows: new rows join the key's waiting rows (late ones counted); the rows the watermark passed
+        go to every output's step, the others wait (a timer at the oldest)."""
+        st = self._pending
+        pend_t, pend_v = unpack_rows(st.get_header())
+        on = wm is not None and wm > 0  # before Spark's first watermark rows only wait
+        late = t <= wm if on else np.zeros(len(t), bool)
+        if late.any():
+            self._counts["late"] = self._counts.get("late", 0) + int(late.sum())
+            t, v = t[~late], v[~late]
+        if len(t):
+            pend_t, pend_v = np.concatenate([pend_t, t]), np.concatenate([pend_v, v])
+        ready = pend_t <= wm if on else np.zeros(len(pend_t), bool)
+        go_t, go_v = pend_t[ready], pend_v[ready]
+        if len(go_t) and (go_t[1:] < go_t[:-1]).any():
+            o = np.argsort(go_t, kind="stable")
+            go_t, go_v = go_t[o], go_v[o]
+        if ready.any() or len(t):
+            pend_t, pend_v = pend_t[~ready], pend_v[~ready]
+            st.put_header(pack_rows(pend_t, pend_v))
+            if len(pend_t):
+                st.register_timer(int(pend_t.min()))  # never deleted (see _KeptTimers): fires once
+        return self._rows(key, [step.process(s, key, go_t, go_v, wm, fired=fired, released=True)
+                                for step, s in zip(self._steps, self._states)])
 
     def _took(self, t0: float) -> None:
         c = self._counts
@@ -468,7 +502,7 @@ class QueryProcessor(StatefulProcessor):
         c = self._counts
         first = outs[0]
         for name, n in (("windows", sum(len(o.ends) for o in outs)), ("late", len(first.late_order)),
-                        (f"rows.{first.algorithm}", first.rows)):
+                        (f"rows.{first.algorithm}", first.rows)):  # late: count windows' (time: _release's)
             if n:
                 c[name] = c.get(name, 0) + n
         if not any(len(o.ends) for o in outs):
