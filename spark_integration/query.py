@@ -230,6 +230,7 @@ def _stream(df: Any, query: pr.Query, types: dict[str, str], chunk_rows: int, me
 
     from .dataframe import WATERMARK_KEY, _no_nulls, cores_per_task_of
     from .python_worker import local_cores
+    from .stream_fold import FoldPlan
     from .stream_key import KeyWindows, StepConfig
     from .streaming import ORDER_COL, VALUE_COL, QueryStreamConfig, new_namespace, stream_query
 
@@ -259,20 +260,26 @@ def _stream(df: Any, query: pr.Query, types: dict[str, str], chunk_rows: int, me
     ensure_worker_python(df.sparkSession)
     cores = 1 if local_cores() == 1 else cores_per_task_of(df.sparkSession)
     ns = new_namespace()
-    steps, window_of, distinct = [], [], {}
-    for i, o in enumerate(query.outputs):
-        w = query.windows[o.window]
-        w = w.in_unit("ms") if isinstance(w, pr.TimeWindow) else w
-        agg = o.agg.name if pr.BUILTIN_AGGREGATIONS.get(o.agg.name) is o.agg else o.agg
-        steps.append(StepConfig(w, agg, "auto", cores=cores, chunk_rows=chunk_rows, namespace=f"{ns}-{i}",
-                                missing=query.missing, min_periods=mp))
-        window_of.append(distinct.setdefault(o.window, len(distinct)))
+    wins = [w.in_unit("ms") if isinstance(w, pr.TimeWindow) else w for w in query.windows]
+    builtin = all(pr.BUILTIN_AGGREGATIONS.get(o.agg.name) is o.agg for o in query.outputs)
+    plan = FoldPlan.of(wins, [(o.window, o.agg.name) for o in query.outputs], query.missing, mp) if builtin else None
+    steps, window_of = [], [o.window for o in query.outputs]
+    if plan is not None:  # the rows wait folded per cell; an operator per (window, fold)
+        for i, (wi, kind) in enumerate(plan.primitives):
+            agg, missing = plan.step_agg(kind)
+            steps.append(StepConfig(wins[wi], agg, "auto", cores=cores, chunk_rows=chunk_rows,
+                                    namespace=f"{ns}-{i}", missing=missing))
+    else:
+        for i, o in enumerate(query.outputs):
+            agg = o.agg.name if pr.BUILTIN_AGGREGATIONS.get(o.agg.name) is o.agg else o.agg
+            steps.append(StepConfig(wins[o.window], agg, "auto", cores=cores, chunk_rows=chunk_rows,
+                                    namespace=f"{ns}-{i}", missing=query.missing, min_periods=mp))
     for step in steps:
         KeyWindows(step)  # the driver refuses what the workers would
     one = len(query.windows) == 1
     cfg = QueryStreamConfig(tuple(query.by), tuple(o.name for o in query.outputs), tuple(steps), tuple(window_of),
                             tuple(o.agg.name in _INT_RESULTS for o in query.outputs),
-                            steps[0].window.range if one else None, metrics=metrics)
+                            steps[0].window.range if one else None, metrics=metrics, fold=plan)
     kind = _kind_of(types[on])
     order = {"timestamp": F.unix_millis(F.col(on).cast("timestamp")),
              "date": F.unix_date(F.col(on)).cast("long") * F.lit(86_400_000)}.get(kind, F.col(on).cast("long"))

@@ -59,6 +59,7 @@ import pba_runtime as pr
 
 from . import python_worker as rt
 from .arrow_runner import ORDER_COL, VALUE_COL, _change_points, result_arrow_type, results_array
+from .stream_fold import FoldPlan
 from .stream_key import KeyOutput, KeyWindows, StateAccess, StepConfig
 from .stream_state import HEADER_ID, STATE_KEY_SCHEMA, STATE_VALUE_SCHEMA, pack_rows, unpack_rows
 
@@ -361,6 +362,7 @@ class QueryStreamConfig:
     start_range: int | None = None
     metrics: Any = None
     log_level: Any = None
+    fold: FoldPlan | None = None  # time windows of max, min, sum, count, mean: steps are fold.primitives'
 
     @property
     def is_time(self) -> bool:
@@ -459,12 +461,27 @@ class QueryProcessor(StatefulProcessor):
         """Time windows: new rows join the key's waiting rows (late ones counted); the rows the watermark passed
         go to every output's step, the others wait (a timer at the oldest)."""
         st = self._pending
-        pend_t, pend_v = unpack_rows(st.get_header())
         on = wm is not None and wm > 0  # before Spark's first watermark rows only wait
         late = t <= wm if on else np.zeros(len(t), bool)
         if late.any():
             self._counts["late"] = self._counts.get("late", 0) + int(late.sum())
             t, v = t[~late], v[~late]
+        plan = self.cfg.fold
+        if plan is not None:  # the rows wait as partials per cell
+            cells = plan.unpack(st.get_header())
+            if len(t):
+                cells = plan.merge(cells, plan.fold(t, v))
+            ready = cells[0] <= wm if on else np.zeros(len(cells[0]), bool)
+            go = plan.take(cells, ready)
+            if ready.any() or len(t):
+                rest = plan.take(cells, ~ready)
+                st.put_header(plan.pack(rest))
+                if len(rest[0]):
+                    st.register_timer(int(rest[0].min()))  # never deleted (see _KeptTimers): fires once
+            outs = [step.process(s, key, go[0], go[1][kind], wm, fired=fired, released=True)
+                    for (_, kind), step, s in zip(plan.primitives, self._steps, self._states)]
+            return self._folded_rows(key, plan, outs)
+        pend_t, pend_v = unpack_rows(st.get_header())
         if len(t):
             pend_t, pend_v = np.concatenate([pend_t, t]), np.concatenate([pend_v, v])
         ready = pend_t <= wm if on else np.zeros(len(pend_t), bool)
@@ -492,23 +509,39 @@ class QueryProcessor(StatefulProcessor):
                 self.cfg.metrics.add(counts)
             log.info("spark_integration: streaming query task done: %s", dict(sorted(counts.items())))
 
+    def _count_outs(self, outs: list[KeyOutput], windows: int) -> None:
+        c = self._counts
+        first = outs[0]
+        for name, n in (("windows", windows), ("late", len(first.late_order)),
+                        (f"rows.{first.algorithm}", first.rows)):  # late: count windows' (time: _release's)
+            if n:
+                c[name] = c.get(name, 0) + n
+
+    def _folded_rows(self, key: Any, plan: FoldPlan, outs: list[KeyOutput]) -> Any:
+        """:meth:`_rows` of a folded plan: each output read from its window's primitives."""
+        ends = {wi: o.ends for (wi, _), o in zip(plan.primitives, outs)}
+        results = {p: np.asarray(o.results, np.float64) for p, o in zip(plan.primitives, outs)}
+        values = plan.output_values(results)
+        per_output = [(ends[wi], val) for (wi, _), val in zip(plan.outputs, values)]
+        self._count_outs(outs, sum(len(e) for e, _ in per_output))
+        return self._frame(key, per_output)
+
     def _rows(self, key: Any, outs: list[KeyOutput]) -> Any:
         """The key's rows of this step (a pandas DataFrame), or ``None`` for none: every output in its column,
         null where its window has no end on the row (and where its result is null: NaN)."""
+        self._count_outs(outs, sum(len(o.ends) for o in outs))
+        return self._frame(key, [(o.ends, np.asarray(o.results, np.float64)) for o in outs])
+
+    def _frame(self, key: Any, per_output: list[tuple[np.ndarray, np.ndarray]]) -> Any:
+        """Each output's ``(ends, values)`` of a key joined into its rows (``None`` for none)."""
         import pandas as pd
 
         from pba_runtime.runtime.query_rows import join
 
-        c = self._counts
-        first = outs[0]
-        for name, n in (("windows", sum(len(o.ends) for o in outs)), ("late", len(first.late_order)),
-                        (f"rows.{first.algorithm}", first.rows)):  # late: count windows' (time: _release's)
-            if n:
-                c[name] = c.get(name, 0) + n
-        if not any(len(o.ends) for o in outs):
+        if not any(len(e) for e, _ in per_output):
             return None
         cfg = self.cfg
-        parts = join([key], [[(o.ends, np.asarray(o.results, np.float64))] for o in outs], list(cfg.window_of))
+        parts = join([key], [[ev] for ev in per_output], list(cfg.window_of))
         ends, values = parts.columns
         m = len(ends)
         data: dict[str, Any] = {name: [key[i]] * m for i, name in enumerate(cfg.key_names)}

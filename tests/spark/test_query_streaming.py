@@ -51,23 +51,33 @@ def assert_rows_close(got: list[tuple], want: list[tuple], float_cols: list[int]
                 assert a == b, (g, w)
 
 
-def test_time_windows_query_stream_equals_batch(sspark, tmp_path):
+@pytest.mark.parametrize("aggs, nulls", [(["max", "mean", "count"], False), (["max", "mean", "count"], True),
+                                         (["max", "std", "count"], False)], ids=["folded", "folded-nulls", "rows"])
+def test_time_windows_query_stream_equals_batch(sspark, tmp_path, aggs, nulls):
+    """``folded``: the rows wait as partials per cell (max, mean, count); ``rows``: as rows (std); ``nulls``:
+    null and NaN values skipped, min_periods=2."""
     rng = np.random.default_rng(7)
     frames = frames_time(rng)
+    if nulls:
+        for f in frames:
+            f.loc[rng.random(len(f)) < 0.25, "load"] = np.nan
+            f.loc[rng.random(len(f)) < 0.1, "load"] = None
     write_files(str(tmp_path / "in"), frames + [SENTINEL])
     q = pr.Query(by="plug", on="t", windows=[pr.TimeWindow("4s", "1500ms"), pr.TimeWindow("9s", "1500ms")],
-                 aggs={"load": ["max", "mean", "count"]})
+                 aggs={"load": aggs}, min_periods=2 if nulls else None)
     metrics = si.algorithm_metrics(sspark)
-    out = si.aggregate(stream_of(sspark, str(tmp_path / "in"), time=True, delay="3 seconds"), q, state_chunk_rows=4)
+    out = si.aggregate(stream_of(sspark, str(tmp_path / "in"), time=True, delay="3 seconds"), q, state_chunk_rows=4,
+                       metrics=metrics)
     assert out.isStreaming
     assert out.columns == ["plug", "window_end", *[o.name for o in q.outputs]]
     assert dict(out.dtypes)["window_end"] == "timestamp" and dict(out.dtypes)["load_count_4s"] == "bigint"
-    del metrics
-    run_memory(out, "query_time_stream", str(tmp_path / "ck"))
-    got = [r for r in rows(sspark.table("query_time_stream")) if r[0] != "zz"]
+    name = f"query_time_stream_{aggs[1]}_{int(nulls)}"
+    run_memory(out, name, str(tmp_path / "ck"))
+    got = [r for r in rows(sspark.table(name)) if r[0] != "zz"]
     want = rows(si.aggregate(batch_of(sspark, frames, time=True), q))
     assert_rows_close(got, want, float_cols=[3, 6])
-    assert len(got) > 20 and any(r[5] is None for r in got)  # the 9 s window has ends the 4 s one has not
+    assert len(got) > 20 and any(r[5] is None for r in got)  # the windows' ends differ (4 % 1.5 != 9 % 1.5)
+    assert metrics.value.get("late", 0) == 0 and metrics.value["windows"] > 0
 
 
 def test_count_windows_query_stream_equals_batch(sspark, tmp_path):
