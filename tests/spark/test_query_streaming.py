@@ -6,10 +6,6 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
-
-import pba_runtime as pr
-import spark_integration as si
-
 from test_streaming import (
     SENTINEL,
     batch_of,
@@ -21,6 +17,9 @@ from test_streaming import (
     stream_of,
     write_files,
 )
+
+import pba_runtime as pr
+import spark_integration as si
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(400)]
 
