@@ -252,7 +252,40 @@ class _SparkState(StateAccess):
         self._call("delete_timer", self.handle.deleteTimer, t)
 
 
-class PBAProcessor(StatefulProcessor):
+class _CountingProcessor(StatefulProcessor):
+    """What both processors share: their packed input rows unpacked, and their counters (``self._counts``),
+    timed per step and handed to ``cfg.metrics`` (and the log) when the task ends."""
+
+    _done = "streaming task"
+
+    def _unpacked(self, rows: Any) -> tuple[np.ndarray, np.ndarray]:
+        """A key's packed rows (keys..., PACKED_COUNT, PACKED_ROWS; by position: PySpark renames some columns)."""
+        order, values = [], []
+        nk = len(self.cfg.key_names)
+        for frame in rows:
+            for blob in frame.iloc[:, nk + 1]:
+                t, v = unpack_rows(blob)
+                order.append(t)
+                values.append(v)
+        o = np.concatenate(order) if len(order) != 1 else order[0]
+        v = np.concatenate(values) if len(values) != 1 else values[0]
+        return o, v
+
+    def _took(self, t0: float) -> None:
+        """A key's step done: counted (``stream.steps``) with its time (``stream.step_us``, state calls included)."""
+        c = self._counts
+        c["stream.steps"] = c.get("stream.steps", 0) + 1
+        c["stream.step_us"] = c.get("stream.step_us", 0) + int((time.perf_counter() - t0) * 1e6)
+
+    def close(self) -> None:
+        counts = getattr(self, "_counts", None)
+        if counts:
+            if self.cfg.metrics is not None:
+                self.cfg.metrics.add(counts)
+            log.info("spark_integration: %s done: %s", self._done, dict(sorted(counts.items())))
+
+
+class PBAProcessor(_CountingProcessor):
     """The ``StatefulProcessor`` of :func:`stream_windows`: one :class:`~spark_integration.stream_key.KeyWindows` step per call."""
 
     def __init__(self, cfg: StreamConfig):
@@ -270,15 +303,7 @@ class PBAProcessor(StatefulProcessor):
 
     def handleInputRows(self, key: Any, rows: Any, timerValues: Any) -> Iterator[Any]:
         t0 = time.perf_counter()
-        order, values = [], []
-        nk = len(self.cfg.key_names)
-        for frame in rows:  # keys..., PACKED_COUNT, PACKED_ROWS (by position: PySpark renames some columns)
-            for blob in frame.iloc[:, nk + 1]:
-                t, v = unpack_rows(blob)
-                order.append(t)
-                values.append(v)
-        o = np.concatenate(order) if len(order) != 1 else order[0]
-        v = np.concatenate(values) if len(values) != 1 else values[0]
+        o, v = self._unpacked(rows)
         self._counts["stream.input_us"] = self._counts.get("stream.input_us", 0) + int((time.perf_counter() - t0) * 1e6)
         wm = timerValues.getCurrentWatermarkInMs() if self._step.is_time else None
         out = self._frame(key, self._step.process(self._state, key, o, v, wm))
@@ -294,19 +319,6 @@ class PBAProcessor(StatefulProcessor):
         self._took(t0)
         if out is not None:
             yield out
-
-    def _took(self, t0: float) -> None:
-        """A key's step done: counted (``stream.steps``) with its time (``stream.step_us``, state calls included)."""
-        c = self._counts
-        c["stream.steps"] = c.get("stream.steps", 0) + 1
-        c["stream.step_us"] = c.get("stream.step_us", 0) + int((time.perf_counter() - t0) * 1e6)
-
-    def close(self) -> None:
-        counts = getattr(self, "_counts", None)
-        if counts:
-            if self.cfg.metrics is not None:
-                self.cfg.metrics.add(counts)
-            log.info("spark_integration: streaming task done: %s", dict(sorted(counts.items())))
 
     # ------------------------------------------------------------------ output
     def _count(self, out: KeyOutput) -> None:
@@ -403,7 +415,7 @@ class _KeptTimers(StateAccess):
         pass
 
 
-class QueryProcessor(StatefulProcessor):
+class QueryProcessor(_CountingProcessor):
     """The ``StatefulProcessor`` of a streaming :func:`spark_integration.aggregate`: per key, one
     :class:`~spark_integration.stream_key.KeyWindows` step per output over the same rows (each output's state
     in a ``MapState`` of its own), their windows joined into one row per (key, window end).
@@ -412,6 +424,8 @@ class QueryProcessor(StatefulProcessor):
     (``pba_pending``), and are handed to every output's step as the watermark passes them (a row at or
     behind the watermark when it arrives is late, counted once); an event-time timer at the oldest waiting
     row brings the key back when no row does."""
+
+    _done = "streaming query task"
 
     def __init__(self, cfg: QueryStreamConfig):
         self.cfg = cfg
@@ -431,15 +445,7 @@ class QueryProcessor(StatefulProcessor):
 
     def handleInputRows(self, key: Any, rows: Any, timerValues: Any) -> Iterator[Any]:
         t0 = time.perf_counter()
-        order, values = [], []
-        nk = len(self.cfg.key_names)
-        for frame in rows:
-            for blob in frame.iloc[:, nk + 1]:
-                t, v = unpack_rows(blob)
-                order.append(t)
-                values.append(v)
-        o = np.concatenate(order) if len(order) != 1 else order[0]
-        v = np.concatenate(values) if len(values) != 1 else values[0]
+        o, v = self._unpacked(rows)
         if not self.cfg.is_time:
             out = self._rows(key, [step.process(st, key, o, v, None) for step, st in zip(self._steps, self._states)])
         else:
@@ -497,18 +503,6 @@ class QueryProcessor(StatefulProcessor):
         return self._rows(key, [step.process(s, key, go_t, go_v, wm, fired=fired, released=True)
                                 for step, s in zip(self._steps, self._states)])
 
-    def _took(self, t0: float) -> None:
-        c = self._counts
-        c["stream.steps"] = c.get("stream.steps", 0) + 1
-        c["stream.step_us"] = c.get("stream.step_us", 0) + int((time.perf_counter() - t0) * 1e6)
-
-    def close(self) -> None:
-        counts = getattr(self, "_counts", None)
-        if counts:
-            if self.cfg.metrics is not None:
-                self.cfg.metrics.add(counts)
-            log.info("spark_integration: streaming query task done: %s", dict(sorted(counts.items())))
-
     def _count_outs(self, outs: list[KeyOutput], windows: int) -> None:
         c = self._counts
         first = outs[0]
@@ -558,11 +552,11 @@ class QueryProcessor(StatefulProcessor):
         return pd.DataFrame(data)
 
 
-def stream_query(d: Any, cfg: QueryStreamConfig, schema: Any) -> Any:
-    """``d`` (key columns, ORDER_COL int64 ms, VALUE_COL double; streaming) to the query's rows, append mode."""
+def _run_processor(d: Any, keys: tuple[str, ...], processor: StatefulProcessor, schema: Any, is_time: bool) -> Any:
+    """``d``'s rows packed per key (one ``mapInArrow``), then ``groupBy(keys).transformWithStateInPandas`` of
+    ``processor`` in append mode (event time for time windows), on a session set up for it."""
     from pyspark.sql import types as T
 
-    keys = cfg.key_names
     packed_schema = T.StructType([d.schema[k] for k in keys] + [T.StructField(PACKED_COUNT, T.LongType(), False),
                                                                 T.StructField(PACKED_ROWS, T.BinaryType(), False)])
 
@@ -572,8 +566,13 @@ def stream_query(d: Any, cfg: QueryStreamConfig, schema: Any) -> Any:
     uncap_arrow_batch_bytes(d.sparkSession)
     use_rocksdb_state_store(d.sparkSession)
     packed = d.mapInArrow(pack, packed_schema)
-    time_mode = "EventTime" if cfg.is_time else "None"
-    return packed.groupBy(*keys).transformWithStateInPandas(QueryProcessor(cfg), schema, "Append", time_mode)
+    return packed.groupBy(*keys).transformWithStateInPandas(processor, schema, "Append",
+                                                            "EventTime" if is_time else "None")
+
+
+def stream_query(d: Any, cfg: QueryStreamConfig, schema: Any) -> Any:
+    """``d`` (key columns, ORDER_COL int64 ms, VALUE_COL double; streaming) to the query's rows, append mode."""
+    return _run_processor(d, cfg.key_names, QueryProcessor(cfg), schema, cfg.is_time)
 
 
 def stream_windows(d: Any, cfg: StreamConfig, schema: Any) -> Any:
@@ -581,20 +580,7 @@ def stream_windows(d: Any, cfg: StreamConfig, schema: Any) -> Any:
 
     ``schema``: the output schema (with the late columns when ``cfg.late_rows == "emit"``).
     """
-    from pyspark.sql import types as T
-
-    keys = cfg.key_names
-    packed_schema = T.StructType([d.schema[k] for k in keys] + [T.StructField(PACKED_COUNT, T.LongType(), False),
-                                                                T.StructField(PACKED_ROWS, T.BinaryType(), False)])
-
-    def pack(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        return pack_batches(keys, batches)
-
-    uncap_arrow_batch_bytes(d.sparkSession)
-    use_rocksdb_state_store(d.sparkSession)
-    packed = d.mapInArrow(pack, packed_schema)
-    time_mode = "EventTime" if isinstance(cfg.step.window, pr.TimeWindow) else "None"
-    return packed.groupBy(*keys).transformWithStateInPandas(PBAProcessor(cfg), schema, "Append", time_mode)
+    return _run_processor(d, cfg.key_names, PBAProcessor(cfg), schema, isinstance(cfg.step.window, pr.TimeWindow))
 
 
 def new_namespace() -> str:

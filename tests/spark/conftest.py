@@ -70,3 +70,19 @@ def spark():
                     proc.wait(timeout=10)
             SparkContext._gateway = None
             SparkContext._jvm = None
+
+
+ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+
+
+@pytest.fixture(scope="module")
+def sspark(spark):
+    """The shared session with the RocksDB state store provider (restored afterwards)."""
+    key = "spark.sql.streaming.stateStore.providerClass"
+    old = spark.conf.get(key, None)
+    spark.conf.set(key, ROCKSDB)
+    yield spark
+    if old is None:
+        spark.conf.unset(key)
+    else:
+        spark.conf.set(key, old)

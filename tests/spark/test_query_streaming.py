@@ -23,20 +23,6 @@ import spark_integration as si
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(400)]
 
-ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
-
-
-@pytest.fixture(scope="module")
-def sspark(spark):
-    key = "spark.sql.streaming.stateStore.providerClass"
-    old = spark.conf.get(key, None)
-    spark.conf.set(key, ROCKSDB)
-    yield spark
-    if old is None:
-        spark.conf.unset(key)
-    else:
-        spark.conf.set(key, old)
-
 
 def assert_rows_close(got: list[tuple], want: list[tuple], float_cols: list[int]) -> None:
     """Same rows (key, window bounds, integer outputs exact); float outputs to 1e-12 (micro-batches cut the

@@ -24,19 +24,6 @@ pytestmark = [pytest.mark.spark, pytest.mark.timeout(400)]
 ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 
 
-@pytest.fixture(scope="module")
-def sspark(spark):
-    """The shared session with the RocksDB state store provider (restored afterwards)."""
-    key = "spark.sql.streaming.stateStore.providerClass"
-    old = spark.conf.get(key, None)
-    spark.conf.set(key, ROCKSDB)
-    yield spark
-    if old is None:
-        spark.conf.unset(key)
-    else:
-        spark.conf.set(key, old)
-
-
 def write_files(folder, frames):
     """One parquet file per micro-batch, read in this order by a file source with maxFilesPerTrigger=1.
 
