@@ -11,6 +11,7 @@ from test_streaming import (
     batch_of,
     frames_count,
     frames_time,
+    kill_mid_stream_then_finish,
     rows,
     run_files,
     run_memory,
@@ -101,6 +102,22 @@ def test_query_stream_restarted_from_its_checkpoint_gives_every_row_once(sspark,
     assert 0 < first < len(got)
     assert_rows_close(got, want, float_cols=[2, 4])
     assert len({r[0] for r in got}) == 20
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_query_stream_driver_killed_then_restarted_gives_every_row_once(sspark, tmp_path):
+    """SIGKILL of the driver running a 2-aggregation x 2-window query after two committed micro-batches, then a
+    restart on its checkpoint: the file sink holds the batch answer, each (key, window end) once."""
+    from stream_job import query
+
+    rng = np.random.default_rng(14)
+    frames = frames_time(rng, n_files=8, keys=[f"k{i}" for i in range(12)])
+    sink = kill_mid_stream_then_finish(frames, tmp_path, what="query")
+    got = [r for r in rows(sspark.read.parquet(sink)) if r[0] != "zz"]
+    want = rows(si.aggregate(batch_of(sspark, frames, time=True), query()))
+    assert_rows_close(got, want, float_cols=[3, 5])
+    assert len({r[:2] for r in got}) == len(got) and len(got) > 50
 
 
 @pytest.mark.parametrize("make, message", [

@@ -221,23 +221,18 @@ def test_restart_from_checkpoint_many_keys(sspark, tmp_path):
     assert len({r[0] for r in got}) == 60
 
 
-@pytest.mark.slow
-@pytest.mark.timeout(600)
-def test_driver_killed_mid_stream_then_restarted_gives_the_same_sink(sspark, tmp_path):
-    """SIGKILL of the driver (its Python, the JVM, the workers: the whole process group) after two committed
-    micro-batches, then a restart on the checkpoint: the file sink holds exactly the uninterrupted answer."""
+def kill_mid_stream_then_finish(frames, tmp_path, what="window"):
+    """Run ``stream_job.py`` over ``frames`` (and SENTINEL), SIGKILL its whole process group (its Python, the JVM,
+    the workers) after two committed micro-batches, then finish on the same checkpoint; the sink's folder."""
     import signal
     import subprocess
     import sys
-    import time
 
-    rng = np.random.default_rng(4)
-    frames = frames_time(rng, n_files=8, keys=[f"k{i}" for i in range(12)])
     src, sink, ck = str(tmp_path / "in"), str(tmp_path / "out"), str(tmp_path / "ck")
     write_files(src, frames + [SENTINEL])
     job = os.path.join(os.path.dirname(__file__), "stream_job.py")
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
-    proc = subprocess.Popen([sys.executable, job, src, sink, ck, "run"], env=env, start_new_session=True,
+    proc = subprocess.Popen([sys.executable, job, src, sink, ck, "run", what], env=env, start_new_session=True,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 300
@@ -255,11 +250,22 @@ def test_driver_killed_mid_stream_then_restarted_gives_the_same_sink(sspark, tmp
         proc.wait(timeout=60)
     done = sorted(int(f) for f in os.listdir(os.path.join(ck, "commits")) if f.isdigit())
     assert 2 <= len(done) < len(frames) + 1, done  # killed mid-stream
-    fin = subprocess.run([sys.executable, job, src, sink, ck, "finish"], env=env, start_new_session=True,
+    fin = subprocess.run([sys.executable, job, src, sink, ck, "finish", what], env=env, start_new_session=True,
                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=400, check=False)
     assert fin.returncode == 0, fin.stderr.decode()[-3000:]
-    # the two queries read one file per micro-batch, in the files' order (else rows would be late: see write_files)
+    # the queries read one file per micro-batch, in the files' order (else rows would be late: see write_files)
     assert files_read_in_order(ck) == sorted(f for f in os.listdir(src) if f.endswith(".parquet"))
+    return sink
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_driver_killed_mid_stream_then_restarted_gives_the_same_sink(sspark, tmp_path):
+    """SIGKILL of the driver after two committed micro-batches, then a restart on the checkpoint: the file sink
+    holds exactly the uninterrupted answer."""
+    rng = np.random.default_rng(4)
+    frames = frames_time(rng, n_files=8, keys=[f"k{i}" for i in range(12)])
+    sink = kill_mid_stream_then_finish(frames, tmp_path)
     got = [r for r in rows(sspark.read.parquet(sink)) if r[0] != "zz"]
     want = rows(si.sliding_window_aggregate(batch_of(sspark, frames, time=True), key="plug", order_by="t",
                                             value="load", window=("5 seconds", "2 seconds"), agg="max"))
