@@ -52,9 +52,7 @@ from pba_runtime.host import validate
 from . import python_worker as rt
 from .arrow_runner import (
     COUNT_COL,
-    NULL_ORDER_HINT,
     NULL_POLICIES,
-    NULL_VALUE_HINT,
     NULLS_COL,
     ORDER_COL,
     PREAGGREGATABLE,
@@ -64,6 +62,7 @@ from .arrow_runner import (
     run_key_frame,
     run_keyed_batches,
 )
+from .columns import distribute, no_nulls, order_integers, require_watermark
 from .intervals import as_window
 from .session import ensure_worker_python
 from .stream_key import PREAGGREGATED, KeyWindows, StepConfig
@@ -144,23 +143,6 @@ def _spark_result_type(agg: pr.Aggregation) -> Any:
     return T.DoubleType()
 
 
-def _order_ms(col: Any, otype: Any) -> Any:
-    """The order column as an integer Spark expression: milliseconds (floored) for timestamps and dates.
-
-    A ``TimestampNTZType`` (wall clock, no zone) is read as if UTC, as Spark's ``window()`` groups it:
-    ``unix_millis`` reads its stored microseconds without a time zone (a cast to ``TimestampType``
-    would read it in the session zone and move the windows, or cast at all: ``cast`` to a long is refused).
-    """
-    from pyspark.sql import functions as F
-    from pyspark.sql import types as T
-
-    if isinstance(otype, (T.TimestampType, T.TimestampNTZType)):
-        return F.unix_millis(col)  # floors: a microsecond before 1970 is -1 ms
-    if isinstance(otype, T.DateType):
-        return F.unix_date(col).cast("long") * F.lit(86_400_000)
-    return col.cast("long")
-
-
 def _preaggregated(src: Any, keys: tuple[str, ...], order_name: str, otype: Any, value_name: str,
                    win: pr.TimeWindow, kind: str, nulls: str) -> Any:
     """One row per key and sub-slice: its partial (VALUE_COL), rows (COUNT_COL), nulls, representative time.
@@ -175,7 +157,7 @@ def _preaggregated(src: Any, keys: tuple[str, ...], order_name: str, otype: Any,
     """
     from pyspark.sql import functions as F
 
-    o = _order_ms(F.col(order_name), otype)
+    o = order_integers(F.col(order_name), otype)
     unit = F.pmod(o - F.lit(win.offset), F.lit(win.slide))
     sub = o - unit
     m = win.range % win.slide
@@ -222,20 +204,6 @@ def _pandas_udf(cfg: RunnerConfig) -> Callable[[Any], Any]:
         return run_key_frame(cfg, pdf)
 
     return pba_windows_pandas
-
-
-def _no_nulls(col: Any, what: str, label: str, keys: tuple[str, ...]) -> Any:
-    """``col``, failing the job at its first null with an error that names ``label`` and the key.
-
-    For ``applyInPandas``, where pandas would turn a null into NaN, a value.
-    """
-    from pyspark.sql import functions as F
-
-    parts: list[Any] = [F.lit(f"{what} column {label!r} holds nulls (first at key ")]
-    for i, k in enumerate(keys):
-        parts += [F.lit(f"{', ' if i else ''}{k}="), F.coalesce(F.col(k).cast("string"), F.lit("null"))]
-    parts.append(F.lit(f"); {NULL_VALUE_HINT if what == 'value' else NULL_ORDER_HINT}"))
-    return F.when(col.isNull(), F.raise_error(F.concat(*parts))).otherwise(col)
 
 
 def sliding_window_aggregate(
@@ -528,12 +496,12 @@ def _runner_input(df: Any, keys: tuple[str, ...], order_name: str, otype: Any, v
     if use_preagg:
         return _preaggregated(src, keys, order_name, otype, value_name, win, aggregation.preaggregate, nulls)
     if transport == "applyInPandas":  # pandas makes NaN of a null: no null may reach the UDF
-        order = _order_ms(F.col(order_name), otype) if is_time else F.col(order_name)
+        order = order_integers(F.col(order_name), otype) if is_time else F.col(order_name)
         val = F.col(value_name).cast("double")
         if nulls == "fail":
-            val = _no_nulls(val, "value", value_name, keys)
+            val = no_nulls(val, "value", value_name, keys)
             if is_time:
-                order = _no_nulls(order, "order_by", order_name, keys)
+                order = no_nulls(order, "order_by", order_name, keys)
         return src.select(*[F.col(k) for k in keys], order.alias(ORDER_COL), val.alias(VALUE_COL))
     return src.select(*[F.col(k) for k in keys], F.col(order_name).alias(ORDER_COL),
                       F.col(value_name).cast("double").alias(VALUE_COL))
@@ -543,8 +511,7 @@ def _distribute(d: Any, keys: tuple[str, ...], transport: str, num_partitions: i
     """Each key's rows together (and, but for ``applyInPandas``, in order within their partition)."""
     if transport == "applyInPandas":  # Spark groups by key; the UDF sorts each key by order
         return d.repartition(num_partitions, *keys) if num_partitions else d
-    d = d.repartition(num_partitions, *keys) if num_partitions else d.repartition(*keys)
-    d = d.sortWithinPartitions(*keys, ORDER_COL)
+    d = distribute(d, keys, ORDER_COL, num_partitions)
     if not is_time:  # count windows: only the order matters, one column less to move
         d = d.select(*keys, VALUE_COL)
     return d
@@ -581,10 +548,6 @@ def _output_schema(fields: dict, keys: tuple[str, ...], aggregation: pr.Aggregat
 
 
 # --------------------------------------------------------------------------- a streaming DataFrame
-#: Where Spark marks the column of ``withWatermark`` (its metadata).
-WATERMARK_KEY = "spark.watermarkDelayMs"
-
-
 def _check_streaming(fields: dict, order_name: str, otype: Any, win: Any, transport: str,
                      preaggregate: bool | None, num_partitions: int | None) -> None:
     """What a streaming DataFrame needs: an integral or time order, a watermark on it for a time window."""
@@ -596,11 +559,8 @@ def _check_streaming(fields: dict, order_name: str, otype: Any, win: Any, transp
     if not isinstance(otype, (T.IntegralType, T.TimestampType, T.TimestampNTZType, T.DateType)):
         raise TypeError(f"order_by column {order_name!r} must be integral, a timestamp or a date for a streaming "
                         f"DataFrame, got {otype.simpleString()}")
-    if isinstance(win, pr.TimeWindow) and WATERMARK_KEY not in (fields[order_name].metadata or {}):
-        raise ValueError(
-            f"a time window over a streaming DataFrame needs a watermark on order_by column {order_name!r}: "
-            f"df.withWatermark({order_name!r}, '10 seconds') (windows are emitted when it passes their end)"
-        )
+    if isinstance(win, pr.TimeWindow):
+        require_watermark(fields, order_name, "order_by")
 
 
 def _stream_input(df: Any, keys: tuple[str, ...], order_name: str, otype: Any, value_name: str, win: Any,
@@ -611,11 +571,11 @@ def _stream_input(df: Any, keys: tuple[str, ...], order_name: str, otype: Any, v
     src = df
     if nulls == "skip":
         src = src.where(F.col(value_name).isNotNull() & F.col(order_name).isNotNull())
-    order = _order_ms(F.col(order_name), otype)
+    order = order_integers(F.col(order_name), otype)
     val = F.col(value_name).cast("double")
     if nulls == "fail":  # pandas makes NaN of a null: none may reach the processor
-        val = _no_nulls(val, "value", value_name, keys)
-        order = _no_nulls(order, "order_by", order_name, keys)
+        val = no_nulls(val, "value", value_name, keys)
+        order = no_nulls(order, "order_by", order_name, keys)
     # the order leaves under another name, without the watermark's mark: Spark would drop the rows behind
     # the watermark before the processor could count them
     return src.select(*[F.col(k) for k in keys], order.alias(ORDER_COL), val.alias(VALUE_COL))

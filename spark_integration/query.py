@@ -27,6 +27,7 @@ from typing import Any
 
 import pba_runtime as pr
 
+from .columns import distribute, from_integers, kind_of, no_nulls, order_integers, require_watermark
 from .session import ensure_worker_python
 
 __all__ = ["aggregate", "output_fields"]
@@ -35,19 +36,6 @@ __all__ = ["aggregate", "output_fields"]
 _ON = "__pba_on"
 _INT_RESULTS = ("count", "argmax", "argmin")
 _VECTOR_RESULTS = ("collect", "moment_sketch")
-
-
-def _kind_of(spark_type: str) -> str:
-    """``"timestamp"``, ``"date"``, ``"int"``, ``"numeric"`` or ``"other"`` of a Spark simple type string."""
-    if spark_type in ("timestamp", "timestamp_ntz"):
-        return "timestamp"
-    if spark_type == "date":
-        return "date"
-    if spark_type in ("tinyint", "smallint", "int", "bigint"):
-        return "int"
-    if spark_type in ("float", "double") or spark_type.startswith("decimal"):
-        return "numeric"
-    return "other"
 
 
 def _generated(query: pr.Query) -> set[str]:
@@ -72,7 +60,7 @@ def output_fields(query: pr.Query, types: dict[str, str]) -> list[tuple[str, str
         fields += list(types.items())
     else:
         fields += [(b, types[b]) for b in query.by]
-        bound = on_type if timed and _kind_of(on_type) in ("timestamp", "date") else "bigint"
+        bound = on_type if timed and kind_of(on_type) in ("timestamp", "date") else "bigint"
         if len(query.windows) == 1:
             fields.append(("window_start", bound))
         fields.append(("window_end", bound))
@@ -83,7 +71,7 @@ def output_fields(query: pr.Query, types: dict[str, str]) -> list[tuple[str, str
             t = "array<double>"
         elif name in _INT_RESULTS:
             t = on_type if (name != "count" and isinstance(w, pr.TimeWindow)
-                            and _kind_of(on_type) in ("timestamp", "date")) else "bigint"
+                            and kind_of(on_type) in ("timestamp", "date")) else "bigint"
         else:
             t = "double"
         fields.append((o.name, t))
@@ -126,31 +114,22 @@ def aggregate(df: Any, query: pr.Query | None = None, *, state_chunk_rows: int =
     from pyspark.sql import functions as F
 
     on = query.on
-    kind = _kind_of(types[on])
-    as_int = {"timestamp": F.unix_micros(F.col(on).cast("timestamp")), "date": F.unix_date(F.col(on))}.get(
-        kind, F.col(on))
+    as_int = order_integers(F.col(on), types[on], "us")
     values = list(dict.fromkeys(o.column for o in query.outputs))
     if query.align == "rows":
-        cols = [F.col(c) for c in df.columns] + [as_int.cast("long").alias(_ON)]
+        cols = [F.col(c) for c in df.columns] + [as_int.alias(_ON)]
     else:
-        cols = ([F.col(b) for b in query.by] + [as_int.cast("long").alias(_ON)]
+        cols = ([F.col(b) for b in query.by] + [as_int.alias(_ON)]
                 + [F.col(v).cast("double").alias(v) for v in values if v not in query.by])
     fields = output_fields(query, types)
     made = _generated(query)
-    wire = [(n, "bigint" if n in made and _kind_of(t) in ("timestamp", "date") else t) for n, t in fields]
+    wire = [(n, "bigint" if n in made and kind_of(t) in ("timestamp", "date") else t) for n, t in fields]
     schema = ", ".join(f"`{n}` {t}" for n, t in wire)
-    src = df.select(*cols)
-    keys = [F.col(b) for b in query.by]
-    src = src.repartition(*keys) if keys else src.repartition(1)
-    src = src.sortWithinPartitions(*keys, F.col(_ON))
+    src = distribute(df.select(*cols), [F.col(b) for b in query.by], F.col(_ON))
     ensure_worker_python(df.sparkSession)
-    out = src.mapInPandas(_worker(query, kind, wire, types), schema)
-    back = {"timestamp": F.timestamp_micros, "date": F.date_from_unix_date}
-    restore = []
-    for (n, t), (_, w) in zip(fields, wire):
-        c = F.col(f"`{n}`")
-        restore.append(back[_kind_of(t)](c).cast(t).alias(n) if t != w else c)
-    return out.select(*restore)
+    out = src.mapInPandas(_worker(query, kind_of(types[on]), wire), schema)
+    return out.select(*[(from_integers(F.col(f"`{n}`"), t, "us") if t != w else F.col(f"`{n}`")).alias(n)
+                        for (n, t), (_, w) in zip(fields, wire)])
 
 
 def _check(query: pr.Query, types: dict[str, str]) -> None:
@@ -161,23 +140,27 @@ def _check(query: pr.Query, types: dict[str, str]) -> None:
         for c in cols:
             if c not in types:
                 raise ValueError(f"{param}: no column {c!r} in the DataFrame; its columns: {list(types)}")
-    if _kind_of(types[query.on]) not in ("timestamp", "date", "int"):
+    if kind_of(types[query.on]) not in ("timestamp", "date", "int"):
         raise TypeError(f"on: column {query.on!r} is {types[query.on]}; give a timestamp, date or integer column")
     for o in query.outputs:
-        if _kind_of(types[o.column]) not in ("int", "numeric"):
+        if kind_of(types[o.column]) not in ("int", "numeric"):
             raise TypeError(f"aggs: column {o.column!r} is {types[o.column]}, not numeric")
     if _ON in types:
         raise ValueError(f"by: the column name {_ON!r} is the adapter's own; rename that column")
 
 
-def _worker(query: pr.Query, kind: str, wire: list[tuple[str, str]], types: dict[str, str]):
-    """The ``mapInPandas`` function: one query run over the partition's rows (every key of it)."""
+def _worker(query: pr.Query, kind: str, wire: list[tuple[str, str]]):
+    """The ``mapInPandas`` function: one query run over the partition's rows (every key of it).
+
+    The order column arrives as epoch microseconds (timestamps and dates, :func:`order_integers`) or as the
+    integers it is; instants the result holds (window bounds, time windows' argmax/argmin) leave as
+    microseconds, nullable, for :func:`from_integers`.
+    """
     on = query.on
     names = [n for n, _ in wire]
     made = _generated(query)
-    ints = [n for n, t in wire if _kind_of(t) == "int"]
-    unit = {"timestamp": "us", "date": "s"}.get(kind)  # pandas holds dates as datetime64[s]
-    sent = {"timestamp": "us", "date": "D"}.get(kind)  # what Spark's timestamp_micros / date_from_unix_date read
+    ints = [n for n, t in wire if kind_of(t) == "int"]
+    instants = kind in ("timestamp", "date")
 
     def run(batches: Iterator[Any]) -> Iterator[Any]:
         import numpy as np
@@ -192,15 +175,13 @@ def _worker(query: pr.Query, kind: str, wire: list[tuple[str, str]], types: dict
         rows = query.align == "rows"
         frame = pdf.drop(columns=[on]) if rows else pdf
         t = pdf[_ON].to_numpy(dtype=np.int64)
-        order = t.astype(f"datetime64[{unit}]") if unit else t
-        frame = frame.drop(columns=[_ON]).assign(**{on: order})
+        frame = frame.drop(columns=[_ON]).assign(**{on: t.astype("datetime64[us]") if instants else t})
         res = query.run(frame)
         if rows:
             res = pd.concat([pdf.drop(columns=[_ON]), res], axis=1)
         for n in names:
-            col = res[n]
-            if n in made and unit is not None:  # back to the integers Spark turns into its type
-                res[n] = _sent_integers(np, pd, col, unit, sent)
+            if n in made and instants:
+                res[n] = _micros(np, pd, res[n])
             if n in ints and res[n].dtype.kind == "f":
                 res[n] = res[n].astype("Int64")  # nulls (too few values, a null key) stay nulls
         yield res[names]
@@ -208,16 +189,15 @@ def _worker(query: pr.Query, kind: str, wire: list[tuple[str, str]], types: dict
     return run
 
 
-def _sent_integers(np: Any, pd: Any, col: Any, unit: str, sent: str) -> Any:
-    """A result column of instants (datetimes, dates, or argmax's integers of ``unit``) as nullable integers
-    of ``sent`` (microseconds or days)."""
+def _micros(np: Any, pd: Any, col: Any) -> Any:
+    """A result column of instants (datetimes, or argmax's integers of microseconds: floats where null) as
+    nullable epoch microseconds."""
     a = col.to_numpy()
     null = pd.isna(col).to_numpy()
-    if a.dtype.kind in "iuf":  # argmax / argmin: integers of the worker's unit (floats where null)
-        a = np.where(null, 0, a).astype(np.int64).astype(f"datetime64[{unit}]")
-    elif a.dtype == object:  # dates
-        a = np.array([np.datetime64("NaT") if m else x for x, m in zip(a, null)], dtype="datetime64[D]")
-    ints = a.astype(f"datetime64[{sent}]").view(np.int64)
+    if a.dtype.kind in "iuf":
+        ints = np.where(null, 0, a).astype(np.int64)
+    else:
+        ints = a.astype("datetime64[us]").view(np.int64)
     return pd.Series(pd.arrays.IntegerArray(ints, null), index=col.index)
 
 
@@ -228,7 +208,7 @@ def _stream(df: Any, query: pr.Query, types: dict[str, str], chunk_rows: int, me
     from pyspark.sql import functions as F
     from pyspark.sql import types as T
 
-    from .dataframe import WATERMARK_KEY, _no_nulls, cores_per_task_of
+    from .dataframe import cores_per_task_of
     from .python_worker import local_cores
     from .stream_fold import FoldPlan
     from .stream_key import KeyWindows, StepConfig
@@ -247,9 +227,8 @@ def _stream(df: Any, query: pr.Query, types: dict[str, str], chunk_rows: int, me
         raise ValueError("windows: a streaming query's windows are all count windows or all time windows")
     is_time = timed.pop()
     on = query.on
-    if is_time and WATERMARK_KEY not in (df.schema[on].metadata or {}):
-        raise ValueError(f"on: time windows over a streaming DataFrame need a watermark on column {on!r}: "
-                         f"df.withWatermark({on!r}, '10 seconds') (a window is emitted once it passes its end)")
+    if is_time:
+        require_watermark(df.schema, on, "on")
     if not_numbers := [o.name for o in query.outputs if o.agg.result not in ("float", "int")]:
         raise ValueError(f"aggs: a streaming query's outputs are numbers; {not_numbers} are not")
     mp = 1 if query.min_periods is None else query.min_periods
@@ -280,14 +259,13 @@ def _stream(df: Any, query: pr.Query, types: dict[str, str], chunk_rows: int, me
     cfg = QueryStreamConfig(tuple(query.by), tuple(o.name for o in query.outputs), tuple(steps), tuple(window_of),
                             tuple(o.agg.name in _INT_RESULTS for o in query.outputs),
                             steps[0].window.range if one else None, metrics=metrics, fold=plan)
-    kind = _kind_of(types[on])
-    order = {"timestamp": F.unix_millis(F.col(on).cast("timestamp")),
-             "date": F.unix_date(F.col(on)).cast("long") * F.lit(86_400_000)}.get(kind, F.col(on).cast("long"))
+    order = order_integers(F.col(on), types[on], "ms")
     src = df
     if query.missing == "skip":
         src = src.where(F.col(on).isNotNull())
     else:
-        order = _no_nulls(order, "on", on, tuple(query.by))
+        order = no_nulls(order, "on", on, tuple(query.by),
+                         hint='a time or count window needs an order for every row; missing="skip" drops them')
     value = F.coalesce(F.col(values[0]).cast("double"), F.lit(float("nan")))  # a null: NaN, as frames read it
     d = src.select(*[F.col(b) for b in query.by], order.alias(ORDER_COL), value.alias(VALUE_COL))
     fields = output_fields(query, types)
@@ -297,13 +275,4 @@ def _stream(df: Any, query: pr.Query, types: dict[str, str], chunk_rows: int, me
         + [T.StructField(o.name, T.LongType() if o.agg.name in _INT_RESULTS else T.DoubleType())
            for o in query.outputs])
     out = stream_query(d, cfg, wire)
-    restore = []
-    for n, t in fields:
-        c = F.col(f"`{n}`")
-        k = _kind_of(t)
-        if k == "timestamp":
-            c = F.timestamp_millis(c).cast(t)
-        elif k == "date":
-            c = F.date_from_unix_date(F.floor(c / F.lit(86_400_000)).cast("int"))
-        restore.append(c.alias(n))
-    return out.select(*restore)
+    return out.select(*[from_integers(F.col(f"`{n}`"), t, "ms").alias(n) for n, t in fields])

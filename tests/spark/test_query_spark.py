@@ -57,6 +57,49 @@ def test_window_output_is_the_query_over_the_same_rows(frames, windows):
                                    rtol=1e-12, equal_nan=True, err_msg=o.name)
 
 
+@pytest.fixture
+def kolkata(spark):
+    """The session in a zone 5.5 h from UTC: a wall clock read in it would move hour windows by half an hour."""
+    old = spark.conf.get("spark.sql.session.timeZone")
+    spark.conf.set("spark.sql.session.timeZone", "Asia/Kolkata")
+    yield spark
+    spark.conf.set("spark.sql.session.timeZone", old)
+
+
+def test_wall_clock_and_date_windows_fall_on_the_wall_clock_in_any_session_zone(kolkata):
+    """A ``timestamp_ntz`` and a ``date`` order column: the query's windows are those of the same naive
+    datetimes in pandas (Spark's ``window()`` groups a wall clock so too), and so are ``sliding_window_aggregate``'s."""
+    import datetime as dt
+
+    spark = kolkata
+    base = dt.datetime(2024, 3, 30)
+    rows = [("a" if i % 3 else "b", base + dt.timedelta(minutes=37 * i), float(i % 7)) for i in range(200)]
+    df = spark.createDataFrame(rows, "k string, t timestamp_ntz, v double")
+    pdf = pd.DataFrame(rows, columns=["k", "t", "v"]).astype({"t": "datetime64[us]"})
+    q = pr.Query(by="k", on="t", windows=[pr.TimeWindow("1h"), pr.TimeWindow("6h", "1h")], aggs={"v": ["max", "sum"]})
+    got = _sorted(si.aggregate(df, q).toPandas(), ["k", "window_end"])
+    assert dict(si.aggregate(df, q).dtypes)["window_end"] == "timestamp_ntz"
+    want = _sorted(q.run(pdf), ["k", "window_end"])
+    np.testing.assert_array_equal(got["window_end"].to_numpy(dtype="datetime64[us]"),
+                                  want["window_end"].to_numpy(dtype="datetime64[us]"))
+    np.testing.assert_allclose(got["v_max_6h"].to_numpy(dtype=float), want["v_max_6h"].to_numpy(dtype=float),
+                               equal_nan=True)
+    one = si.sliding_window_aggregate(df, key="k", order_by="t", value="v", window="1 hour", agg="max").toPandas()
+    want1 = want.dropna(subset=["v_max_1h"])
+    assert sorted(zip(one["k"], one["window_end"])) == sorted(
+        zip(want1["k"], want1["window_end"].to_numpy(dtype="datetime64[ms]").astype(np.int64).tolist()))
+
+    days = [("a", (base + dt.timedelta(days=i // 2)).date(), float(i)) for i in range(40)]
+    ddf = spark.createDataFrame(days, "k string, d date, v double")
+    qd = pr.Query(by="k", on="d", windows=pr.TimeWindow("3D", "1D"), aggs={"v": ["max", "count"]})
+    got = si.aggregate(ddf, qd).toPandas()
+    assert dict(si.aggregate(ddf, qd).dtypes)["window_end"] == "date"
+    pdays = pd.DataFrame(days, columns=["k", "d", "v"]).assign(d=lambda f: pd.to_datetime(f["d"]))
+    want = qd.run(pdays)
+    assert [d.isoformat() for d in got["window_end"]] == [str(t.date()) for t in want["window_end"]]
+    assert got["v_count"].tolist() == want["v_count"].tolist() and got["v_count"].max() == 6
+
+
 def test_count_windows_equal_spark_sql_window_functions(frames):
     from pyspark.sql import Window
     from pyspark.sql import functions as F

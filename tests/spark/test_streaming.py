@@ -276,7 +276,7 @@ def test_streaming_errors_on_the_driver(sspark, tmp_path):
     write_files(str(tmp_path / "in"), [pd.DataFrame({"plug": ["a"], "ts": [1], "load": [1.0]})])
     plain = stream_of(sspark, str(tmp_path / "in"))
     kw = dict(key="plug", value="load", agg="max")
-    with pytest.raises(ValueError, match="needs a watermark on order_by column 'ts'"):
+    with pytest.raises(ValueError, match="order_by: time windows over a streaming DataFrame need a watermark on column 'ts'"):
         si.sliding_window_aggregate(plain, order_by="ts", window=pr.TimeWindow(range=10, slide=5), **kw)
     with pytest.raises(ValueError, match="transport and num_partitions are for a batch DataFrame"):
         si.sliding_window_aggregate(plain, order_by="ts", window=pr.CountWindow(range=2, slide=1),
