@@ -20,6 +20,7 @@ from .aggregations import Aggregation
 from .algorithms import create
 from .algorithms.base import Results, UnsortedTimestampsError
 from .pool import WorkerPool
+from .quantiles import as_quantile, refuse_algorithm, sliding_quantile
 from .windows import CountWindow, TimeWindow
 
 __all__ = ["sliding_aggregate"]
@@ -51,7 +52,9 @@ def sliding_aggregate(
         The stream, oldest first. A missing value (``None``, pandas' ``<NA>``, a masked entry, an
         Arrow or polars null) is refused under ``missing="propagate"``, where NaN is a value.
     window : CountWindow or TimeWindow
-    agg : str or Aggregation
+    agg : str, Aggregation or Quantile
+        A built-in's name, your :class:`Aggregation`, or an order statistic: ``"median"`` or
+        :func:`pba_runtime.quantile` (exact, numpy's results; :mod:`pba_runtime.quantiles`).
     algorithm : str
         A name in ``pba_runtime.ALGORITHMS`` or ``"auto"``: the batch policy
         (:func:`pba_runtime.algorithms.choose_batch_algorithm`), PBA's split between the main
@@ -98,6 +101,11 @@ def sliding_aggregate(
     if isinstance(window, TimeWindow) and timestamps is None:
         raise ValueError("timestamps are required for time windows (TimeWindow); "
                          "pass sliding_aggregate(values, window=..., agg=..., timestamps=...)")
+    q = as_quantile(agg)
+    if q is not None:  # an order statistic: the sorted-window kernel, not an algorithm of partials
+        refuse_algorithm(algorithm, q)
+        return sliding_quantile(values, window, q, timestamps=timestamps, missing=missing, min_periods=min_periods,
+                                pool=pool)
     options: dict[str, Any] = {"pool": pool} if pool is not None else {}
     options["engine"] = engine
     op = create(algorithm, window, agg, missing=missing, min_periods=min_periods, **options)

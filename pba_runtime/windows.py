@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING
 
 from .durations import Duration, DurationLike, as_duration, check_unit
 
-__all__ = ["CountWindow", "TimeWindow", "Window", "validate_window", "time_slices", "INT64_MIN", "INT64_MAX"]
+__all__ = ["CountWindow", "TimeWindow", "Window", "validate_window", "time_slices", "window_spans", "INT64_MIN", "INT64_MAX"]
 
 INT64_MIN = -(2**63)
 INT64_MAX = 2**63 - 1
@@ -276,3 +276,48 @@ def time_slices(ts, s: int, off: int, r: int, last_slice: int, has_last: bool):
     if len(ts):
         fresh[0] = not has_last or first_k[0] > last_slice
     return G, np.flatnonzero(fresh)
+
+
+def window_spans(window: Window, n: int, timestamps=None):
+    """Every window a stream of ``n`` values emits, as rows: ``(ends, S, E)``, window ``i`` the rows
+    ``[S[i], E[i])`` with exclusive end ``ends[i]``; ``S`` and ``E`` never decrease.
+
+    Count windows: the full windows, ends ``range, range + slide, ...``. Time windows (``timestamps``
+    non-decreasing int64): every window ``[k*slide + offset, ... + range)`` that holds a tuple, as
+    ``docs/semantics.md`` emits them (end of stream included). For the kernels that need each window's
+    values rather than its slices (the order statistics).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> [a.tolist() for a in window_spans(CountWindow(3, 2), 7)]
+    [[3, 5, 7], [0, 2, 4], [3, 5, 7]]
+    >>> [a.tolist() for a in window_spans(TimeWindow(10, 5), 3, np.array([0, 3, 27]))]
+    [[5, 10, 30, 35], [0, 0, 2, 2], [2, 2, 3, 3]]
+    """
+    import numpy as np
+
+    r, s = int(window.range), int(window.slide)
+    if isinstance(window, CountWindow):
+        m = max(0, (n - r) // s + 1)
+        S = np.arange(m, dtype=np.int64) * s
+        return S + r, S, S + r
+    t = np.asarray(timestamps, dtype=np.int64)
+    if not len(t):
+        z = np.zeros(0, dtype=np.int64)
+        return z, z, z.copy()
+    off = int(window.offset)
+    jl = (t - off - r) // s + 1  # the windows holding tuple i: jl[i] .. jh[i], both non-decreasing
+    jh = (t - off) // s
+    new_run = np.ones(len(t), dtype=bool)  # runs of overlapping or touching window ranges
+    new_run[1:] = jl[1:] > jh[:-1] + 1
+    first = np.flatnonzero(new_run)
+    lo = jl[first]
+    hi = np.maximum.reduceat(jh, first)
+    counts = hi - lo + 1
+    j = np.repeat(lo - np.concatenate(([0], np.cumsum(counts)[:-1])), counts) + np.arange(int(counts.sum()))
+    start = j * s + off
+    S = np.searchsorted(t, start, side="left")
+    E = np.searchsorted(t, start + r, side="left")
+    keep = E > S
+    return (start + r)[keep], S[keep], E[keep]

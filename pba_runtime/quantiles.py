@@ -1,0 +1,153 @@
+"""Exact quantiles over sliding windows: ``"median"`` and :func:`quantile`.
+
+A quantile is an *order statistic*, not a monoid: the medians of two slices do not give the median of
+their union, so PBA's chunks (and Theorem 1's ``b*``, which prices merging slice partials) do not apply,
+nor does any algorithm of ``pba_runtime.ALGORITHMS``, all of which merge partials. What carries it is a
+sorted window of values: :mod:`pba_runtime.kernels.compiled.quantiles` keeps each window's values in
+order and moves from one window to the next by the values that left and came. The windows' rows come
+from :func:`pba_runtime.windows.window_spans`; a batch of windows is cut in two ranges that run at once,
+on this thread and on the pool's worker (each range starts its own sorted window).
+
+Results are numpy's: ``numpy.quantile(window, q, method=interpolation)``, and ``numpy.median`` for
+``"median"``; NaN as the missing-value policy says (``skip``: not a value; ``propagate``: a window
+holding NaN is NaN).
+
+Examples
+--------
+>>> import pba_runtime as pr
+>>> ends, med = pr.sliding_aggregate([3.0, 1.0, 4.0, 1.0, 5.0], window=pr.CountWindow(3), agg="median")
+>>> ends.tolist(), med.tolist()
+([3, 4, 5], [3.0, 1.0, 4.0])
+>>> pr.sliding_aggregate([3.0, 1.0, 4.0, 1.0], window=pr.CountWindow(4), agg=pr.quantile(0.9))[1].tolist()
+[3.7]
+"""
+
+from __future__ import annotations
+
+import numbers
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .aggregations import as_float_array, check_min_periods
+from .engines.key_split import run_split
+from .kernels.compiled.quantiles import METHODS, window_quantiles
+from .missing import MISSING
+from .windows import CountWindow, TimeWindow, validate_window, window_spans
+
+__all__ = ["INTERPOLATIONS", "Quantile", "as_quantile", "quantile", "sliding_quantile"]
+
+#: numpy's ``method=`` names the exact quantile takes (pandas' rolling quantile has the same five)
+INTERPOLATIONS = ("linear", "lower", "higher", "nearest", "midpoint")
+
+#: windows below which one call runs on this thread (a split costs a pool round trip)
+SPLIT_MIN_WINDOWS = 1 << 14
+
+
+@dataclass(frozen=True)
+class Quantile:
+    """The exact ``q``-quantile of each window (``interpolation`` as numpy's ``method=``); ``median``: numpy's.
+
+    Build it with :func:`quantile` or the name ``"median"``.
+    """
+
+    q: float
+    interpolation: str = "linear"
+    median: bool = False
+
+    @property
+    def name(self) -> str:
+        """The output name: ``median``, ``quantile_0.99`` (``_lower``... when not linear)."""
+        if self.median:
+            return "median"
+        tail = "" if self.interpolation == "linear" else f"_{self.interpolation}"
+        return f"quantile_{self.q:g}{tail}"
+
+    @property
+    def method(self) -> int:
+        return METHODS["median" if self.median else self.interpolation]
+
+
+MEDIAN = Quantile(0.5, "linear", median=True)
+
+
+def quantile(q: float, interpolation: str = "linear") -> Quantile:
+    """The exact ``q``-quantile over each window, as ``numpy.quantile(window, q, method=interpolation)``.
+
+    Parameters
+    ----------
+    q : float
+        In ``[0, 1]``.
+    interpolation : {"linear", "lower", "higher", "nearest", "midpoint"}
+        Between the two values around the quantile's rank, as numpy and pandas name it.
+
+    Examples
+    --------
+    >>> quantile(0.99).name, quantile(0.25, "lower").name
+    ('quantile_0.99', 'quantile_0.25_lower')
+    >>> quantile(1.5)
+    Traceback (most recent call last):
+    ...
+    ValueError: q must be a number in [0, 1], got 1.5
+    """
+    if isinstance(q, bool) or not isinstance(q, numbers.Real) or not 0.0 <= float(q) <= 1.0:
+        raise ValueError(f"q must be a number in [0, 1], got {q!r}")
+    if interpolation not in INTERPOLATIONS:
+        raise ValueError(f"interpolation must be one of {', '.join(map(repr, INTERPOLATIONS))}, got {interpolation!r}")
+    return Quantile(float(q), interpolation)
+
+
+def as_quantile(agg: Any) -> Quantile | None:
+    """``agg`` as a :class:`Quantile` when it names one (``"median"`` or a :func:`quantile`), else ``None``."""
+    if isinstance(agg, Quantile):
+        return agg
+    if isinstance(agg, str) and agg == "median":
+        return MEDIAN
+    return None
+
+
+def refuse_algorithm(algorithm: str, q: Quantile) -> None:
+    """Order statistics run on the sorted-window kernel; an algorithm of partials is refused by name."""
+    if algorithm != "auto":
+        raise ValueError(
+            f"algorithm {algorithm!r} merges partials of a monoid; agg {q.name!r} is an order statistic (not a "
+            "monoid) and runs on the sorted-window kernel: pass algorithm='auto'")
+
+
+def sliding_quantile(values: Any, window: CountWindow | TimeWindow, q: Quantile, *, timestamps: Any = None,
+                     missing: str = "propagate", min_periods: int = 1, pool: Any = None
+                     ) -> tuple[np.ndarray, np.ndarray]:
+    """Every window's quantile over ``values``: ``(ends, results)``, the windows of :func:`sliding_aggregate`.
+
+    Parameters are :func:`pba_runtime.sliding_aggregate`'s. ``results`` is float64, NaN where the window
+    has no result (a NaN under ``propagate``; fewer than ``min_periods`` values under ``skip``).
+    """
+    validate_window(window)
+    if missing not in MISSING:
+        raise ValueError(f"missing must be one of {', '.join(map(repr, MISSING))}, got {missing!r}")
+    skip = missing == "skip"
+    mp = check_min_periods(min_periods) if skip else 1
+    v = as_float_array(values, agg_name=q.name, missing=missing)
+    if isinstance(window, TimeWindow):
+        if timestamps is None:
+            raise ValueError("timestamps are required for time windows (TimeWindow); "
+                             "pass sliding_aggregate(values, window=..., agg=..., timestamps=...)")
+        t = np.asarray(timestamps)
+        if t.ndim != 1 or len(t) != len(v) or t.dtype.kind not in "iu":
+            raise ValueError(f"timestamps must be a 1-D integer array as long as values ({len(v)}), got "
+                             f"{t.dtype} of shape {t.shape}")
+        t = t.astype(np.int64, copy=False)
+        if len(t) > 1 and (np.diff(t) < 0).any():
+            raise ValueError("timestamps must be non-decreasing; sort the input first "
+                             '(order = np.argsort(timestamps, kind="stable"))')
+        ends, S, E = window_spans(window, len(v), t)
+    else:
+        if timestamps is not None:
+            raise ValueError("timestamps= is for time windows; a CountWindow orders values by position")
+        ends, S, E = window_spans(window, len(v))
+    out = np.empty(len(ends), dtype=np.float64)
+    qv, code = float(q.q), q.method
+    run_split(lambda i0, i1: window_quantiles(v, S, E, qv, code, skip, mp, i0, i1, out),
+              np.arange(len(ends) + 1, dtype=np.int64), pool=pool, min_rows=SPLIT_MIN_WINDOWS)
+    return ends, out

@@ -1,0 +1,171 @@
+"""Exact quantiles over sliding windows: the sorted-window kernel against numpy per window, its plain-Python
+form, ``sliding_aggregate`` against a recompute from the spec's windows, peers (bottleneck, pandas), bad input."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import pba_runtime as pr
+from pba_runtime.kernels.compiled.quantiles import METHODS, window_quantiles, window_quantiles_reference
+
+SPECIAL = [np.nan, np.inf, -np.inf, -0.0, 0.0, 1e12, 1e-3, -1e12, 1.0, 1.0, 2.0]
+
+
+@st.composite
+def streams(draw, max_n=80):
+    n = draw(st.integers(0, max_n))
+    pick = st.one_of(st.sampled_from(SPECIAL), st.floats(-5, 5, allow_nan=False).map(lambda x: round(x, 1)))
+    return np.array(draw(st.lists(pick, min_size=n, max_size=n)), dtype=np.float64)
+
+
+@st.composite
+def bounded(draw):
+    """Values and monotone window bounds ``[S[i], E[i])`` (empty windows, jumps, shrinking and growing)."""
+    v = draw(streams())
+    n = len(v)
+    m = draw(st.integers(0, 40))
+    S = np.sort(np.array(draw(st.lists(st.integers(0, n), min_size=m, max_size=m)), dtype=np.int64))
+    L = np.array(draw(st.lists(st.integers(0, 15), min_size=m, max_size=m)), dtype=np.int64)
+    E = np.maximum(np.maximum.accumulate(np.minimum(S + L, n)) if m else S, S).astype(np.int64)
+    return v, S, E
+
+
+METHOD_NAMES = list(METHODS)
+
+
+@given(bounded(), st.sampled_from([0.0, 0.01, 0.25, 0.5, 0.75, 0.99, 1.0, 1 / 3]), st.sampled_from(METHOD_NAMES),
+       st.booleans(), st.integers(0, 4))
+def test_the_kernel_is_numpy_per_window(case, q, method, skip, min_periods):
+    v, S, E = case
+    mp = max(min_periods, 1) if not skip else min_periods
+    out = np.full(len(S), -7.0)
+    window_quantiles(v, S, E, q, METHODS[method], skip, mp, 0, len(S), out)
+    want = window_quantiles_reference(v, S, E, q, method, skip, mp)
+    np.testing.assert_array_equal(out, want)
+    # cut anywhere, each range starts its own sorted window: the same results
+    if len(S) > 1:
+        cut = len(S) // 3
+        parts = np.full(len(S), -7.0)
+        window_quantiles(v, S, E, q, METHODS[method], skip, mp, 0, cut, parts)
+        window_quantiles(v, S, E, q, METHODS[method], skip, mp, cut, len(S), parts)
+        np.testing.assert_array_equal(parts, want)
+
+
+@given(bounded(), st.sampled_from(METHOD_NAMES), st.booleans())
+def test_the_plain_python_form_is_the_compiled_kernel(case, method, skip):
+    v, S, E = case
+    a, b = np.full(len(S), -7.0), np.full(len(S), -7.0)
+    window_quantiles(v, S, E, 0.3, METHODS[method], skip, 1, 0, len(S), a)
+    window_quantiles.py_func(v, S, E, 0.3, METHODS[method], skip, 1, 0, len(S), b)
+    np.testing.assert_array_equal(a, b)
+
+
+def _spec_windows(window, n, t=None):
+    """The windows ``docs/semantics.md`` emits, as (end, row selection), written from its words."""
+    r, s = int(window.range), int(window.slide)
+    if t is None:
+        return [(j * s + r, slice(j * s, j * s + r)) for j in range(max(0, (n - r) // s + 1))]
+    out = []
+    if n:
+        off = int(window.offset)
+        for j in range((int(t[0]) - off - r) // s + 1, (int(t[-1]) - off) // s + 1):
+            lo = j * s + off
+            sel = np.flatnonzero((t >= lo) & (t < lo + r))
+            if len(sel):
+                out.append((lo + r, slice(int(sel[0]), int(sel[-1]) + 1)))
+    return out
+
+
+@np.errstate(invalid="ignore")
+def _naive(v, spans, agg, missing, mp):
+    res = []
+    for _, sel in spans:
+        x = v[sel]
+        if missing == "skip":
+            x = x[~np.isnan(x)]
+        if not len(x) or len(x) < mp or np.isnan(x).any():
+            res.append(np.nan)
+        elif agg == "median":
+            res.append(np.median(x))
+        else:
+            res.append(np.quantile(x, agg.q, method=agg.interpolation))
+    return np.array(res, dtype=np.float64)
+
+
+AGGS = ["median", pr.quantile(0.99), pr.quantile(0.1, "lower"), pr.quantile(0.5, "nearest"),
+        pr.quantile(0.7, "midpoint"), pr.quantile(0.3, "higher")]
+
+
+@given(streams(120), st.integers(1, 9), st.integers(1, 9), st.sampled_from(AGGS), st.sampled_from(["propagate", "skip"]),
+       st.integers(0, 3))
+def test_count_windows_of_any_slide_are_the_spec(v, r, s, agg, missing, mp):
+    s = min(s, r)  # r % s != 0 included
+    w = pr.CountWindow(r, s)
+    ends, got = pr.sliding_aggregate(v, window=w, agg=agg, missing=missing, min_periods=mp)
+    spans = _spec_windows(w, len(v))
+    assert ends.tolist() == [e for e, _ in spans]
+    np.testing.assert_array_equal(got, _naive(v, spans, agg, missing, mp if missing == "skip" else 1))
+
+
+@given(streams(100), st.integers(1, 40), st.integers(1, 40), st.integers(-5, 5), st.sampled_from(AGGS),
+       st.sampled_from(["propagate", "skip"]), st.data())
+def test_time_windows_with_gaps_and_ties_are_the_spec(v, r, s, off, agg, missing, data):
+    s = min(s, r)
+    steps = data.draw(st.lists(st.sampled_from([0, 0, 1, 2, 3, 50]), min_size=len(v), max_size=len(v)))
+    t = np.cumsum(np.array(steps, dtype=np.int64)) - 7
+    w = pr.TimeWindow(r, s, offset=off % s)
+    ends, got = pr.sliding_aggregate(v, window=w, agg=agg, timestamps=t, missing=missing)
+    spans = _spec_windows(w, len(v), t)
+    assert ends.tolist() == [e for e, _ in spans]
+    np.testing.assert_array_equal(got, _naive(v, spans, agg, missing, 1))
+
+
+def test_a_large_batch_split_across_threads_is_one_call():
+    """Past the split threshold the windows run as two ranges at once: the same results as numpy."""
+    rng = np.random.default_rng(3)
+    v = rng.normal(size=60_000).round(2)
+    v[rng.random(len(v)) < 0.01] = np.nan
+    ends, got = pr.sliding_aggregate(v, window=pr.CountWindow(300, 7), agg=pr.quantile(0.95), missing="skip")
+    spans = _spec_windows(pr.CountWindow(300, 7), len(v))
+    np.testing.assert_array_equal(got, _naive(v, spans, pr.quantile(0.95), "skip", 1))
+
+
+@pytest.mark.parametrize("window", [1, 2, 64, 1000])
+def test_bottleneck_and_pandas_agree(window):
+    """Peers nobody here wrote: bottleneck's move_median (NaN skipped, min_count) and pandas' rolling
+    median and quantile (skip, min_periods)."""
+    bn = pytest.importorskip("bottleneck")
+    rng = np.random.default_rng(window)
+    v = rng.normal(size=5000).round(1)
+    v[rng.random(len(v)) < 0.05] = np.nan
+    w = pr.CountWindow(window)
+    _, med = pr.sliding_aggregate(v, window=w, agg="median", missing="skip", min_periods=1)
+    np.testing.assert_array_equal(med, bn.move_median(v, window, min_count=1)[window - 1:])
+    np.testing.assert_allclose(med, pd.Series(v).rolling(window, min_periods=1).median().to_numpy()[window - 1:],
+                               rtol=1e-15, atol=0)
+    for q, how in [(0.99, "linear"), (0.25, "lower"), (0.5, "midpoint"), (0.9, "nearest")]:
+        mp = min(2, window)
+        _, got = pr.sliding_aggregate(v, window=w, agg=pr.quantile(q, how), missing="skip", min_periods=mp)
+        want = pd.Series(v).rolling(window, min_periods=mp).quantile(q, interpolation=how).to_numpy()[window - 1:]
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12, equal_nan=True)
+
+
+def test_bad_input_names_the_parameter():
+    with pytest.raises(ValueError, match=r"q must be a number in \[0, 1\]"):
+        pr.quantile(-0.1)
+    with pytest.raises(ValueError, match="interpolation must be one of 'linear'"):
+        pr.quantile(0.5, "cubic")
+    with pytest.raises(ValueError, match="algorithm 'pba' merges partials of a monoid; agg 'median' is an order"):
+        pr.sliding_aggregate([1.0, 2.0], window=pr.CountWindow(2), agg="median", algorithm="pba")
+    with pytest.raises(ValueError, match="timestamps are required"):
+        pr.sliding_aggregate([1.0, 2.0], window=pr.TimeWindow(2), agg="median")
+    with pytest.raises(ValueError, match="timestamps must be non-decreasing"):
+        pr.sliding_aggregate([1.0, 2.0], window=pr.TimeWindow(2), agg="median", timestamps=[5, 1])
+    with pytest.raises(TypeError, match="must be real numbers"):
+        pr.sliding_aggregate(["a", "b"], window=pr.CountWindow(2), agg="median")
+    with pytest.raises(ValueError, match="missing must be one of"):
+        pr.sliding_aggregate([1.0], window=pr.CountWindow(1), agg="median", missing="drop")
