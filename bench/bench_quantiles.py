@@ -1,0 +1,124 @@
+"""Exact rolling median and quantile(0.99) against bottleneck, polars and pandas (issue 44).
+
+``--n`` values (default 2M, normal), count windows of slide 1 at ``W[2^6]``, ``W[2^10]``, ``W[2^14]``,
+``W[2^17]``. Methods, side by side in one run, interleaved in a shuffled order each repetition:
+
+* ``ours``: ``pr.sliding_aggregate(v, window=pr.CountWindow(w), agg="median")`` (``pr.quantile(0.99)``), the
+  defaults users take (the batch split in two ranges, this thread and the pool's worker);
+* ``ours_1t``: the kernel over every window on one thread (what one core does);
+* ``bottleneck``: ``move_median(v, w)``; ``polars``: ``Series.rolling_median(w)`` /
+  ``rolling_quantile(0.99, "linear", w)``; ``pandas``: ``Series.rolling(w).median()`` / ``.quantile(0.99)``
+  (pandas at the two smaller windows only: it takes minutes at the larger).
+
+Each is timed ``--reps`` times after a warm call: medians and spread, in M values/s; results checked equal
+(bottleneck, to the bit) or to 1e-12 (polars, pandas). Results go to ``bench/results/quantiles.json``.
+
+    python bench/bench_quantiles.py            # 2M values, 5 repetitions
+    python bench/bench_quantiles.py --quick    # 200k values, 2 repetitions, two windows
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+if str(HERE) not in sys.path:
+    sys.path.insert(0, str(HERE))
+
+import numpy as np  # noqa: E402
+from exp_common import LoadLog, code_state, interleave, machine, spread  # noqa: E402
+
+import pba_runtime as pr  # noqa: E402
+from pba_runtime.kernels.compiled.quantiles import METHODS, window_quantiles  # noqa: E402
+
+RESULTS = HERE / "results"
+
+
+def _have(name: str) -> bool:
+    return importlib.util.find_spec(name) is not None
+
+
+def cases(v: np.ndarray, w: int, what: str, slow_peers: bool) -> dict:
+    agg = "median" if what == "median" else pr.quantile(0.99)
+    S = np.arange(len(v) - w + 1, dtype=np.int64)
+    E = S + w
+    out = np.empty(len(S))
+    code = METHODS["median"] if what == "median" else METHODS["linear"]
+    c = {
+        "ours": lambda: pr.sliding_aggregate(v, window=pr.CountWindow(w), agg=agg)[1],
+        "ours_1t": lambda: (window_quantiles(v, S, E, 0.99, code, False, 1, 0, len(S), out), out)[1],
+    }
+    if what == "median" and _have("bottleneck"):
+        import bottleneck as bn
+
+        c["bottleneck"] = lambda: bn.move_median(v, w)[w - 1:]
+    if _have("polars"):
+        import polars as pl
+
+        s = pl.Series(v)
+        c["polars"] = ((lambda: s.rolling_median(w).to_numpy()[w - 1:]) if what == "median" else
+                       (lambda: s.rolling_quantile(0.99, "linear", w).to_numpy()[w - 1:]))
+    if slow_peers:
+        import pandas as pd
+
+        ps = pd.Series(v)
+        c["pandas"] = ((lambda: ps.rolling(w).median().to_numpy()[w - 1:]) if what == "median" else
+                       (lambda: ps.rolling(w).quantile(0.99).to_numpy()[w - 1:]))
+    return c
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--n", type=int, default=2_000_000)
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--windows", default="64,1024,16384,131072")
+    ap.add_argument("--quick", action="store_true")
+    args = ap.parse_args()
+    if args.quick:
+        args.n, args.reps, args.windows = 200_000, 2, "64,1024"
+    windows = [int(x) for x in args.windows.split(",")]
+    load = LoadLog()
+    load.mark("start")
+    start = code_state()
+    v = np.random.default_rng(44).normal(size=args.n)
+    report: dict = {"n": args.n, "reps": args.reps, "rows": {}}
+    for what in ("median", "quantile_0.99"):
+        for w in windows:
+            c = cases(v, w, what, slow_peers=w <= 1024)
+            ref = c["ours"]()
+            for name, f in c.items():  # warm, and check
+                got = f()
+                if name in ("ours_1t", "bottleneck"):
+                    assert np.array_equal(got, ref), (what, w, name)
+                else:
+                    np.testing.assert_allclose(got, ref, rtol=1e-12, atol=1e-12, err_msg=f"{what} {w} {name}")
+
+            def timed(f):
+                def run():
+                    t = time.perf_counter()
+                    f()
+                    return time.perf_counter() - t
+                return run
+
+            runs = interleave({k: timed(f) for k, f in c.items()}, args.reps)
+            load.mark(f"{what} {w}")
+            row = {k: spread([args.n / t / 1e6 for t in ts]) for k, ts in runs.items()}
+            ratios = {f"ours / {k}": row["ours"]["median"] / row[k]["median"] for k in row if k != "ours"}
+            report["rows"][f"{what} W[{w}]"] = {"Mvalues_per_s": row, "ratios": ratios}
+            line = "  ".join(f"{k} {r['median']:.1f} [{r['min']:.1f}-{r['max']:.1f}]" for k, r in row.items())
+            print(f"{what:14s} W[{w}]  {line}", flush=True)
+    load.mark("end")
+    report["machine"] = machine(load, start)
+    RESULTS.mkdir(exist_ok=True)
+    out = RESULTS / ("quantiles_quick.json" if args.quick else "quantiles.json")
+    out.write_text(json.dumps(report, indent=1))
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()
