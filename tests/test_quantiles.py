@@ -134,6 +134,26 @@ def test_a_large_batch_split_across_threads_is_one_call():
     np.testing.assert_array_equal(got, _naive(v, spans, pr.quantile(0.95), "skip", 1))
 
 
+@pytest.mark.parametrize("method", METHOD_NAMES)
+def test_windows_long_enough_for_the_radix_sort(method):
+    """Parts of RADIX_MIN values and more are radix-sorted (-0.0 read as 0.0, ties kept in order): the same
+    results as numpy, over ties, infinities, signed zeros and NaN, both policies."""
+    from pba_runtime.kernels.compiled.quantiles import RADIX_MIN
+
+    rng = np.random.default_rng(len(method))
+    n = 6 * RADIX_MIN
+    v = rng.choice(np.array(SPECIAL + [3.5, -2.25, 7.0]), n) * rng.choice([1.0, 1.0, 0.5], n)
+    fresh = rng.random(n) < 0.3
+    v[fresh] = rng.normal(size=int(fresh.sum())).round(1)
+    S = np.sort(rng.integers(0, n - 2 * RADIX_MIN, 300))
+    E = np.maximum.accumulate(S + rng.integers(RADIX_MIN, 2 * RADIX_MIN, 300))
+    for skip in (False, True):
+        vv = v if skip else np.where(np.isnan(v), 1.5, v)
+        out = np.empty(len(S))
+        window_quantiles(vv, S, E, 0.37, METHODS[method], skip, 1, 0, len(S), out)
+        np.testing.assert_array_equal(out, window_quantiles_reference(vv, S, E, 0.37, method, skip, 1))
+
+
 @pytest.mark.parametrize("window", [1, 2, 64, 1000])
 def test_bottleneck_and_pandas_agree(window):
     """Peers nobody here wrote: bottleneck's move_median (NaN skipped, min_count) and pandas' rolling

@@ -138,6 +138,54 @@ def _sort_run(val, pos, a, b, tv, tp):
         width *= 2
 
 
+#: below this many values a run is sorted by insertion and merges, from it by radix (six passes of 11 bits)
+RADIX_MIN = 384
+_DIGIT = 11
+_BUCKETS = 1 << _DIGIT
+
+
+@njit(**_JIT)
+def _radix_sort(v, val, pos, a, b, k1, k2, q1, q2, count):
+    """Sort ``val[a:b]`` (and ``pos``) by value, stably, by least-significant-digit radix over the values'
+    order-preserving bits (``-0.0`` read as ``0.0``, so equal values keep their order, as in the merge
+    sort); a digit every key shares is skipped. The values are read back from ``v`` at their positions."""
+    m = b - a
+    bits = val[a:b].view(np.uint64)
+    sign = np.uint64(1) << np.uint64(63)
+    for x in range(m):
+        u = bits[x]
+        if u == sign:  # -0.0
+            u = np.uint64(0)
+        k1[x] = ~u if u & sign else u | sign
+        q1[x] = pos[a + x]
+    src_k, dst_k, src_q, dst_q = k1, k2, q1, q2
+    mask = np.uint64(_BUCKETS - 1)
+    for shift in range(0, 64, _DIGIT):
+        sh = np.uint64(shift)
+        count[:] = 0
+        for x in range(m):
+            count[(src_k[x] >> sh) & mask] += 1
+        if count[(src_k[0] >> sh) & mask] == m:  # every key has this digit
+            continue
+        total = 0
+        for d in range(_BUCKETS):
+            c = count[d]
+            count[d] = total
+            total += c
+        for x in range(m):
+            d = (src_k[x] >> sh) & mask
+            j = count[d]
+            count[d] = j + 1
+            dst_k[j] = src_k[x]
+            dst_q[j] = src_q[x]
+        src_k, dst_k = dst_k, src_k
+        src_q, dst_q = dst_q, src_q
+    for x in range(m):
+        p = src_q[x]
+        pos[a + x] = p
+        val[a + x] = v[p]
+
+
 @njit(**_JIT)
 def _link(pos, base, m, rank, nxt, prv):
     """Thread sorted nodes ``0..m-1`` as a list (head ``m``, tail ``m + 1``); ``rank[p - base]`` = node of ``p``."""
@@ -204,6 +252,14 @@ def window_quantiles(v, S, E, q, method, skip, min_periods, i0, i1, out):
     prvB = np.empty(cap + 2, np.int32)
     tv = np.empty(cap, np.float64)
     tp = np.empty(cap, np.int64)
+    nv = np.empty(cap, np.float64)
+    npos = np.empty(cap, np.int64)
+    big = cap >= RADIX_MIN
+    k1 = np.empty(cap if big else 1, np.uint64)
+    k2 = np.empty(cap if big else 1, np.uint64)
+    q1 = np.empty(cap if big else 1, np.int64)
+    q2 = np.empty(cap if big else 1, np.int64)
+    count = np.empty(_BUCKETS, np.int64)
     mB = 0  # the previous phase's B: its sorted values of [c, e_last)
     c = lo
     e_last = lo
@@ -215,42 +271,48 @@ def window_quantiles(v, S, E, q, method, skip, min_periods, i0, i1, out):
         j_end = i
         while j_end < i1 and S[j_end] <= c_new:
             j_end += 1
-        # A: the previous B's sorted values from a0 on (its range ended at e_last <= c_new), then the rest
+        # A: the previous B's sorted values from a0 on (its range ended at e_last <= c_new) merged in one
+        # pass with the sorted values of [max(a0, e_last), c_new)
+        nn = _gather(v, valid, lo, max(a0, e_last), c_new, nv, npos, 0)
+        if nn >= RADIX_MIN:
+            _radix_sort(v, nv, npos, 0, nn, k1, k2, q1, q2, count)
+        elif nn > 1:
+            _sort_run(nv, npos, 0, nn, tv, tp)
         mA = 0
-        for r in range(mB):
-            if posB[r] >= a0:
-                valA[mA] = valB[r]
-                posA[mA] = posB[r]
-                mA += 1
-        start = max(a0, e_last)
-        m_old = mA
-        mA = _gather(v, valid, lo, start, c_new, valA, posA, mA)
-        if mA > m_old:
-            _sort_run(valA, posA, m_old, mA, tv, tp)
-            if m_old and valA[m_old - 1] > valA[m_old]:  # merge the kept run and the new one
-                x, y, z = 0, m_old, 0
-                while x < m_old and y < mA:
-                    if valA[y] < valA[x]:
-                        tv[z] = valA[y]
-                        tp[z] = posA[y]
-                        y += 1
-                    else:
-                        tv[z] = valA[x]
-                        tp[z] = posA[x]
-                        x += 1
-                    z += 1
-                while x < m_old:
-                    tv[z] = valA[x]
-                    tp[z] = posA[x]
+        x = 0
+        y = 0
+        while x < mB and posB[x] < a0:
+            x += 1
+        while x < mB and y < nn:
+            if nv[y] < valB[x]:  # the old values are older: first on ties
+                valA[mA] = nv[y]
+                posA[mA] = npos[y]
+                y += 1
+            else:
+                valA[mA] = valB[x]
+                posA[mA] = posB[x]
+                x += 1
+                while x < mB and posB[x] < a0:
                     x += 1
-                    z += 1
-                for u in range(z):
-                    valA[u] = tv[u]
-                    posA[u] = tp[u]
+            mA += 1
+        while x < mB:
+            if posB[x] >= a0:
+                valA[mA] = valB[x]
+                posA[mA] = posB[x]
+                mA += 1
+            x += 1
+        while y < nn:
+            valA[mA] = nv[y]
+            posA[mA] = npos[y]
+            mA += 1
+            y += 1
         c = c_new
         e_last = E[j_end - 1]
         mB = _gather(v, valid, lo, c, e_last, valB, posB, 0)
-        _sort_run(valB, posB, 0, mB, tv, tp)
+        if mB >= RADIX_MIN:
+            _radix_sort(v, valB, posB, 0, mB, k1, k2, q1, q2, count)
+        else:
+            _sort_run(valB, posB, 0, mB, tv, tp)
         _link(posA, a0, mA, rankA, nxtA, prvA)
         _link(posB, c, mB, rankB, nxtB, prvB)
         headA, tailA, headB, tailB = mA, mA + 1, mB, mB + 1
