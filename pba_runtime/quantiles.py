@@ -36,7 +36,8 @@ from .kernels.compiled.quantiles import METHODS, window_quantiles
 from .missing import MISSING
 from .windows import CountWindow, TimeWindow, validate_window, window_spans
 
-__all__ = ["INTERPOLATIONS", "Quantile", "as_quantile", "quantile", "sliding_quantile"]
+__all__ = ["INTERPOLATIONS", "Quantile", "as_quantile", "keyed_quantile_rows", "keyed_quantile_windows", "quantile",
+           "sliding_quantile"]
 
 #: numpy's ``method=`` names the exact quantile takes (pandas' rolling quantile has the same five)
 INTERPOLATIONS = ("linear", "lower", "higher", "nearest", "midpoint")
@@ -55,14 +56,18 @@ class Quantile:
     q: float
     interpolation: str = "linear"
     median: bool = False
+    #: what a result is (as :attr:`Aggregation.result`): a float
+    result = "float"
 
     @property
     def name(self) -> str:
-        """The output name: ``median``, ``quantile_0.99`` (``_lower``... when not linear)."""
+        """The output name: ``median``; else ``p`` and the percent, ``p99``, ``p99_9`` (a name Spark reads
+        without backticks), then the interpolation when not linear: ``p25_lower``."""
         if self.median:
             return "median"
+        pct = f"{self.q * 100:.10g}".replace(".", "_")
         tail = "" if self.interpolation == "linear" else f"_{self.interpolation}"
-        return f"quantile_{self.q:g}{tail}"
+        return f"p{pct}{tail}"
 
     @property
     def method(self) -> int:
@@ -84,8 +89,8 @@ def quantile(q: float, interpolation: str = "linear") -> Quantile:
 
     Examples
     --------
-    >>> quantile(0.99).name, quantile(0.25, "lower").name
-    ('quantile_0.99', 'quantile_0.25_lower')
+    >>> quantile(0.99).name, quantile(0.999).name, quantile(0.25, "lower").name
+    ('p99', 'p99_9', 'p25_lower')
     >>> quantile(1.5)
     Traceback (most recent call last):
     ...
@@ -151,3 +156,70 @@ def sliding_quantile(values: Any, window: CountWindow | TimeWindow, q: Quantile,
     run_split(lambda i0, i1: window_quantiles(v, S, E, qv, code, skip, mp, i0, i1, out),
               np.arange(len(ends) + 1, dtype=np.int64), pool=pool, min_rows=SPLIT_MIN_WINDOWS)
     return ends, out
+
+
+def _run_windows(v: np.ndarray, S: np.ndarray, E: np.ndarray, q: Quantile, skip: bool, mp: int, pool: Any
+                 ) -> np.ndarray:
+    """The kernel over windows ``[S[i], E[i])`` of ``v`` (non-decreasing bounds), split in ranges at once."""
+    out = np.empty(len(S), dtype=np.float64)
+    qv, code = float(q.q), q.method
+    run_split(lambda i0, i1: window_quantiles(v, S, E, qv, code, skip, mp, i0, i1, out),
+              np.arange(len(S) + 1, dtype=np.int64), pool=pool, min_rows=SPLIT_MIN_WINDOWS)
+    return out
+
+
+def _valid(V: np.ndarray, S: np.ndarray, E: np.ndarray, skip: bool, mp: int) -> np.ndarray | None:
+    """Which windows have a result (``False``: null): values, or rows under ``propagate``, ``>= mp`` (and one)."""
+    rows = E - S
+    if skip:
+        nan_before = np.concatenate(([0], np.cumsum(np.isnan(V), dtype=np.int64)))
+        rows = rows - (nan_before[E] - nan_before[S])
+    ok = rows >= max(mp, 1)
+    return None if ok.all() else ok
+
+
+def keyed_quantile_windows(V: np.ndarray, T: np.ndarray | None, bounds: np.ndarray, window: CountWindow | TimeWindow,
+                           q: Quantile, *, missing: str, min_periods: int, pool: Any = None):
+    """Window output of ``q`` for every key at once: ``(key, end, values, valid)`` ordered by key then end.
+
+    Rows are laid out key after key (``bounds``), ``T`` the order within each key (time windows). Each key's
+    windows are :func:`window_spans` of its rows; all keys' windows go to one kernel call (the bounds stay
+    non-decreasing from key to key), split in ranges that run at once.
+    """
+    timed = isinstance(window, TimeWindow)
+    keys, ends, Ss, Es = [], [], [], []
+    for k in range(len(bounds) - 1):
+        a, b = int(bounds[k]), int(bounds[k + 1])
+        if a == b:
+            continue
+        e, S, E = window_spans(window, b - a, T[a:b] if timed else None)
+        keys.append(np.full(len(e), k, dtype=np.int64))
+        ends.append(e)
+        Ss.append(S + a)
+        Es.append(E + a)
+    if not keys:
+        z = np.zeros(0, dtype=np.int64)
+        return z, z.copy(), np.zeros(0), None
+    S, E = np.concatenate(Ss), np.concatenate(Es)
+    skip = missing == "skip"
+    mp = min_periods if skip else 1
+    vals = _run_windows(V, S, E, q, skip, mp, pool)
+    return np.concatenate(keys), np.concatenate(ends), vals, _valid(V, S, E, skip, min_periods)
+
+
+def keyed_quantile_rows(V: np.ndarray, T: np.ndarray | None, bounds: np.ndarray, window: CountWindow | TimeWindow,
+                        q: Quantile, *, missing: str, min_periods: int, closed: str, pool: Any = None):
+    """Row output of ``q``: each row's window as pandas bounds it (:func:`~pba_runtime.kernels.compiled.rows.row_bounds`,
+    the four ``closed``), every key in one kernel call. Returns ``(values, valid)`` per row."""
+    from .kernels.compiled.rows import CLOSED, row_bounds
+
+    n = len(V)
+    timed = isinstance(window, TimeWindow)
+    S = np.empty(n, dtype=np.int64)
+    E = np.empty(n, dtype=np.int64)
+    Tk = np.ascontiguousarray(T, dtype=np.int64) if timed else np.zeros(1, dtype=np.int64)
+    row_bounds(Tk, np.asarray(bounds, dtype=np.int64), 0, len(bounds) - 1, int(window.range), CLOSED[closed], timed,
+               S, E)
+    skip = missing == "skip"
+    vals = _run_windows(V, S, E, q, skip, min_periods if skip else 1, pool)
+    return vals, _valid(V, S, E, skip, min_periods)

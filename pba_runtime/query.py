@@ -45,6 +45,7 @@ from .engines.key_split import run_split
 from .engines.keyed import KEYED_AGGS, WindowResult, window_results
 from .engines.rows import KEYED_ROW_AGGS, row_results
 from .kernels.compiled.layout import Runs, place, place_runs, union_rows
+from .quantiles import Quantile, as_quantile, keyed_quantile_rows, keyed_quantile_windows
 from .windows import CountWindow, TimeWindow, Window
 
 __all__ = ["Query", "aggregate", "ALIGNS", "MISSING", "CLOSED"]
@@ -56,23 +57,24 @@ CLOSED = ("right", "left", "both", "neither")
 
 @dataclass(frozen=True)
 class Output:
-    """One result column: ``name``, over value ``column``, by ``agg`` (an :class:`Aggregation`), of window
-    ``window`` (an index into :attr:`Query.windows`)."""
+    """One result column: ``name``, over value ``column``, by ``agg`` (an :class:`Aggregation`, or an order
+    statistic: a :class:`~pba_runtime.quantiles.Quantile`), of window ``window`` (an index into
+    :attr:`Query.windows`)."""
 
     name: str
     column: str
-    agg: Aggregation
+    agg: Aggregation | Quantile
     window: int
 
     def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
         # a built-in aggregation pickles by its name (its functions are lambdas); a user's one as itself
         from .aggregations import BUILTIN_AGGREGATIONS
 
-        agg = self.agg.name if BUILTIN_AGGREGATIONS.get(self.agg.name) is self.agg else self.agg
+        agg = self.agg.name if BUILTIN_AGGREGATIONS.get(getattr(self.agg, "name", None)) is self.agg else self.agg
         return _output, (self.name, self.column, agg, self.window)
 
 
-def _output(name: str, column: str, agg: str | Aggregation, window: int) -> Output:
+def _output(name: str, column: str, agg: str | Aggregation | Quantile, window: int) -> Output:
     return Output(name, column, get_aggregation(agg) if isinstance(agg, str) else agg, window)
 
 
@@ -115,13 +117,17 @@ def _windows(windows: Any, labels: Any) -> tuple[tuple[Window, ...], tuple[str, 
     return tuple(windows), tuple(labels)
 
 
-def _agg_spec(spec: Any) -> Aggregation:
+def _agg_spec(spec: Any) -> Aggregation | Quantile:
+    q = as_quantile(spec)
+    if q is not None:
+        return q
     if isinstance(spec, str | Aggregation):
         try:
             return get_aggregation(spec)
         except ValueError as exc:
             raise ValueError(f"aggs: {exc}") from None
-    raise TypeError(f"aggs: an aggregation is a name (str) or a pba_runtime.Aggregation, got {spec!r}")
+    raise TypeError("aggs: an aggregation is a name (str), a pba_runtime.Aggregation or pr.quantile(q), got "
+                    f"{spec!r}")
 
 
 def _aggs(aggs: Any) -> tuple[tuple[str, str, Aggregation], ...]:
@@ -341,6 +347,13 @@ class Query:
             for o in mine:
                 if _keyed(o.agg):
                     continue
+                if isinstance(o.agg, Quantile):  # an order statistic: every key in one sorted-window call
+                    key, end, vals, valid = keyed_quantile_windows(V, T, plan.bounds, wins[o.window], o.agg,
+                                                                   missing=missing, min_periods=mp, pool=pool)
+                    res = WindowResult(key, end, {o.agg.name: vals}, {o.agg.name: valid})
+                    rows[o.window] = _same_rows(rows[o.window], res)
+                    per_window[o.window][o.name] = (vals, valid)
+                    continue
                 res = _per_key_windows(V, T, plan.bounds, wins[o.window], o.agg, missing, mp)
                 rows[o.window] = _same_rows(rows[o.window], res)
                 per_window[o.window][o.name] = (res.values[o.agg.name], res.valid.get(o.agg.name))
@@ -363,6 +376,9 @@ class Query:
                 for o in mine:
                     if o.agg.name in got and _keyed(o.agg, KEYED_ROW_AGGS):
                         vals, valid = got[o.agg.name]
+                    elif isinstance(o.agg, Quantile):
+                        vals, valid = keyed_quantile_rows(V, T, plan.bounds, w, o.agg, missing=missing,
+                                                          min_periods=mp, closed=self.closed, pool=pool)
                     else:
                         vals, valid = _per_key_rows(V, T, plan.bounds, w, o.agg, missing, mp, self.closed)
                     spec.append((o.name, plan.scatter(vals, valid, n)))
@@ -462,7 +478,7 @@ def _in_order(codes: np.ndarray, t: np.ndarray | None) -> bool:
     return bool(((np.diff(t) >= 0) | (dc > 0)).all())
 
 
-def _keyed(agg: Aggregation, engine_aggs: tuple[str, ...] = KEYED_AGGS) -> bool:
+def _keyed(agg: Aggregation | Quantile, engine_aggs: tuple[str, ...] = KEYED_AGGS) -> bool:
     """Whether a keyed engine answers ``agg``: a built-in it names (not a user's aggregation of that name)."""
     from .aggregations import BUILTIN_AGGREGATIONS
 

@@ -189,3 +189,73 @@ def test_bad_input_names_the_parameter():
         pr.sliding_aggregate(["a", "b"], window=pr.CountWindow(2), agg="median")
     with pytest.raises(ValueError, match="missing must be one of"):
         pr.sliding_aggregate([1.0], window=pr.CountWindow(1), agg="median", missing="drop")
+
+
+# --------------------------------------------------------------------------- in a query
+def _plugs(n=4000, seed=0, nan=0.05):
+    rng = np.random.default_rng(seed)
+    df = pd.DataFrame({"plug": rng.integers(0, 6, n), "t": np.sort(rng.integers(0, 900_000, n)),
+                       "load": rng.normal(10, 3, n).round(1)})
+    df.loc[rng.random(n) < nan, "load"] = np.nan
+    df["ts"] = pd.to_datetime(df["t"], unit="ms")
+    return df
+
+
+@pytest.mark.parametrize("missing", ["skip", "propagate"])
+def test_query_windows_are_sliding_aggregate_per_key(missing):
+    """The spec's words: each (column, aggregation, window) of a query is what sliding_aggregate gives over
+    the key's values; here for median and p99 over a count and a time window, with other outputs beside."""
+    df = _plugs()
+    wins = {"16": pr.CountWindow(16, 3), "1min": pr.TimeWindow("1min", "10s")}
+    for label, w in wins.items():
+        q = pr.Query(by="plug", on="ts", windows=w, aggs={"load": ["median", pr.quantile(0.99), "max"]},
+                     missing=missing, min_periods=3 if missing == "skip" else None)
+        got = q.run(df)
+        assert list(got.columns)[-3:] == ["load_median", "load_p99", "load_max"]
+        for plug, g in df.sort_values(["plug", "ts"], kind="stable").groupby("plug"):
+            mine = got[got["plug"] == plug]
+            t = g["t"].to_numpy() if isinstance(w, pr.TimeWindow) else None
+            opts = {"missing": missing, "min_periods": 3} if missing == "skip" else {}
+            for name, agg in [("load_median", "median"), ("load_p99", pr.quantile(0.99))]:
+                ends, want = pr.sliding_aggregate(g["load"].to_numpy(), window=w.in_unit("ms") if t is not None
+                                                  else w, agg=agg, timestamps=t, **opts)
+                np.testing.assert_array_equal(mine[name].to_numpy(dtype=float), want, err_msg=f"{label} {name}")
+
+
+@pytest.mark.parametrize("closed", ["right", "left", "both", "neither"])
+def test_query_rows_are_pandas_rolling(closed):
+    df = _plugs(seed=1)
+    q = pr.Query(by="plug", on="ts", windows=pr.TimeWindow("90s"), aggs={"load": ["median", pr.quantile(0.9, "lower")]},
+                 align="rows", closed=closed)
+    got = q.run(df)
+    g = df.sort_values(["plug", "ts"], kind="stable")
+    roll = g.groupby("plug").rolling("90s", on="ts", closed=closed)["load"]
+    np.testing.assert_allclose(got.loc[g.index, "load_median"].to_numpy(dtype=float), roll.median().to_numpy(),
+                               rtol=1e-15, equal_nan=True)
+    np.testing.assert_allclose(got.loc[g.index, "load_p90_lower"].to_numpy(dtype=float),
+                               roll.quantile(0.9, interpolation="lower").to_numpy(), rtol=0, equal_nan=True)
+
+
+def test_query_count_rows_equal_polars_rolling_quantile_over_keys():
+    pl = pytest.importorskip("polars")
+    df = _plugs(seed=2, nan=0.0)
+    q = pr.Query(by="plug", on="ts", windows=pr.CountWindow(25), aggs={"load": ["median", pr.quantile(0.75)]},
+                 align="rows")
+    frame = pl.from_pandas(df).with_row_index("row")
+    got = q.run(frame)
+    want = frame.sort("plug", "ts", maintain_order=True).with_columns(
+        pl.col("load").rolling_median(25).over("plug").alias("m"),
+        pl.col("load").rolling_quantile(0.75, "linear", 25).over("plug").alias("p")).sort("row")
+    np.testing.assert_allclose(got["load_median"].to_numpy(), want["m"].to_numpy(), rtol=1e-15, equal_nan=True)
+    np.testing.assert_allclose(got["load_p75"].to_numpy(), want["p"].to_numpy(), rtol=1e-12, equal_nan=True)
+    assert got["load_median"].null_count() == want["m"].null_count() > 0
+
+
+def test_a_query_with_quantiles_pickles_and_names_its_outputs():
+    import pickle
+
+    q = pr.Query(by="plug", on="ts", windows=pr.CountWindow(4),
+                 aggs={"load": ["median", pr.quantile(0.999)], "low": ("load", pr.quantile(0.05, "nearest"))})
+    assert [o.name for o in pickle.loads(pickle.dumps(q)).outputs] == ["load_median", "load_p99_9", "low"]
+    with pytest.raises(TypeError, match=r"pr.quantile\(q\)"):
+        pr.Query(by="plug", on="ts", windows=pr.CountWindow(4), aggs={"load": [0.5]})
