@@ -72,15 +72,19 @@ def cases(v: np.ndarray, w: int, what: str, slow_peers: bool) -> dict:
     return c
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--n", type=int, default=2_000_000)
-    ap.add_argument("--reps", type=int, default=5)
-    ap.add_argument("--windows", default="64,1024,16384,131072")
+    ap.add_argument("--n", type=int, default=None, help="values (default 2M; --quick 200k)")
+    ap.add_argument("--reps", type=int, default=None, help="repetitions (default 5; --quick 2)")
+    ap.add_argument("--windows", default=None, help="comma-separated ranges (default 64,1024,16384,131072)")
     ap.add_argument("--quick", action="store_true")
-    args = ap.parse_args()
-    if args.quick:
-        args.n, args.reps, args.windows = 200_000, 2, "64,1024"
+    ap.add_argument("--out", type=Path, default=None, help="the JSON file (default bench/results/quantiles.json)")
+    args = ap.parse_args(argv)
+    quick = {"n": 200_000, "reps": 2, "windows": "64,1024"}
+    full = {"n": 2_000_000, "reps": 5, "windows": "64,1024,16384,131072"}
+    for k, d in (quick if args.quick else full).items():
+        if getattr(args, k) is None:
+            setattr(args, k, d)
     windows = [int(x) for x in args.windows.split(",")]
     load = LoadLog()
     load.mark("start")
@@ -114,10 +118,11 @@ def main() -> None:
             print(f"{what:14s} W[{w}]  {line}", flush=True)
     load.mark("end")
     report["machine"] = machine(load, start)
-    RESULTS.mkdir(exist_ok=True)
-    out = RESULTS / ("quantiles_quick.json" if args.quick else "quantiles.json")
+    out = args.out or RESULTS / ("quantiles_quick.json" if args.quick else "quantiles.json")
+    out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=1))
     print(f"wrote {out}")
+    return report
 
 
 if __name__ == "__main__":

@@ -114,10 +114,10 @@ def as_quantile(agg: Any) -> Quantile | None:
 
 def refuse_algorithm(algorithm: str, q: Quantile) -> None:
     """Order statistics run on the sorted-window kernel; an algorithm of partials is refused by name."""
-    if algorithm != "auto":
+    if algorithm not in ("auto", "sorted_window"):
         raise ValueError(
             f"algorithm {algorithm!r} merges partials of a monoid; agg {q.name!r} is an order statistic (not a "
-            "monoid) and runs on the sorted-window kernel: pass algorithm='auto'")
+            "monoid) and runs on the sorted-window kernel: pass algorithm='auto' (or 'sorted_window')")
 
 
 def sliding_quantile(values: Any, window: CountWindow | TimeWindow, q: Quantile, *, timestamps: Any = None,

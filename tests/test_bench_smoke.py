@@ -449,3 +449,14 @@ def test_query_bench_smoke(tmp_path):
     for m in res["memory"].values():
         assert m["result_bytes"] > 0 and "ratio" in m
     assert "Q3: loop / query" in res["goals"] and res["machine"]["load"]["marks"]
+
+
+def test_quantiles_bench_smoke(tmp_path):
+    """bench/bench_quantiles.py (issue 44): the exact median and p99 beside the installed peers, checked equal."""
+    import bench_quantiles
+
+    out = tmp_path / "q.json"
+    res = bench_quantiles.main(["--n", "20000", "--reps", "1", "--windows", "16,300", "--out", str(out)])
+    assert out.exists() and set(res["rows"]) == {"median W[16]", "median W[300]", "quantile_0.99 W[16]",
+                                                 "quantile_0.99 W[300]"}
+    assert res["rows"]["median W[16]"]["Mvalues_per_s"]["ours"]["median"] > 0

@@ -259,3 +259,67 @@ def test_a_query_with_quantiles_pickles_and_names_its_outputs():
     assert [o.name for o in pickle.loads(pickle.dumps(q)).outputs] == ["load_median", "load_p99_9", "low"]
     with pytest.raises(TypeError, match=r"pr.quantile\(q\)"):
         pr.Query(by="plug", on="ts", windows=pr.CountWindow(4), aggs={"load": [0.5]})
+
+
+# --------------------------------------------------------------------------- the operator, per tuple and in batches
+def _windows_and_stream(data, timed):
+    v = data.draw(streams(90))
+    r = data.draw(st.integers(1, 12))
+    s = data.draw(st.integers(1, r))
+    if timed:
+        steps = data.draw(st.lists(st.sampled_from([0, 0, 1, 2, 5, 40]), min_size=len(v), max_size=len(v)))
+        t = np.cumsum(np.array(steps, dtype=np.int64))
+        return v, pr.TimeWindow(r, s, offset=data.draw(st.integers(0, s - 1))), t
+    return v, pr.CountWindow(r, s), None
+
+
+@given(st.data(), st.booleans(), st.sampled_from(AGGS), st.sampled_from(["propagate", "skip"]))
+def test_the_operator_gives_the_batch_answer_through_any_split_and_a_snapshot(data, timed, agg, missing):
+    """Per tuple, random batch splits and a snapshot/restore at a random cut: the windows and bits of
+    sliding_aggregate's one call (itself the spec, above)."""
+    v, w, t = _windows_and_stream(data, timed)
+    want_ends, want = pr.sliding_aggregate(v, window=w, agg=agg, timestamps=t, missing=missing, min_periods=2)
+    op = pr.create("auto", w, agg, missing=missing, min_periods=2)
+    cuts = sorted(data.draw(st.lists(st.integers(0, len(v)), max_size=5)))
+    snap_at = data.draw(st.integers(0, len(cuts)))
+    ends, res = [], []
+    for i, (a, b) in enumerate(zip([0, *cuts], [*cuts, len(v)])):
+        if i == snap_at:  # carry on in a fresh operator from a snapshot
+            op = pr.create("sorted_window", w, agg, missing=missing, min_periods=2).restore(op.snapshot())
+        if b - a == 1 and data.draw(st.booleans()):
+            got = op.insert(v[a], int(t[a]) if timed else None)
+            ends += [e for e, _ in got]
+            res += [x for _, x in got]
+            continue
+        e, x = op.insert_many(v[a:b], t[a:b] if timed else None)
+        ends += e.tolist()
+        res += x.tolist()
+    e, x = op.flush()
+    ends += e.tolist()
+    res += x.tolist()
+    assert ends == want_ends.tolist()
+    np.testing.assert_array_equal(np.array(res, dtype=float), want)
+    assert op.stats()["windows"] == len(want)
+
+
+def test_the_operator_keeps_only_what_a_window_to_come_holds():
+    op = pr.create("auto", pr.CountWindow(100, 10), pr.quantile(0.9))
+    for _ in range(50):
+        op.insert_many(np.random.default_rng(0).normal(size=1000))
+    assert op.state_bytes() <= (100 + 10) * 8
+    op = pr.create("auto", pr.TimeWindow(1000, 100), "median")
+    op.insert_many(np.ones(100_000), np.arange(100_000, dtype=np.int64))
+    assert op.state_bytes() <= 2 * 1100 * 8
+
+
+def test_operators_refuse_what_they_cannot_carry():
+    with pytest.raises(ValueError, match="algorithm 'pba' merges partials of a monoid"):
+        pr.create("pba", pr.CountWindow(4), "median")
+    with pytest.raises(ValueError, match="allowed_lateness"):
+        pr.create("auto", pr.TimeWindow(4), "median", allowed_lateness=2)
+    op = pr.create("auto", pr.CountWindow(4), pr.quantile(0.5))
+    with pytest.raises(ValueError, match="state was taken with aggregation"):
+        op.restore(pr.create("auto", pr.CountWindow(4), pr.quantile(0.6)).snapshot())
+    op.flush()
+    with pytest.raises(ValueError, match="flushed"):
+        op.insert(1.0)

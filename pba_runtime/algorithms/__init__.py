@@ -362,6 +362,10 @@ def create(algorithm: str, window: CountWindow | TimeWindow, agg: str | Aggregat
     """
     if not isinstance(algorithm, str):
         raise TypeError(f"algorithm must be a name (str), got {type(algorithm).__name__}")
+    from ..quantiles import as_quantile
+
+    if (q := as_quantile(agg)) is not None:  # an order statistic: no algorithm of partials carries it
+        return _sorted_window(algorithm, window, q, allowed_lateness, missing, min_periods, options)
     min_periods = check_min_periods(min_periods)
     if check_missing(missing) == "skip":
         agg = skip_missing(agg, min_periods)
@@ -398,6 +402,26 @@ def create(algorithm: str, window: CountWindow | TimeWindow, agg: str | Aggregat
         mark_auto(op, algorithm, reason)
         op._auto_batch = functools.partial(_decide_batch, op.window, op.agg, op.engine, pool)  # no cycle to op
     return op if lateness is None else ReorderBuffer(op, lateness)
+
+
+def _sorted_window(algorithm: str, window: Any, q: Any, allowed_lateness: Any, missing: str, min_periods: int,
+                   options: dict[str, Any]) -> Any:
+    """The operator of an order statistic (:class:`.sorted_window.SortedWindow`), for ``"auto"`` or its name."""
+    from ..quantiles import refuse_algorithm
+    from .sorted_window import SortedWindow
+
+    if algorithm != SortedWindow.name:
+        refuse_algorithm(algorithm, q)
+    if allowed_lateness is not None:
+        raise ValueError(f"allowed_lateness: agg {q.name!r} runs on the sorted-window operator, which takes "
+                         "tuples in timestamp order only; sort them first")
+    check_pool(options.pop("pool", None))
+    engine = check_engine(options.pop("engine", "auto"))
+    if engine not in ("auto", "compiled"):
+        raise ValueError(f"engine={engine!r} is not available for agg {q.name!r}: its kernel is compiled ('auto')")
+    if options:
+        raise TypeError(f"create() got options agg {q.name!r} does not take: {sorted(options)}")
+    return SortedWindow(window, q, missing=check_missing(missing), min_periods=min_periods)
 
 
 def mark_auto(op: WindowOperator, algorithm: str, reason: str, n_values: int | None = None) -> None:

@@ -176,3 +176,18 @@ def test_the_spark_query_bench_runs(tmp_path):
     assert set(res["cases"]) == {"ours_1", "ours_9", "sql_1", "sql_9"}
     assert all(res["agrees"].values()) and res["exchanges_in_the_query_plan"] == 1
     assert all(c["n"] == 1 and c["median"] > 0 for c in res["cases"].values())
+
+
+def test_a_query_with_median_and_p99_equals_the_query_in_pandas(frames):
+    """Order statistics in a Spark query: the same sorted-window kernel per partition, the results of the
+    query over the same rows in pandas (to the bit)."""
+    df, local = frames
+    q = pr.Query(by="plug", on="ts", windows=[pr.CountWindow(32, 4), pr.TimeWindow("2min", "30s")],
+                 aggs={"load": ["median", pr.quantile(0.99), "max"]})
+    out = si.aggregate(df, q)
+    assert dict(out.dtypes)["load_median_32"] == "double" and dict(out.dtypes)["load_p99_2min"] == "double"
+    got = _sorted(out.toPandas(), ["plug", "window_end"])
+    want = _sorted(q.run(local[["plug", "ts", "load"]]), ["plug", "window_end"])
+    for o in q.outputs:
+        np.testing.assert_array_equal(got[o.name].to_numpy(dtype=float), want[o.name].to_numpy(dtype=float),
+                                      err_msg=o.name)

@@ -1,0 +1,209 @@
+"""The operator of order statistics: ``pr.create("auto", window, "median")``, per tuple and in batches.
+
+A quantile is not a monoid, so it has no slices, chunks or partials: the operator keeps the values any
+window still to come may hold, and when a batch completes windows it answers all of them in one call of
+the sorted-window kernel (:mod:`pba_runtime.kernels.compiled.quantiles`) over that buffer, then drops the
+values no later window holds. A count window of range ``r`` keeps at most ``r - 1 + slide`` values; a time
+window the tuples of one range. Any split of the stream into batches gives the same results as one batch
+(:func:`pba_runtime.sliding_aggregate`), and a snapshot holds the buffer and the counters.
+
+Examples
+--------
+>>> import pba_runtime as pr
+>>> op = pr.create("auto", pr.CountWindow(3), "median")
+>>> op.insert(3.0), op.insert(1.0), op.insert(4.0), op.insert(1.0)
+([], [], [(3, 3.0)], [(4, 1.0)])
+>>> ends, res = op.insert_many([5.0, 9.0])
+>>> ends.tolist(), res.tolist()
+([5, 6], [4.0, 5.0])
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import numpy as np
+
+from ..aggregations import as_float_array, check_min_periods
+from ..kernels.compiled.quantiles import window_quantiles
+from ..missing import MISSING
+from ..quantiles import Quantile
+from ..windows import CountWindow, TimeWindow, validate_window, window_spans
+from .base import STATE_VERSION, Results, check_order, check_timestamp, validate_timestamps
+
+__all__ = ["SortedWindow"]
+
+
+class SortedWindow:
+    """Exact quantiles of each window, emitted as batches complete them.
+
+    Parameters
+    ----------
+    window : CountWindow or TimeWindow
+    q : Quantile
+        ``pr.quantile(...)`` or the median.
+    missing : {"propagate", "skip"}
+    min_periods : int
+    """
+
+    name = "sorted_window"
+
+    def __init__(self, window: CountWindow | TimeWindow, q: Quantile, *, missing: str = "propagate",
+                 min_periods: int = 1):
+        self.window = validate_window(window)
+        self.q = q
+        if missing not in MISSING:
+            raise ValueError(f"missing must be one of {', '.join(map(repr, MISSING))}, got {missing!r}")
+        self.missing = missing
+        self.min_periods = check_min_periods(min_periods) if missing == "skip" else 1
+        self._is_time = isinstance(window, TimeWindow)
+        self._v = np.zeros(0)  # the values a window to come may hold
+        self._t = np.zeros(0, dtype=np.int64)  # their timestamps (time windows)
+        self._base = 0  # the stream position of _v[0]
+        self._n = 0  # tuples seen
+        # the index of the next window to emit (k of k*slide + offset; time windows: none before the first tuple)
+        self._next: int | None = None if self._is_time else 0
+        self._t_last: int | None = None
+        self._emitted = 0
+        self._flushed = False
+        self._closed = False
+
+    # ------------------------------------------------------------------ the public API of an operator
+    def insert(self, value: Any, timestamp: int | None = None) -> list[tuple[int, Any]]:
+        """Insert one tuple; return ``(window_end, result)`` for each window it completes."""
+        if self._is_time:
+            t = check_timestamp(timestamp, self.window)
+            if self._t_last is not None and t < self._t_last:
+                check_order(t, self._t_last)
+            ends, res = self.insert_many([value], np.array([t], dtype=np.int64))
+        else:
+            ends, res = self.insert_many([value], timestamp)
+        return list(zip(ends.tolist(), res.tolist()))
+
+    def insert_many(self, values: Any, timestamps: Any = None) -> Results:
+        """Insert a batch; return ``(ends, results)`` for the windows it completes (float64 results)."""
+        self._check_open()
+        v = as_float_array(values, agg_name=self.q.name, missing=self.missing)
+        if self._is_time:
+            t = validate_timestamps(timestamps, len(v), self._t_last, self.window)
+        elif timestamps is not None:
+            raise ValueError("timestamps are for time windows; a CountWindow orders values by position")
+        if not len(v):
+            return np.zeros(0, dtype=np.int64), np.zeros(0)
+        self._v = np.concatenate([self._v, v])
+        self._n += len(v)
+        if self._is_time:
+            self._t = np.concatenate([self._t, t])
+            self._t_last = int(t[-1])
+        return self._emit(final=False)
+
+    def flush(self) -> Results:
+        """End of stream: emit the time windows still holding tuples. Inserting after it raises."""
+        if self._flushed and not self._closed:
+            return np.zeros(0, dtype=np.int64), np.zeros(0)
+        self._check_open()
+        out = self._emit(final=True) if self._is_time else (np.zeros(0, dtype=np.int64), np.zeros(0))
+        self._flushed = True
+        return out
+
+    def _insert_and_flush(self, values: Any, timestamps: Any = None) -> Results:
+        ends, res = self.insert_many(values, timestamps)
+        e2, r2 = self.flush()
+        return np.concatenate([ends, e2]), np.concatenate([res, r2])
+
+    def close(self) -> None:
+        self._closed = True
+        self._v = np.zeros(0)
+        self._t = np.zeros(0, dtype=np.int64)
+
+    def __enter__(self) -> SortedWindow:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def flushed(self) -> bool:
+        return self._flushed
+
+    @property
+    def emitted(self) -> int:
+        return self._emitted
+
+    def stats(self) -> dict[str, Any]:
+        return {"algorithm": self.name, "engine": "compiled", "step": "batch", "tuples": self._n,
+                "windows": self._emitted, "state_bytes": self.state_bytes()}
+
+    def state_bytes(self) -> int:
+        return int(self._v.nbytes + self._t.nbytes)
+
+    _FIELDS = ("_v", "_t", "_base", "_n", "_next", "_t_last", "_emitted", "_flushed")
+
+    def snapshot(self) -> dict[str, Any]:
+        """A picklable copy of the state, taken between two inserts."""
+        return {"version": STATE_VERSION, "algorithm": self.name, "window": self.window, "aggregation": self.q,
+                "missing": (self.missing, self.min_periods),
+                "state": copy.deepcopy({f: getattr(self, f) for f in self._FIELDS})}
+
+    def restore(self, state: dict[str, Any]) -> SortedWindow:
+        """Load a :meth:`snapshot` of the same window, quantile and missing policy; returns ``self``."""
+        if not isinstance(state, dict) or state.get("version") != STATE_VERSION:
+            raise ValueError("state must be a snapshot() of this pba_runtime version")
+        for key, mine in (("algorithm", self.name), ("window", self.window), ("aggregation", self.q),
+                          ("missing", (self.missing, self.min_periods))):
+            if state.get(key) != mine:
+                raise ValueError(f"state was taken with {key} {state.get(key)!r}, this operator has {mine!r}")
+        for f, x in copy.deepcopy(state["state"]).items():
+            setattr(self, f, x)
+        return self
+
+    def __repr__(self) -> str:
+        return f"SortedWindow({self.window!r}, {self.q.name!r})"
+
+    # ------------------------------------------------------------------ helpers
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ValueError(f"{self.name} operator is closed")
+        if self._flushed:
+            raise ValueError(f"{self.name} operator was flushed (end of stream); create a new one to go on")
+
+    def _emit(self, final: bool) -> Results:
+        """Answer the windows complete now (all that hold tuples at the end), then drop what none to come holds."""
+        r, s = int(self.window.range), int(self.window.slide)
+        if self._is_time:
+            off = int(self.window.offset)
+            ends, S, E = window_spans(self.window, len(self._v), self._t)
+            keep = np.ones(len(ends), dtype=bool) if self._next is None else (ends - off - r) // s >= self._next
+            if not final:  # complete: a tuple at or after its end has come
+                keep &= ends <= self._t_last
+            ends, S, E = ends[keep], S[keep], E[keep]
+            nxt = self._next
+            if not final:
+                done = (self._t_last - off - r) // s + 1  # every window before this one has ended
+                nxt = done if nxt is None else max(nxt, done)
+        else:
+            last = (self._n - r) // s  # the last full window's index
+            ks = np.arange(self._next, last + 1, dtype=np.int64)
+            S = ks * s - self._base
+            E = S + r
+            ends = ks * s + r
+            nxt = max(self._next, last + 1)
+        out = np.empty(len(ends))
+        if len(ends):
+            window_quantiles(self._v, S.astype(np.int64), E.astype(np.int64), float(self.q.q), self.q.method,
+                             self.missing == "skip", self.min_periods, 0, len(ends), out)
+        self._next = nxt if nxt is None else int(nxt)
+        self._emitted += len(ends)
+        # drop the values before the next window's start
+        if self._is_time and self._next is not None:
+            start = self._next * s + int(self.window.offset)
+            cut = int(np.searchsorted(self._t, start, side="left"))
+            self._t = self._t[cut:].copy()
+        elif self._is_time:
+            cut = 0
+        else:
+            cut = min(max(self._next * s - self._base, 0), len(self._v))
+            self._base += cut
+        self._v = self._v[cut:].copy()
+        return ends.astype(np.int64), out
