@@ -193,7 +193,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--offset", default=None, metavar="DURATION",
                    help="time windows: windows start at k * slide + offset (default 0)")
     g.add_argument("--agg", default="max", metavar="NAME[,NAME...]",
-                   help=f"aggregation: {aggs} (default max); several: --agg max,mean,std. With several "
+                   help=f"aggregation: {aggs}, median or a percentile (p99, p99.9: exact) (default max); "
+                        "several: --agg max,mean,std. With several "
                         "aggregations or ranges the sink writes one row per (key, window end), every output "
                         "in its own column (value_max_1024, ...)")
     g.add_argument("--algorithm", default="auto", metavar="NAME",
@@ -266,16 +267,24 @@ def _windows(args: argparse.Namespace) -> list[pr.CountWindow | pr.TimeWindow]:
     return [_window(args, r) for r in _ranges(args)]
 
 
-def _aggs(args: argparse.Namespace) -> list[str]:
+def _aggs(args: argparse.Namespace) -> list[Any]:
+    """``--agg``'s names: the built-ins, ``median`` and percentiles ``p99``, ``p99.9`` (exact, linear)."""
     out = [a.strip() for a in args.agg.split(",")]
     if any(not a for a in out):
         raise UserError(f"--agg: an empty name in {args.agg!r}")
     if len(set(out)) != len(out):
         raise UserError(f"--agg: an aggregation is given twice ({args.agg})")
+    aggs: list[Any] = []
     for a in out:
-        if a not in pr.BUILTIN_AGGREGATIONS:
-            raise UserError(f"--agg: unknown aggregation {a!r}; accepted: {', '.join(sorted(pr.BUILTIN_AGGREGATIONS))}")
-    return out
+        m = re.fullmatch(r"p(\d+(?:\.\d+)?)", a)
+        if m and float(m.group(1)) <= 100:
+            aggs.append(pr.quantile(float(m.group(1)) / 100))
+        elif a in pr.BUILTIN_AGGREGATIONS or a == "median":
+            aggs.append(a)
+        else:
+            raise UserError(f"--agg: unknown aggregation {a!r}; accepted: {', '.join(sorted(pr.BUILTIN_AGGREGATIONS))}, "
+                            "median, or a percentile p0..p100 (p99, p99.9)")
+    return aggs
 
 
 def _window(args: argparse.Namespace, range_: str | None) -> pr.CountWindow | pr.TimeWindow:
@@ -388,8 +397,7 @@ def _describe_query(job: Job, what: str, kind: str) -> str:
 
 def _engine_name(job: Job) -> str:
     """The engine the slots' operators run (:func:`pba_runtime.algorithms.engine_of`)."""
-    alg = job.algorithm if job.algorithm != "auto" else job.choice()[0]
-    return pr.algorithms.engine_of(alg, job.window, job.agg, job.engine, job.allowed_lateness).name
+    return KeyedHost(job._slot_spec(0).host_spec()).engine(None if job.algorithm == "auto" else job.algorithm).name
 
 
 def _n(total: int | None) -> str:

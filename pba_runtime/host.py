@@ -47,6 +47,7 @@ from .algorithms.base import WindowOperator
 from .algorithms.reorder import check_allowed_lateness
 from .kernels import Engine, check_engine, resolve_engine
 from .pool import WorkerPool
+from .quantiles import as_quantile, refuse_algorithm
 from .windows import CountWindow, TimeWindow, validate_window
 
 __all__ = ["HostSpec", "HostedKey", "KeyedHost", "PoolSource", "choose_algorithm", "validate"]
@@ -54,6 +55,10 @@ __all__ = ["HostSpec", "HostedKey", "KeyedHost", "PoolSource", "choose_algorithm
 #: A pool source: called when a key's algorithm uses a pool; returns ``(pool, None)``, or
 #: ``(None, "pool_unavailable" | "pool_died")`` when there is none (the key then runs SBA).
 PoolSource = Callable[[], tuple[WorkerPool | None, str | None]]
+
+
+#: The operator of order statistics (:mod:`pba_runtime.algorithms.sorted_window`): every key of a quantile's job.
+ORDER_STATISTICS = "sorted_window"
 
 
 def validate(window: CountWindow | TimeWindow, agg: str | Aggregation, algorithm: str = "auto", *,
@@ -82,6 +87,12 @@ def validate(window: CountWindow | TimeWindow, agg: str | Aggregation, algorithm
     ValueError: algorithm 'soe' needs an invertible aggregation (...); aggregation 'max' is not invertible
     """
     window = validate_window(window)
+    if (q := as_quantile(agg)) is not None:  # an order statistic: the sorted-window operator, for every key
+        if algorithm not in ("auto", "sorted_window"):
+            refuse_algorithm(algorithm, q)
+        if allowed_lateness is not None:
+            check_allowed_lateness(allowed_lateness, window)
+        return window, q, ORDER_STATISTICS
     aggregation = get_aggregation(agg)
     if not isinstance(algorithm, str):
         raise TypeError(f"algorithm must be a name (str), got {type(algorithm).__name__}")
@@ -197,6 +208,8 @@ class KeyedHost:
         """The engine the keys' operators run (``algorithm``: the one chosen for a key; default: what
         ``"auto"`` picks without a key's sizes): :func:`pba_runtime.algorithms.engine_of`."""
         alg = algorithm or self.choose()[0]
+        if alg == ORDER_STATISTICS:
+            return Engine("compiled")
         return engine_of(alg, self.window, self.agg, self.spec.engine, self.spec.allowed_lateness)
 
     # ------------------------------------------------------------------ the algorithm and the pool
@@ -204,6 +217,8 @@ class KeyedHost:
                pool_died: bool = False) -> tuple[str, str]:
         """``(algorithm, reason)`` for a key (:func:`choose_algorithm` with this host's spec)."""
         spec = self.spec
+        if self.algorithm == ORDER_STATISTICS:
+            return ORDER_STATISTICS, "order_statistic"
         return choose_algorithm(self.algorithm, self.window, self.agg, min_slices=spec.min_slices,
                                 cores=spec.cores, key_slices=key_slices, pool_ok=pool_ok, pool_died=pool_died)
 

@@ -60,8 +60,8 @@ def test_python_m_cli_runs_main(tmp_path):
     ``python -m pba_runtime`` and ``pba-run`` start first): a user error is one line and exit code 2, a job writes
     every window and exits 0."""
     cli = [sys.executable, "-m", "pba_runtime.cli"]
-    proc = subprocess.run(cli + ["--agg", "median"], capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 2 and proc.stderr.startswith("pba-run: error: --agg: unknown aggregation 'median'")
+    proc = subprocess.run(cli + ["--agg", "mode"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and proc.stderr.startswith("pba-run: error: --agg: unknown aggregation 'mode'")
     assert proc.stderr.count("\n") == 1
     out, metrics = tmp_path / "out.csv", tmp_path / "m.json"
     proc = subprocess.run(cli + ["--tuples", "3000", "--range", "16", "-q", "--sink", f"csv:{out}", "--metrics-json",
@@ -130,7 +130,7 @@ def test_log_file_gets_the_slot_processes_lines(tmp_path):
     (["--window", "time", "--range", "1mo"], "--range '1mo': unit 'mo' is a calendar unit"),
     (["--window", "time", "--range", "10s", "--slide", "0s"], "--slide must be a positive duration, got '0s'"),
     (["--window", "count", "--offset", "5"], "--offset applies to time windows"),
-    (["--agg", "median"], "unknown aggregation 'median'"),
+    (["--agg", "mode"], "unknown aggregation 'mode'"),
     (["--algorithm", "fast"], "unknown algorithm 'fast'"),
     (["--parallelism", "0"], "expected a positive integer, got '0'"),
     (["--window", "count", "--allowed-lateness", "5"], "time windows only"),
@@ -170,9 +170,9 @@ def test_user_errors_from_the_input_file(capsys, tmp_path):
 
 
 def test_a_real_process_exits_2_without_a_traceback(tmp_path):
-    proc = subprocess.run(CLI + ["--agg", "median"], capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(CLI + ["--agg", "mode"], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2
-    assert proc.stderr.startswith("pba-run: error: --agg: unknown aggregation 'median'")
+    assert proc.stderr.startswith("pba-run: error: --agg: unknown aggregation 'mode'")
     assert "Traceback" not in proc.stderr and proc.stderr.count("\n") == 1
 
 

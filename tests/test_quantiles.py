@@ -316,10 +316,42 @@ def test_operators_refuse_what_they_cannot_carry():
     with pytest.raises(ValueError, match="algorithm 'pba' merges partials of a monoid"):
         pr.create("pba", pr.CountWindow(4), "median")
     with pytest.raises(ValueError, match="allowed_lateness"):
-        pr.create("auto", pr.TimeWindow(4), "median", allowed_lateness=2)
+        pr.create("auto", pr.CountWindow(4), "median", allowed_lateness=2)
     op = pr.create("auto", pr.CountWindow(4), pr.quantile(0.5))
     with pytest.raises(ValueError, match="state was taken with aggregation"):
         op.restore(pr.create("auto", pr.CountWindow(4), pr.quantile(0.6)).snapshot())
     op.flush()
     with pytest.raises(ValueError, match="flushed"):
         op.insert(1.0)
+
+
+@given(st.data(), st.integers(0, 6))
+def test_late_tuples_are_those_the_reorder_buffer_calls_late(data, lateness):
+    """Within the lateness, any arrival order gives the sorted stream's windows; later tuples are counted and
+    returned as the other algorithms' reorder buffer does (its late tuples are the same ones)."""
+    n = data.draw(st.integers(0, 60))
+    t = np.array(data.draw(st.lists(st.integers(0, 40), min_size=n, max_size=n)), dtype=np.int64)
+    v = np.array(data.draw(st.lists(st.floats(-5, 5, allow_nan=False), min_size=n, max_size=n)))
+    w = pr.TimeWindow(6, 2)
+    op = pr.create("auto", w, "median", allowed_lateness=lateness)
+    ref = pr.create("sba", w, "collect", allowed_lateness=lateness)
+    cut = data.draw(st.integers(0, n))
+    ends, res = [], []
+    for a, b in ((0, cut), (cut, n)):
+        e, x = op.insert_many(v[a:b], t[a:b])
+        ends += e.tolist()
+        res += x.tolist()
+        ref.insert_many(v[a:b], t[a:b])
+    e, x = op.flush()
+    ends += e.tolist()
+    res += x.tolist()
+    late = op.take_late()
+    assert late == ref.take_late() and op.stats()["late"] == len(late)
+    kept = np.ones(n, dtype=bool)
+    for lv, lt in late:  # the on-time tuples, in timestamp order (ties: arrival)
+        i = next(i for i in range(n) if kept[i] and v[i] == lv and t[i] == lt)
+        kept[i] = False
+    order = np.argsort(t[kept], kind="stable")
+    want_ends, want = pr.sliding_aggregate(v[kept][order], window=w, agg="median", timestamps=t[kept][order])
+    assert ends == want_ends.tolist()
+    np.testing.assert_array_equal(np.array(res, dtype=float), want)

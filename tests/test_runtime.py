@@ -351,7 +351,7 @@ def test_bad_input_line_is_reported_with_its_number(tmp_path):
     ({"sink": "orc:x"}, "sink must be"),
     ({"sink": "arrow:-"}, "cannot write stdout"),
     ({"algorithm": "fast"}, "unknown algorithm 'fast'"),
-    ({"agg": "median"}, "unknown aggregation 'median'"),
+    ({"agg": "mode"}, "unknown aggregation 'mode'"),
     ({"checkpoint_every": 10}, "needs a checkpoint directory"),
 ])
 def test_job_validates_its_configuration(kwargs, match):

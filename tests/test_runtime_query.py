@@ -201,3 +201,40 @@ def test_query_lines_and_table_agree():
     table = query_table(q, parts)
     assert table.column_names == list(q.columns())
     assert table.column("v_count_3").to_pylist() == [None, 3]
+
+
+@pytest.mark.parametrize("windows", [[pr.CountWindow(16), pr.CountWindow(40, 7)], [pr.TimeWindow("5s", "1s")]],
+                         ids=["count", "time"])
+def test_median_and_p99_jobs_give_the_frame_query_rows(tmp_path, windows):
+    """Order statistics in the runtime: every key on the sorted-window operator, beside a monoid's outputs;
+    the rows of the frame query over the same tuples, bit for bit, at parallelism 2 and small batches."""
+    source = Debs14Source(plugs=5, tuples=6_000, seed=4)
+    q = pr.Query(by="key", on="ts" if isinstance(windows[0], pr.TimeWindow) else None, windows=windows,
+                 aggs={"value": ["median", pr.quantile(0.99), "max"]}, missing="propagate")
+    out = tmp_path / "out.csv"
+    summary = Job(source, query=q, parallelism=2, sink=f"csv:{out}", batch_size=500).run()
+    got = pd.read_csv(out)
+    names = [o.name for o in q.outputs]
+    assert_same_rows(got, q.run(frame_of(source)), names, exact=("max",))  # CSV: 15 significant digits
+    assert summary["algorithms"].get("sorted_window")
+    one = tmp_path / "one.csv"
+    Job(source, windows[0], "median", parallelism=1, sink=f"csv:{one}", batch_size=333).run()
+    want = q.run(frame_of(source))
+    first = [o.name for o in q.outputs if o.window == 0 and o.agg.name == "median"][0]
+    got1 = pd.read_csv(one).sort_values(["key", "end"], kind="stable")
+    w = want.dropna(subset=[first]).sort_values(["key", "window_end"], kind="stable")
+    np.testing.assert_array_equal(got1["end"].to_numpy(), w["window_end"].to_numpy())
+    np.testing.assert_allclose(got1["value"].to_numpy(), w[first].to_numpy(), rtol=1e-14)
+
+
+def test_pba_run_takes_median_and_percentiles(tmp_path):
+    out = tmp_path / "q.csv"
+    subprocess.run([*CLI, "--tuples", "3000", "--agg", "median,p99,max", "--range", "8,32", "--sink", f"csv:{out}"],
+                   check=True)
+    got = pd.read_csv(out)
+    assert list(got.columns)[2:] == [f"value_{a}_{r}" for r in (8, 32) for a in ("median", "p99", "max")]
+    bad = subprocess.run([*CLI, "--tuples", "10", "--agg", "p150"], capture_output=True, text=True)
+    assert bad.returncode == 2 and "--agg" in bad.stderr
+    bad = subprocess.run([*CLI, "--tuples", "10", "--agg", "median", "--algorithm", "pba"], capture_output=True,
+                         text=True)
+    assert bad.returncode == 2 and "order statistic" in bad.stderr

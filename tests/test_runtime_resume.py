@@ -107,7 +107,7 @@ def test_kill_and_resume_count_windows_match_an_uninterrupted_run(tmp_path, resu
     assert got == want  # the same results, in the same order per key
 
 
-@pytest.mark.parametrize("agg", ["max", "mean"])
+@pytest.mark.parametrize("agg", ["max", "mean", "median"])
 def test_kill_and_resume_time_windows_with_late_data(tmp_path, agg):
     """Results equal bit for bit (the CSV holds each float's repr): a resumed mean differed in 1-2 ULP when
     the reorder buffer's snapshot turned its waiting arrays into a heap (issue 15, item 12)."""

@@ -412,16 +412,14 @@ def _sorted_window(algorithm: str, window: Any, q: Any, allowed_lateness: Any, m
 
     if algorithm != SortedWindow.name:
         refuse_algorithm(algorithm, q)
-    if allowed_lateness is not None:
-        raise ValueError(f"allowed_lateness: agg {q.name!r} runs on the sorted-window operator, which takes "
-                         "tuples in timestamp order only; sort them first")
     check_pool(options.pop("pool", None))
     engine = check_engine(options.pop("engine", "auto"))
     if engine not in ("auto", "compiled"):
         raise ValueError(f"engine={engine!r} is not available for agg {q.name!r}: its kernel is compiled ('auto')")
     if options:
         raise TypeError(f"create() got options agg {q.name!r} does not take: {sorted(options)}")
-    return SortedWindow(window, q, missing=check_missing(missing), min_periods=min_periods)
+    return SortedWindow(window, q, missing=check_missing(missing), min_periods=min_periods,
+                        allowed_lateness=allowed_lateness)
 
 
 def mark_auto(op: WindowOperator, algorithm: str, reason: str, n_values: int | None = None) -> None:

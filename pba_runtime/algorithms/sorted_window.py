@@ -7,6 +7,11 @@ values no later window holds. A count window of range ``r`` keeps at most ``r - 
 window the tuples of one range. Any split of the stream into batches gives the same results as one batch
 (:func:`pba_runtime.sliding_aggregate`), and a snapshot holds the buffer and the counters.
 
+With ``allowed_lateness=L`` (time windows) a tuple may come up to ``L`` behind the largest timestamp seen:
+tuples wait, ordered by timestamp (ties: arrival), until the largest timestamp is ``L`` past them; a tuple
+later than that is *late*, counted (``stats()["late"]``) and kept for :meth:`SortedWindow.take_late`, as
+the reorder buffer of the other algorithms does.
+
 Examples
 --------
 >>> import pba_runtime as pr
@@ -30,7 +35,7 @@ from ..kernels.compiled.quantiles import window_quantiles
 from ..missing import MISSING
 from ..quantiles import Quantile
 from ..windows import CountWindow, TimeWindow, validate_window, window_spans
-from .base import STATE_VERSION, Results, check_order, check_timestamp, validate_timestamps
+from .base import STATE_VERSION, Results, as_timestamps, check_order, check_timestamp, validate_timestamps
 
 __all__ = ["SortedWindow"]
 
@@ -45,12 +50,14 @@ class SortedWindow:
         ``pr.quantile(...)`` or the median.
     missing : {"propagate", "skip"}
     min_periods : int
+    allowed_lateness : int, optional
+        Time windows: how far behind the largest timestamp seen a tuple may come (see the module).
     """
 
     name = "sorted_window"
 
     def __init__(self, window: CountWindow | TimeWindow, q: Quantile, *, missing: str = "propagate",
-                 min_periods: int = 1):
+                 min_periods: int = 1, allowed_lateness: int | None = None):
         self.window = validate_window(window)
         self.q = q
         if missing not in MISSING:
@@ -68,13 +75,23 @@ class SortedWindow:
         self._emitted = 0
         self._flushed = False
         self._closed = False
+        self._lateness = None
+        if allowed_lateness is not None:
+            from .reorder import check_allowed_lateness
+
+            self._lateness = check_allowed_lateness(allowed_lateness, window)
+        self._pv = np.zeros(0)  # tuples waiting for the largest timestamp to pass them by the lateness
+        self._pt = np.zeros(0, dtype=np.int64)
+        self._max: int | None = None
+        self._late: list[tuple[Any, int]] = []
+        self._nlate = 0
 
     # ------------------------------------------------------------------ the public API of an operator
     def insert(self, value: Any, timestamp: int | None = None) -> list[tuple[int, Any]]:
         """Insert one tuple; return ``(window_end, result)`` for each window it completes."""
         if self._is_time:
             t = check_timestamp(timestamp, self.window)
-            if self._t_last is not None and t < self._t_last:
+            if self._lateness is None and self._t_last is not None and t < self._t_last:
                 check_order(t, self._t_last)
             ends, res = self.insert_many([value], np.array([t], dtype=np.int64))
         else:
@@ -85,6 +102,11 @@ class SortedWindow:
         """Insert a batch; return ``(ends, results)`` for the windows it completes (float64 results)."""
         self._check_open()
         v = as_float_array(values, agg_name=self.q.name, missing=self.missing)
+        if self._is_time and self._lateness is not None:
+            return self._reorder(v, as_timestamps(timestamps, len(v), self.window))
+        return self._in_order(v, timestamps)
+
+    def _in_order(self, v: np.ndarray, timestamps: Any) -> Results:
         if self._is_time:
             t = validate_timestamps(timestamps, len(v), self._t_last, self.window)
         elif timestamps is not None:
@@ -98,13 +120,44 @@ class SortedWindow:
             self._t_last = int(t[-1])
         return self._emit(final=False)
 
+    def _reorder(self, v: np.ndarray, t: np.ndarray) -> Results:
+        """Tuples of any order within the lateness: the late ones aside, the others released in timestamp order
+        once the largest timestamp is the lateness past them."""
+        if not len(v):
+            return np.zeros(0, dtype=np.int64), np.zeros(0)
+        prev = np.iinfo(np.int64).min if self._max is None else self._max
+        top = np.maximum.accumulate(np.maximum(t, prev))
+        late = t < top - self._lateness
+        if late.any():
+            self._late += list(zip(v[late].tolist(), t[late].tolist()))
+            self._nlate += int(late.sum())
+        self._max = int(top[-1])
+        pv = np.concatenate([self._pv, v[~late]])
+        pt = np.concatenate([self._pt, t[~late]])
+        order = np.argsort(pt, kind="stable")  # ties keep arrival order
+        pv, pt = pv[order], pt[order]
+        cut = int(np.searchsorted(pt, self._max - self._lateness, side="right"))
+        self._pv, self._pt = pv[cut:], pt[cut:]
+        return self._in_order(pv[:cut], pt[:cut])
+
+    def take_late(self) -> list[tuple[Any, int]]:
+        """Return and clear the late tuples, as ``(value, timestamp)`` in arrival order."""
+        late, self._late = self._late, []
+        return late
+
     def flush(self) -> Results:
         """End of stream: emit the time windows still holding tuples. Inserting after it raises."""
         if self._flushed and not self._closed:
             return np.zeros(0, dtype=np.int64), np.zeros(0)
         self._check_open()
+        head = None
+        if len(self._pt):  # the tuples still waiting on the lateness
+            head = self._in_order(self._pv, self._pt)
+            self._pv, self._pt = np.zeros(0), np.zeros(0, dtype=np.int64)
         out = self._emit(final=True) if self._is_time else (np.zeros(0, dtype=np.int64), np.zeros(0))
         self._flushed = True
+        if head is not None:
+            out = (np.concatenate([head[0], out[0]]), np.concatenate([head[1], out[1]]))
         return out
 
     def _insert_and_flush(self, values: Any, timestamps: Any = None) -> Results:
@@ -132,18 +185,22 @@ class SortedWindow:
         return self._emitted
 
     def stats(self) -> dict[str, Any]:
-        return {"algorithm": self.name, "engine": "compiled", "step": "batch", "tuples": self._n,
-                "windows": self._emitted, "state_bytes": self.state_bytes()}
+        st = {"algorithm": self.name, "engine": "compiled", "step": "batch", "tuples": self._n,
+              "windows": self._emitted, "state_bytes": self.state_bytes()}
+        if self._lateness is not None:
+            st.update(late=self._nlate, buffered=len(self._pt), allowed_lateness=self._lateness)
+        return st
 
     def state_bytes(self) -> int:
-        return int(self._v.nbytes + self._t.nbytes)
+        return int(self._v.nbytes + self._t.nbytes + self._pv.nbytes + self._pt.nbytes)
 
-    _FIELDS = ("_v", "_t", "_base", "_n", "_next", "_t_last", "_emitted", "_flushed")
+    _FIELDS = ("_v", "_t", "_base", "_n", "_next", "_t_last", "_emitted", "_flushed", "_pv", "_pt", "_max", "_late",
+               "_nlate")
 
     def snapshot(self) -> dict[str, Any]:
         """A picklable copy of the state, taken between two inserts."""
         return {"version": STATE_VERSION, "algorithm": self.name, "window": self.window, "aggregation": self.q,
-                "missing": (self.missing, self.min_periods),
+                "missing": (self.missing, self.min_periods), "allowed_lateness": self._lateness,
                 "state": copy.deepcopy({f: getattr(self, f) for f in self._FIELDS})}
 
     def restore(self, state: dict[str, Any]) -> SortedWindow:
@@ -151,7 +208,7 @@ class SortedWindow:
         if not isinstance(state, dict) or state.get("version") != STATE_VERSION:
             raise ValueError("state must be a snapshot() of this pba_runtime version")
         for key, mine in (("algorithm", self.name), ("window", self.window), ("aggregation", self.q),
-                          ("missing", (self.missing, self.min_periods))):
+                          ("missing", (self.missing, self.min_periods)), ("allowed_lateness", self._lateness)):
             if state.get(key) != mine:
                 raise ValueError(f"state was taken with {key} {state.get(key)!r}, this operator has {mine!r}")
         for f, x in copy.deepcopy(state["state"]).items():

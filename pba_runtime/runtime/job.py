@@ -30,6 +30,7 @@ import pba_runtime as pr
 from .. import logs
 from ..forkserver import preload_modules
 from ..host import KeyedHost
+from ..quantiles import as_quantile
 from .checkpoint import CheckpointPolicy
 from .coordinator import JobRun
 from .errors import UserError
@@ -150,7 +151,7 @@ class Job:
         agg = "max" if agg is None else agg
         try:
             self.window = pr.windows.validate_window(window)
-            self.agg = pr.get_aggregation(agg)
+            self.agg = as_quantile(agg) or pr.get_aggregation(agg)
         except (TypeError, ValueError) as exc:
             raise UserError(str(exc)) from None
         self.agg_spec = agg if isinstance(agg, str) else self.agg

@@ -44,6 +44,7 @@ REASON_TEXT = {
     "pool_unavailable": "no worker pool",
     "pool_died": "the worker pool died",
     "restored": "restored from the checkpoint",
+    "order_statistic": "an order statistic: each window kept sorted, no algorithm of partials",
     # the batch policy's (pr.sliding_aggregate, an "auto" operator's first batch; not the keyed runtime's)
     "batch_split": "a batch large enough to split with a free worker",
     "small_batch": "a batch too small for PBA's split to pay",
