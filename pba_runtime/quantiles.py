@@ -25,7 +25,7 @@ Examples
 from __future__ import annotations
 
 import numbers
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -56,6 +56,9 @@ class Quantile:
     q: float
     interpolation: str = "linear"
     median: bool = False
+    #: the missing-value policy an operator built from it takes by default (:meth:`skipping`)
+    missing: str = "propagate"
+    min_periods: int = 1
     #: what a result is (as :attr:`Aggregation.result`): a float
     result = "float"
 
@@ -72,6 +75,11 @@ class Quantile:
     @property
     def method(self) -> int:
         return METHODS["median" if self.median else self.interpolation]
+
+    def skipping(self, min_periods: int = 1) -> Quantile:
+        """The same quantile skipping missing values (what :func:`~pba_runtime.aggregations.skip_missing` is
+        to an aggregation): an operator built from it skips NaN and needs ``min_periods`` values."""
+        return replace(self, missing="skip", min_periods=check_min_periods(min_periods))
 
 
 MEDIAN = Quantile(0.5, "linear", median=True)

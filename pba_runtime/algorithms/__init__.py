@@ -418,6 +418,8 @@ def _sorted_window(algorithm: str, window: Any, q: Any, allowed_lateness: Any, m
         raise ValueError(f"engine={engine!r} is not available for agg {q.name!r}: its kernel is compiled ('auto')")
     if options:
         raise TypeError(f"create() got options agg {q.name!r} does not take: {sorted(options)}")
+    if q.missing == "skip" and missing == "propagate":  # a quantile that skips (Quantile.skipping) keeps its policy
+        missing, min_periods = q.missing, q.min_periods
     return SortedWindow(window, q, missing=check_missing(missing), min_periods=min_periods,
                         allowed_lateness=allowed_lateness)
 

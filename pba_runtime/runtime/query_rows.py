@@ -41,6 +41,7 @@ import pba_runtime as pr
 from ..aggregations import BUILTIN_AGGREGATIONS
 from ..aggregations.skipping import skip_missing
 from ..kernels.compiled.layout import place, union_rows
+from ..quantiles import Quantile
 from ..query import Query
 from .errors import UserError
 from .sinks import ResultParts
@@ -113,7 +114,9 @@ class QueryOutputs:
         """Output ``i``'s aggregation as its operators run it: under ``missing="skip"``, the one that skips
         missing values (:func:`pba_runtime.aggregations.skipping.skip_missing`)."""
         agg = self.aggs[i]
-        return skip_missing(agg, self.min_periods) if self.missing == "skip" else agg
+        if self.missing != "skip":
+            return agg
+        return agg.skipping(self.min_periods) if isinstance(agg, Quantile) else skip_missing(agg, self.min_periods)
 
     @property
     def window_of(self) -> list[int]:
