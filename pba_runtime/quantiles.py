@@ -61,6 +61,10 @@ class Quantile:
     min_periods: int = 1
     #: what a result is (as :attr:`Aggregation.result`): a float
     result = "float"
+    #: as an :class:`Aggregation` declares them: no SQL aggregate gives a slice's part of it (no Spark
+    #: pre-aggregation), and its values carry no position
+    preaggregate = None
+    positional = False
 
     @property
     def name(self) -> str:

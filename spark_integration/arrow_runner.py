@@ -45,6 +45,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 import pba_runtime as pr
+from pba_runtime.quantiles import as_quantile
 
 from . import python_worker as rt
 
@@ -154,7 +155,7 @@ class RunnerConfig:
     @property
     def aggregation(self) -> pr.Aggregation:
         if self._agg_obj is None:
-            self._agg_obj = pr.get_aggregation(self.agg)
+            self._agg_obj = as_quantile(self.agg) or pr.get_aggregation(self.agg)
         return self._agg_obj
 
     @property

@@ -45,6 +45,7 @@ import numpy as np
 
 import pba_runtime as pr
 from pba_runtime.host import KeyedHost
+from pba_runtime.quantiles import as_quantile
 
 from .stream_state import NO_TIME, Header, OperatorCache, pack_rows, unpack_rows
 
@@ -225,13 +226,16 @@ class KeyWindows:
         from . import python_worker as rt
 
         self.cfg = cfg
-        self.agg = pr.get_aggregation(cfg.agg)
+        q = as_quantile(cfg.agg)  # an order statistic: the sorted-window operator, fed the rows themselves
+        self.agg = q if q is not None else pr.get_aggregation(cfg.agg)
         self.is_time = isinstance(cfg.window, pr.TimeWindow)
         kind = self.agg.preaggregate
         skip = cfg.missing == "skip"
         self.pre = kind if self.is_time and cfg.preaggregate and kind in PREAGGREGATED and not skip else None
         op_agg = cfg.agg if self.pre is None else PREAGGREGATED[kind]
-        if skip:
+        if skip and q is not None:
+            op_agg = q.skipping(cfg.min_periods)
+        elif skip:
             from pba_runtime.aggregations.skipping import skip_missing
 
             op_agg = skip_missing(cfg.agg, cfg.min_periods)

@@ -66,7 +66,8 @@ def _same_valid(name, got, want):
 
 def _floors(V, T, bounds, window, missing, closed, name, ref):
     """The oracle's expected values for a float aggregation: the exact result with the rounding floor its
-    window's values allow (a sum: ``n eps sum |v|``; a std or var: none above float64's subnormals)."""
+    window's values allow (a sum: ``n eps sum |v|``; a var: ``n`` subnormal steps, where squares of values
+    below 1e-154 underflow; a std: that floor's square root)."""
     out = []
     for k in range(len(bounds) - 1):
         a, b = int(bounds[k]), int(bounds[k + 1])
@@ -79,6 +80,9 @@ def _floors(V, T, bounds, window, missing, closed, name, ref):
                 out.append(Want(w, _sum_floor(vals)))
             elif name == "mean" and len(vals):
                 out.append(Want(w, _sum_floor(vals) / len(vals)))
+            elif name in ("var", "std"):
+                sub = len(vals) * 2.0**-1074  # each squared deviation rounds by under one subnormal step
+                out.append(Want(w, sub if name == "var" else sub**0.5))
             else:
                 out.append(Want(w))
     return out

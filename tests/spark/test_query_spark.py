@@ -191,3 +191,18 @@ def test_a_query_with_median_and_p99_equals_the_query_in_pandas(frames):
     for o in q.outputs:
         np.testing.assert_array_equal(got[o.name].to_numpy(dtype=float), want[o.name].to_numpy(dtype=float),
                                       err_msg=o.name)
+
+
+@pytest.mark.parametrize("window", [pr.CountWindow(16, 3), pr.TimeWindow("1min", "10s")], ids=["count", "time"])
+def test_sliding_window_aggregate_takes_the_median_as_the_query_does(frames, window):
+    """The one-output form runs every key on the sorted-window operator: the query's windows and bits."""
+    df, _ = frames
+    df = df.where("load = load")  # the one-output form's nulls="fail" reads NaN as a value; drop them here
+    got = sorted(tuple(r) for r in si.sliding_window_aggregate(df, key="plug", order_by="ts", value="load",
+                                                              window=window, agg="median").collect())
+    q = pr.Query(by="plug", on="ts", windows=window, aggs={"load": "median"}, missing="propagate")
+    res = si.aggregate(df, q).toPandas().dropna(subset=["load_median"])
+    ends = (res["window_end"].astype("datetime64[ms]").astype("int64") if isinstance(window, pr.TimeWindow)
+            else res["window_end"])
+    want = sorted(zip(res["plug"].tolist(), ends.tolist(), res["load_median"].tolist()))
+    assert got == want and len(got) > 100

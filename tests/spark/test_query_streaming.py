@@ -104,6 +104,23 @@ def test_query_stream_restarted_from_its_checkpoint_gives_every_row_once(sspark,
     assert len({r[0] for r in got}) == 20
 
 
+def test_a_streaming_median_and_p90_equal_the_batch_query(sspark, tmp_path):
+    """Order statistics over a stream: each key's rows wait in the state store, the sorted-window operator
+    answers the windows the watermark passed; the batch query's rows, to the bit (NaN skipped)."""
+    rng = np.random.default_rng(12)
+    frames = frames_time(rng)
+    for f in frames:
+        f.loc[rng.random(len(f)) < 0.2, "load"] = np.nan
+    write_files(str(tmp_path / "in"), frames + [SENTINEL])
+    q = pr.Query(by="plug", on="t", windows=[pr.TimeWindow("4s", "1500ms"), pr.TimeWindow("9s", "1500ms")],
+                 aggs={"load": ["median", pr.quantile(0.9), "max"]})
+    out = si.aggregate(stream_of(sspark, str(tmp_path / "in"), time=True, delay="3 seconds"), q, state_chunk_rows=4)
+    run_memory(out, "query_median_stream", str(tmp_path / "ck"))
+    got = [r for r in rows(sspark.table("query_median_stream")) if r[0] != "zz"]
+    want = rows(si.aggregate(batch_of(sspark, frames, time=True), q))
+    assert got == want and len(got) > 20
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_query_stream_driver_killed_then_restarted_gives_every_row_once(sspark, tmp_path):

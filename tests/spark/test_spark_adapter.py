@@ -364,7 +364,7 @@ def test_bad_input_on_the_driver(spark, df):
         si.sliding_window_aggregate(df.withColumn("kk", F.col("k")), **{**kw, "key": "kk", "order_by": "k",
                                                                         "window": ("1 second", "1 second")})
     with pytest.raises(ValueError, match="unknown aggregation|aggregation"):
-        si.sliding_window_aggregate(df, **{**kw, "agg": "median"})
+        si.sliding_window_aggregate(df, **{**kw, "agg": "mode"})
     with pytest.raises(ValueError, match="unknown algorithm 'fast'"):
         si.sliding_window_aggregate(df, **{**kw, "algorithm": "fast"})
     with pytest.raises(ValueError, match="nulls must be one of"):
