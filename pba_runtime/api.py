@@ -20,7 +20,6 @@ from .aggregations import Aggregation
 from .algorithms import create
 from .algorithms.base import Results, UnsortedTimestampsError
 from .pool import WorkerPool
-from .quantiles import as_quantile, sliding_quantile
 from .windows import CountWindow, TimeWindow
 
 __all__ = ["sliding_aggregate"]
@@ -101,10 +100,6 @@ def sliding_aggregate(
     if isinstance(window, TimeWindow) and timestamps is None:
         raise ValueError("timestamps are required for time windows (TimeWindow); "
                          "pass sliding_aggregate(values, window=..., agg=..., timestamps=...)")
-    q = as_quantile(agg)
-    if q is not None and algorithm == "auto":  # an order statistic: the sorted-window kernel over every window
-        return sliding_quantile(values, window, q, timestamps=timestamps, missing=missing, min_periods=min_periods,
-                                pool=pool)
     options: dict[str, Any] = {"pool": pool} if pool is not None else {}
     options["engine"] = engine
     op = create(algorithm, window, agg, missing=missing, min_periods=min_periods, **options)

@@ -30,14 +30,13 @@ from typing import Any
 
 import numpy as np
 
-from .aggregations import as_float_array, check_min_periods
+from .aggregations import check_min_periods
 from .engines.key_split import run_split
 from .kernels.compiled.quantiles import METHODS, window_quantiles
-from .missing import MISSING
-from .windows import CountWindow, TimeWindow, validate_window, window_spans
+from .windows import CountWindow, TimeWindow, window_spans
 
 __all__ = ["INTERPOLATIONS", "Quantile", "as_quantile", "keyed_quantile_rows", "keyed_quantile_windows", "quantile",
-           "sliding_quantile"]
+           "run_windows"]
 
 #: numpy's ``method=`` names the exact quantile takes (pandas' rolling quantile has the same five)
 INTERPOLATIONS = ("linear", "lower", "higher", "nearest", "midpoint")
@@ -132,47 +131,10 @@ def refuse_algorithm(algorithm: str, q: Quantile) -> None:
             "monoid) and runs on the sorted-window kernel: pass algorithm='auto' (or 'sorted_window')")
 
 
-def sliding_quantile(values: Any, window: CountWindow | TimeWindow, q: Quantile, *, timestamps: Any = None,
-                     missing: str = "propagate", min_periods: int = 1, pool: Any = None
-                     ) -> tuple[np.ndarray, np.ndarray]:
-    """Every window's quantile over ``values``: ``(ends, results)``, the windows of :func:`sliding_aggregate`.
-
-    Parameters are :func:`pba_runtime.sliding_aggregate`'s. ``results`` is float64, NaN where the window
-    has no result (a NaN under ``propagate``; fewer than ``min_periods`` values under ``skip``).
-    """
-    validate_window(window)
-    if missing not in MISSING:
-        raise ValueError(f"missing must be one of {', '.join(map(repr, MISSING))}, got {missing!r}")
-    skip = missing == "skip"
-    mp = check_min_periods(min_periods) if skip else 1
-    v = as_float_array(values, agg_name=q.name, missing=missing)
-    if isinstance(window, TimeWindow):
-        if timestamps is None:
-            raise ValueError("timestamps are required for time windows (TimeWindow); "
-                             "pass sliding_aggregate(values, window=..., agg=..., timestamps=...)")
-        t = np.asarray(timestamps)
-        if t.ndim != 1 or len(t) != len(v) or t.dtype.kind not in "iu":
-            raise ValueError(f"timestamps must be a 1-D integer array as long as values ({len(v)}), got "
-                             f"{t.dtype} of shape {t.shape}")
-        t = t.astype(np.int64, copy=False)
-        if len(t) > 1 and (np.diff(t) < 0).any():
-            raise ValueError("timestamps must be non-decreasing; sort the input first "
-                             '(order = np.argsort(timestamps, kind="stable"))')
-        ends, S, E = window_spans(window, len(v), t)
-    else:
-        if timestamps is not None:
-            raise ValueError("timestamps= is for time windows; a CountWindow orders values by position")
-        ends, S, E = window_spans(window, len(v))
-    out = np.empty(len(ends), dtype=np.float64)
-    qv, code = float(q.q), q.method
-    run_split(lambda i0, i1: window_quantiles(v, S, E, qv, code, skip, mp, i0, i1, out),
-              np.arange(len(ends) + 1, dtype=np.int64), pool=pool, min_rows=SPLIT_MIN_WINDOWS)
-    return ends, out
-
-
-def _run_windows(v: np.ndarray, S: np.ndarray, E: np.ndarray, q: Quantile, skip: bool, mp: int, pool: Any
+def run_windows(v: np.ndarray, S: np.ndarray, E: np.ndarray, q: Quantile, skip: bool, mp: int, pool: Any
                  ) -> np.ndarray:
-    """The kernel over windows ``[S[i], E[i])`` of ``v`` (non-decreasing bounds), split in ranges at once."""
+    """The kernel over windows ``[S[i], E[i])`` of ``v`` (non-decreasing bounds), split in ranges that run at
+    once on this thread and ``pool``'s worker (from :data:`SPLIT_MIN_WINDOWS` windows)."""
     out = np.empty(len(S), dtype=np.float64)
     qv, code = float(q.q), q.method
     run_split(lambda i0, i1: window_quantiles(v, S, E, qv, code, skip, mp, i0, i1, out),
@@ -215,7 +177,7 @@ def keyed_quantile_windows(V: np.ndarray, T: np.ndarray | None, bounds: np.ndarr
     S, E = np.concatenate(Ss), np.concatenate(Es)
     skip = missing == "skip"
     mp = min_periods if skip else 1
-    vals = _run_windows(V, S, E, q, skip, mp, pool)
+    vals = run_windows(V, S, E, q, skip, mp, pool)
     return np.concatenate(keys), np.concatenate(ends), vals, _valid(V, S, E, skip, min_periods)
 
 
@@ -233,5 +195,5 @@ def keyed_quantile_rows(V: np.ndarray, T: np.ndarray | None, bounds: np.ndarray,
     row_bounds(Tk, np.asarray(bounds, dtype=np.int64), 0, len(bounds) - 1, int(window.range), CLOSED[closed], timed,
                S, E)
     skip = missing == "skip"
-    vals = _run_windows(V, S, E, q, skip, min_periods if skip else 1, pool)
+    vals = run_windows(V, S, E, q, skip, min_periods if skip else 1, pool)
     return vals, _valid(V, S, E, skip, min_periods)

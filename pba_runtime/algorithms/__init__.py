@@ -412,7 +412,7 @@ def _sorted_window(algorithm: str, window: Any, q: Any, allowed_lateness: Any, m
 
     if algorithm != SortedWindow.name:
         refuse_algorithm(algorithm, q)
-    check_pool(options.pop("pool", None))
+    pool = check_pool(options.pop("pool", None))
     engine = check_engine(options.pop("engine", "auto"))
     if engine not in ("auto", "compiled"):
         raise ValueError(f"engine={engine!r} is not available for agg {q.name!r}: its kernel is compiled ('auto')")
@@ -421,7 +421,7 @@ def _sorted_window(algorithm: str, window: Any, q: Any, allowed_lateness: Any, m
     if q.missing == "skip" and missing == "propagate":  # a quantile that skips (Quantile.skipping) keeps its policy
         missing, min_periods = q.missing, q.min_periods
     return SortedWindow(window, q, missing=check_missing(missing), min_periods=min_periods,
-                        allowed_lateness=allowed_lateness)
+                        allowed_lateness=allowed_lateness, pool=pool)
 
 
 def mark_auto(op: WindowOperator, algorithm: str, reason: str, n_values: int | None = None) -> None:

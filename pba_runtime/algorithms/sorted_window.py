@@ -31,9 +31,8 @@ from typing import Any
 import numpy as np
 
 from ..aggregations import as_float_array, check_min_periods
-from ..kernels.compiled.quantiles import window_quantiles
-from ..missing import MISSING
-from ..quantiles import Quantile
+from ..missing import check_missing
+from ..quantiles import Quantile, run_windows
 from ..windows import CountWindow, TimeWindow, validate_window, window_spans
 from .base import STATE_VERSION, Results, as_timestamps, check_order, check_timestamp, validate_timestamps
 
@@ -52,17 +51,17 @@ class SortedWindow:
     min_periods : int
     allowed_lateness : int, optional
         Time windows: how far behind the largest timestamp seen a tuple may come (see the module).
+    pool : WorkerPool, optional
+        Whose worker answers half of a large batch's windows beside this thread (default: the shared pool).
     """
 
     name = "sorted_window"
 
     def __init__(self, window: CountWindow | TimeWindow, q: Quantile, *, missing: str = "propagate",
-                 min_periods: int = 1, allowed_lateness: int | None = None):
+                 min_periods: int = 1, allowed_lateness: int | None = None, pool: Any = None):
         self.window = validate_window(window)
         self.q = q
-        if missing not in MISSING:
-            raise ValueError(f"missing must be one of {', '.join(map(repr, MISSING))}, got {missing!r}")
-        self.missing = missing
+        self.missing = check_missing(missing)
         self.min_periods = check_min_periods(min_periods) if missing == "skip" else 1
         self._is_time = isinstance(window, TimeWindow)
         self._v = np.zeros(0)  # the values a window to come may hold
@@ -75,6 +74,7 @@ class SortedWindow:
         self._emitted = 0
         self._flushed = False
         self._closed = False
+        self._pool = pool
         self._lateness = None
         if allowed_lateness is not None:
             from .reorder import check_allowed_lateness
@@ -113,10 +113,11 @@ class SortedWindow:
             raise ValueError("timestamps are for time windows; a CountWindow orders values by position")
         if not len(v):
             return np.zeros(0, dtype=np.int64), np.zeros(0)
-        self._v = np.concatenate([self._v, v])
+        # an empty buffer takes the batch itself: _emit keeps only a copy of what windows to come hold
+        self._v = np.concatenate([self._v, v]) if len(self._v) else v
         self._n += len(v)
         if self._is_time:
-            self._t = np.concatenate([self._t, t])
+            self._t = np.concatenate([self._t, t]) if len(self._t) else t
             self._t_last = int(t[-1])
         return self._emit(final=False)
 
@@ -241,15 +242,13 @@ class SortedWindow:
                 nxt = done if nxt is None else max(nxt, done)
         else:
             last = (self._n - r) // s  # the last full window's index
-            ks = np.arange(self._next, last + 1, dtype=np.int64)
-            S = ks * s - self._base
+            S = np.arange(self._next, last + 1, dtype=np.int64) * s - self._base
             E = S + r
-            ends = ks * s + r
+            ends = E + self._base
             nxt = max(self._next, last + 1)
-        out = np.empty(len(ends))
-        if len(ends):
-            window_quantiles(self._v, S.astype(np.int64), E.astype(np.int64), float(self.q.q), self.q.method,
-                             self.missing == "skip", self.min_periods, 0, len(ends), out)
+        out = run_windows(self._v, S.astype(np.int64, copy=False), E.astype(np.int64, copy=False), self.q,
+                          self.missing == "skip",
+                          self.min_periods, self._pool)
         self._next = nxt if nxt is None else int(nxt)
         self._emitted += len(ends)
         # drop the values before the next window's start
@@ -263,4 +262,4 @@ class SortedWindow:
             cut = min(max(self._next * s - self._base, 0), len(self._v))
             self._base += cut
         self._v = self._v[cut:].copy()
-        return ends.astype(np.int64), out
+        return ends.astype(np.int64, copy=False), out

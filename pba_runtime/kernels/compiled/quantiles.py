@@ -93,6 +93,33 @@ def _rank(n, q, method):
 
 
 @njit(**_JIT)
+def _merge(xv, xp, x, x1, yv, yp, y, y1, ov, op, z):
+    """Merge the sorted runs ``xv[x:x1]`` and ``yv[y:y1]`` (with their positions) into ``ov[z:]``, the first
+    run's values first on ties (they are the older); returns where the output ends."""
+    while x < x1 and y < y1:
+        if yv[y] < xv[x]:
+            ov[z] = yv[y]
+            op[z] = yp[y]
+            y += 1
+        else:
+            ov[z] = xv[x]
+            op[z] = xp[x]
+            x += 1
+        z += 1
+    while x < x1:
+        ov[z] = xv[x]
+        op[z] = xp[x]
+        x += 1
+        z += 1
+    while y < y1:
+        ov[z] = yv[y]
+        op[z] = yp[y]
+        y += 1
+        z += 1
+    return z
+
+
+@njit(**_JIT)
 def _sort_run(val, pos, a, b, tv, tp):
     """Sort ``val[a:b]`` (and ``pos`` with it) by value, stably: insertion sort of runs of 16, then bottom-up
     merges through ``tv``/``tp``."""
@@ -116,23 +143,8 @@ def _sort_run(val, pos, a, b, tv, tp):
             r1 = min(l0 + 2 * width, b)
             if mid >= r1 or val[mid - 1] <= val[mid]:  # already in order
                 continue
-            x, y, z = l0, mid, 0
-            while x < mid and y < r1:
-                if val[y] < val[x]:
-                    tv[z] = val[y]
-                    tp[z] = pos[y]
-                    y += 1
-                else:
-                    tv[z] = val[x]
-                    tp[z] = pos[x]
-                    x += 1
-                z += 1
-            while x < mid:
-                tv[z] = val[x]
-                tp[z] = pos[x]
-                x += 1
-                z += 1
-            for u in range(z):  # the rest of the right run is in place
+            z = _merge(val, pos, l0, mid, val, pos, mid, r1, tv, tp, 0)
+            for u in range(z):
                 val[l0 + u] = tv[u]
                 pos[l0 + u] = tp[u]
         width *= 2
@@ -184,6 +196,16 @@ def _radix_sort(v, val, pos, a, b, k1, k2, q1, q2, count):
         p = src_q[x]
         pos[a + x] = p
         val[a + x] = v[p]
+
+
+@njit(**_JIT)
+def _sort_values(v, val, pos, m, tv, tp, k1, k2, q1, q2, count):
+    """Sort ``val[:m]`` (and ``pos``) by value, stably: by radix from :data:`RADIX_MIN` values, else by
+    insertion and merges."""
+    if m >= RADIX_MIN:
+        _radix_sort(v, val, pos, 0, m, k1, k2, q1, q2, count)
+    elif m > 1:
+        _sort_run(val, pos, 0, m, tv, tp)
 
 
 @njit(**_JIT)
@@ -274,45 +296,18 @@ def window_quantiles(v, S, E, q, method, skip, min_periods, i0, i1, out):
         # A: the previous B's sorted values from a0 on (its range ended at e_last <= c_new) merged in one
         # pass with the sorted values of [max(a0, e_last), c_new)
         nn = _gather(v, valid, lo, max(a0, e_last), c_new, nv, npos, 0)
-        if nn >= RADIX_MIN:
-            _radix_sort(v, nv, npos, 0, nn, k1, k2, q1, q2, count)
-        elif nn > 1:
-            _sort_run(nv, npos, 0, nn, tv, tp)
-        mA = 0
-        x = 0
-        y = 0
-        while x < mB and posB[x] < a0:
-            x += 1
-        while x < mB and y < nn:
-            if nv[y] < valB[x]:  # the old values are older: first on ties
-                valA[mA] = nv[y]
-                posA[mA] = npos[y]
-                y += 1
-            else:
-                valA[mA] = valB[x]
-                posA[mA] = posB[x]
-                x += 1
-                while x < mB and posB[x] < a0:
-                    x += 1
-            mA += 1
-        while x < mB:
+        _sort_values(v, nv, npos, nn, tv, tp, k1, k2, q1, q2, count)
+        kept = 0
+        for x in range(mB):
             if posB[x] >= a0:
-                valA[mA] = valB[x]
-                posA[mA] = posB[x]
-                mA += 1
-            x += 1
-        while y < nn:
-            valA[mA] = nv[y]
-            posA[mA] = npos[y]
-            mA += 1
-            y += 1
+                tv[kept] = valB[x]
+                tp[kept] = posB[x]
+                kept += 1
+        mA = _merge(tv, tp, 0, kept, nv, npos, 0, nn, valA, posA, 0)
         c = c_new
         e_last = E[j_end - 1]
         mB = _gather(v, valid, lo, c, e_last, valB, posB, 0)
-        if mB >= RADIX_MIN:
-            _radix_sort(v, valB, posB, 0, mB, k1, k2, q1, q2, count)
-        else:
-            _sort_run(valB, posB, 0, mB, tv, tp)
+        _sort_values(v, valB, posB, mB, tv, tp, k1, k2, q1, q2, count)
         _link(posA, a0, mA, rankA, nxtA, prvA)
         _link(posB, c, mB, rankB, nxtB, prvB)
         headA, tailA, headB, tailB = mA, mA + 1, mB, mB + 1
