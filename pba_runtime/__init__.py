@@ -22,7 +22,7 @@ if TYPE_CHECKING:  # for type checkers and editors; at run time each name is imp
     from .chunking import generalized_chunk_size, optimal_chunk_size, plan_chunk_size, theorem1, theorem2
     from .logs import configure_logging
     from .pool import WorkerPool, default_pool
-    from .quantiles import Quantile, quantile
+    from .quantiles import Quantile, QuantileSketch, quantile
     from .query import Query, aggregate
     from .replay import Replay, replay
     from .windows import CountWindow, TimeWindow
@@ -53,6 +53,7 @@ __all__ = [
     "plan_chunk_size",
     "quantile",
     "Quantile",
+    "QuantileSketch",
     "register",
     "replay",
     "Replay",
@@ -75,7 +76,7 @@ _WHERE = {
     "chunking": ("generalized_chunk_size", "optimal_chunk_size", "plan_chunk_size", "theorem1", "theorem2"),
     "logs": ("configure_logging",),
     "pool": ("WorkerPool", "default_pool"),
-    "quantiles": ("Quantile", "quantile"),
+    "quantiles": ("Quantile", "QuantileSketch", "quantile"),
     "query": ("Query", "aggregate"),
     "replay": ("Replay", "replay"),
     "windows": ("CountWindow", "TimeWindow"),

@@ -193,7 +193,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--offset", default=None, metavar="DURATION",
                    help="time windows: windows start at k * slide + offset (default 0)")
     g.add_argument("--agg", default="max", metavar="NAME[,NAME...]",
-                   help=f"aggregation: {aggs}, median or a percentile (p99, p99.9: exact) (default max); "
+                   help=f"aggregation: {aggs}, median or a percentile (p99, p99.9: exact; p99~1%%: a sketch within "
+                        "1%% of it) (default max); "
                         "several: --agg max,mean,std. With several "
                         "aggregations or ranges the sink writes one row per (key, window end), every output "
                         "in its own column (value_max_1024, ...)")
@@ -268,7 +269,9 @@ def _windows(args: argparse.Namespace) -> list[pr.CountWindow | pr.TimeWindow]:
 
 
 def _aggs(args: argparse.Namespace) -> list[Any]:
-    """``--agg``'s names: the built-ins, ``median`` and percentiles ``p99``, ``p99.9`` (exact, linear)."""
+    """``--agg``'s names: the built-ins, ``median``, percentiles ``p99``, ``p99.9`` (exact, linear) and
+    sketched ones ``p99~1%`` (within 1% of the exact lower quantile, :func:`pba_runtime.quantile`'s
+    ``relative_error``)."""
     out = [a.strip() for a in args.agg.split(",")]
     if any(not a for a in out):
         raise UserError(f"--agg: an empty name in {args.agg!r}")
@@ -276,14 +279,21 @@ def _aggs(args: argparse.Namespace) -> list[Any]:
         raise UserError(f"--agg: an aggregation is given twice ({args.agg})")
     aggs: list[Any] = []
     for a in out:
-        m = re.fullmatch(r"p(\d+(?:\.\d+)?)", a)
+        m = re.fullmatch(r"p(\d+(?:\.\d+)?)(?:~(\d*\.?\d+)(%?))?", a)
         if m and float(m.group(1)) <= 100:
-            aggs.append(pr.quantile(float(m.group(1)) / 100))
+            if m.group(2) is None:
+                aggs.append(pr.quantile(float(m.group(1)) / 100))
+                continue
+            eps = float(m.group(2)) / (100 if m.group(3) else 1)
+            try:
+                aggs.append(pr.quantile(float(m.group(1)) / 100, relative_error=eps))
+            except ValueError as exc:
+                raise UserError(f"--agg {a}: {exc}") from None
         elif a in pr.BUILTIN_AGGREGATIONS or a == "median":
             aggs.append(a)
         else:
             raise UserError(f"--agg: unknown aggregation {a!r}; accepted: {', '.join(sorted(pr.BUILTIN_AGGREGATIONS))}, "
-                            "median, or a percentile p0..p100 (p99, p99.9)")
+                            "median, or a percentile p0..p100 (p99, p99.9; sketched within 1%: p99~1%)")
     return aggs
 
 

@@ -47,7 +47,7 @@ from .algorithms.base import WindowOperator
 from .algorithms.reorder import check_allowed_lateness
 from .kernels import Engine, check_engine, resolve_engine
 from .pool import WorkerPool
-from .quantiles import as_quantile, refuse_algorithm
+from .quantiles import as_quantile, monoid_of, refuse_algorithm
 from .windows import CountWindow, TimeWindow, validate_window
 
 __all__ = ["HostSpec", "HostedKey", "KeyedHost", "PoolSource", "choose_algorithm", "validate"]
@@ -87,7 +87,8 @@ def validate(window: CountWindow | TimeWindow, agg: str | Aggregation, algorithm
     ValueError: algorithm 'soe' needs an invertible aggregation (...); aggregation 'max' is not invertible
     """
     window = validate_window(window)
-    if (q := as_quantile(agg)) is not None:  # an order statistic: the sorted-window operator, for every key
+    if (q := as_quantile(agg)) is not None and (agg := monoid_of(algorithm, q)) is None:
+        # an order statistic (or a sketch by "auto"): the sorted-window operator, for every key
         if algorithm not in ("auto", "sorted_window"):
             refuse_algorithm(algorithm, q)
         if allowed_lateness is not None:

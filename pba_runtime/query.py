@@ -45,7 +45,7 @@ from .engines.key_split import run_split
 from .engines.keyed import KEYED_AGGS, WindowResult, window_results
 from .engines.rows import KEYED_ROW_AGGS, row_results
 from .kernels.compiled.layout import Runs, place, place_runs, union_rows
-from .quantiles import Quantile, as_quantile, keyed_quantile_rows, keyed_quantile_windows
+from .quantiles import Quantile, QuantileSketch, as_quantile, keyed_quantile_rows, keyed_quantile_windows
 from .windows import CountWindow, TimeWindow, Window
 
 __all__ = ["Query", "aggregate", "ALIGNS", "MISSING", "CLOSED"]
@@ -58,12 +58,12 @@ CLOSED = ("right", "left", "both", "neither")
 @dataclass(frozen=True)
 class Output:
     """One result column: ``name``, over value ``column``, by ``agg`` (an :class:`Aggregation`, or an order
-    statistic: a :class:`~pba_runtime.quantiles.Quantile`), of window ``window`` (an index into
+    statistic: a :class:`~pba_runtime.quantiles.Quantile` or ``QuantileSketch``), of window ``window`` (an index into
     :attr:`Query.windows`)."""
 
     name: str
     column: str
-    agg: Aggregation | Quantile
+    agg: Aggregation | Quantile | QuantileSketch
     window: int
 
     def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
@@ -74,7 +74,7 @@ class Output:
         return _output, (self.name, self.column, agg, self.window)
 
 
-def _output(name: str, column: str, agg: str | Aggregation | Quantile, window: int) -> Output:
+def _output(name: str, column: str, agg: str | Aggregation | Quantile | QuantileSketch, window: int) -> Output:
     return Output(name, column, get_aggregation(agg) if isinstance(agg, str) else agg, window)
 
 
@@ -117,7 +117,7 @@ def _windows(windows: Any, labels: Any) -> tuple[tuple[Window, ...], tuple[str, 
     return tuple(windows), tuple(labels)
 
 
-def _agg_spec(spec: Any) -> Aggregation | Quantile:
+def _agg_spec(spec: Any) -> Aggregation | Quantile | QuantileSketch:
     q = as_quantile(spec)
     if q is not None:
         return q
@@ -344,8 +344,21 @@ class Query:
                             if o.window == i and _keyed(o.agg):
                                 per_window[i][o.name] = (res.values[o.agg.name],
                                                          _and(res.valid.get(o.agg.name), valid_rows))
+            # sketches of one column, window and accuracy: one pass of the histogram answers all their quantiles
+            groups: dict[tuple, list[Output]] = {}
             for o in mine:
-                if _keyed(o.agg):
+                if isinstance(o.agg, QuantileSketch):
+                    groups.setdefault((o.window, o.agg.relative_error, o.agg.max_buckets), []).append(o)
+            for (wi, _, _), outs in groups.items():
+                key, end, vals, valid = keyed_quantile_windows(V, T, plan.bounds, wins[wi], tuple(o.agg for o in outs),
+                                                               missing=missing, min_periods=mp, pool=pool)
+                res = WindowResult(key, end, {o.agg.name: vals[:, j] for j, o in enumerate(outs)},
+                                   {o.agg.name: valid for o in outs})
+                rows[wi] = _same_rows(rows[wi], res)
+                for j, o in enumerate(outs):
+                    per_window[wi][o.name] = (vals[:, j], valid)
+            for o in mine:
+                if _keyed(o.agg) or isinstance(o.agg, QuantileSketch):
                     continue
                 if isinstance(o.agg, Quantile):  # an order statistic: every key in one sorted-window call
                     key, end, vals, valid = keyed_quantile_windows(V, T, plan.bounds, wins[o.window], o.agg,
@@ -376,7 +389,7 @@ class Query:
                 for o in mine:
                     if o.agg.name in got and _keyed(o.agg, KEYED_ROW_AGGS):
                         vals, valid = got[o.agg.name]
-                    elif isinstance(o.agg, Quantile):
+                    elif isinstance(o.agg, Quantile | QuantileSketch):
                         vals, valid = keyed_quantile_rows(V, T, plan.bounds, w, o.agg, missing=missing,
                                                           min_periods=mp, closed=self.closed, pool=pool)
                     else:
@@ -478,7 +491,7 @@ def _in_order(codes: np.ndarray, t: np.ndarray | None) -> bool:
     return bool(((np.diff(t) >= 0) | (dc > 0)).all())
 
 
-def _keyed(agg: Aggregation | Quantile, engine_aggs: tuple[str, ...] = KEYED_AGGS) -> bool:
+def _keyed(agg: Aggregation | Quantile | QuantileSketch, engine_aggs: tuple[str, ...] = KEYED_AGGS) -> bool:
     """Whether a keyed engine answers ``agg``: a built-in it names (not a user's aggregation of that name)."""
     from .aggregations import BUILTIN_AGGREGATIONS
 

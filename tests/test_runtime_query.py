@@ -6,6 +6,7 @@ Every job here runs real task-slot processes over small streams.
 
 from __future__ import annotations
 
+import argparse
 import json
 import multiprocessing
 import subprocess
@@ -17,6 +18,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import pba_runtime as pr
+from pba_runtime.cli import _aggs
 from pba_runtime.runtime import CsvSource, Debs14Source, Job, UserError
 from pba_runtime.runtime.query_rows import QueryOutputs, format_query, join, query_table
 
@@ -210,7 +212,8 @@ def test_median_and_p99_jobs_give_the_frame_query_rows(tmp_path, windows):
     the rows of the frame query over the same tuples, bit for bit, at parallelism 2 and small batches."""
     source = Debs14Source(plugs=5, tuples=6_000, seed=4)
     q = pr.Query(by="key", on="ts" if isinstance(windows[0], pr.TimeWindow) else None, windows=windows,
-                 aggs={"value": ["median", pr.quantile(0.99), "max"]}, missing="propagate")
+                 aggs={"value": ["median", pr.quantile(0.99), "max", pr.quantile(0.99, relative_error=0.01)]},
+                 missing="propagate")
     out = tmp_path / "out.csv"
     summary = Job(source, query=q, parallelism=2, sink=f"csv:{out}", batch_size=500).run()
     got = pd.read_csv(out)
@@ -251,6 +254,15 @@ def test_pba_run_takes_median_and_percentiles(tmp_path):
                    check=True)
     got = pd.read_csv(out)
     assert list(got.columns)[2:] == [f"value_{a}_{r}" for r in (8, 32) for a in ("median", "p99", "max")]
+    sk = tmp_path / "sketch.csv"
+    subprocess.run([*CLI, "--tuples", "3000", "--agg", "p99,p99~1%,p50~0.005", "--range", "32", "--sink",
+                    f"csv:{sk}"], check=True)
+    got = pd.read_csv(sk)
+    assert list(got.columns)[-3:] == ["value_p99", "value_p99_sketch", "value_p50_sketch"]
+    assert len(got) > 100 and np.isfinite(got["value_p99_sketch"]).all()  # the values: the Job test above
+    for word in ("p99~0%", "p99~1.5", "p99~"):
+        with pytest.raises(UserError, match="--agg"):
+            _aggs(argparse.Namespace(agg=word))
     bad = subprocess.run([*CLI, "--tuples", "10", "--agg", "p150"], capture_output=True, text=True)
     assert bad.returncode == 2 and "--agg" in bad.stderr
     bad = subprocess.run([*CLI, "--tuples", "10", "--agg", "median", "--algorithm", "pba"], capture_output=True,

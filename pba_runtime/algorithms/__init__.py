@@ -362,10 +362,14 @@ def create(algorithm: str, window: CountWindow | TimeWindow, agg: str | Aggregat
     """
     if not isinstance(algorithm, str):
         raise TypeError(f"algorithm must be a name (str), got {type(algorithm).__name__}")
-    from ..quantiles import as_quantile
+    from ..quantiles import as_quantile, monoid_of
 
-    if (q := as_quantile(agg)) is not None:  # an order statistic: no algorithm of partials carries it
-        return _sorted_window(algorithm, window, q, allowed_lateness, missing, min_periods, options)
+    if (q := as_quantile(agg)) is not None:
+        if (monoid := monoid_of(algorithm, q)) is None:  # an order statistic: no algorithm of partials carries it
+            return _sorted_window(algorithm, window, q, allowed_lateness, missing, min_periods, options)
+        agg = monoid  # a quantile sketch, by the algorithm named: its monoid, skipping as the sketch says
+        if q.missing == "skip":
+            missing = "propagate"  # skip_missing is in the monoid already (QuantileSketch.skipping)
     min_periods = check_min_periods(min_periods)
     if check_missing(missing) == "skip":
         agg = skip_missing(agg, min_periods)

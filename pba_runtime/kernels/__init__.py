@@ -263,7 +263,9 @@ def resolve_engine(agg: Aggregation, engine: str = "auto") -> Engine:
         layout, ops, why = _layout(agg)
         # (an aggregation that skips missing values is not compiled whole: its lift reads nulls)
         if layout is None and agg.kernel is None and agg.missing != "skip" and compiled_available():
-            builtin = BUILTIN_AGGREGATIONS.get(agg.name) is agg  # collect: a list is no number, nothing to say
+            # one this library made (collect: a list is no number; a quantile sketch: an array): nothing to say
+            builtin = BUILTIN_AGGREGATIONS.get(agg.name) is agg or getattr(agg.lift, "__module__", "").startswith(
+                "pba_runtime.")
             kernel, why = _user_kernel(agg, warn=engine == "auto" and not builtin)
             if kernel is not None:
                 return Engine("compiled", "user", kernel=kernel)

@@ -41,7 +41,7 @@ import pba_runtime as pr
 from ..aggregations import BUILTIN_AGGREGATIONS
 from ..aggregations.skipping import skip_missing
 from ..kernels.compiled.layout import place, union_rows
-from ..quantiles import Quantile
+from ..quantiles import Quantile, QuantileSketch
 from ..query import Query
 from .errors import UserError
 from .sinks import ResultParts
@@ -116,7 +116,9 @@ class QueryOutputs:
         agg = self.aggs[i]
         if self.missing != "skip":
             return agg
-        return agg.skipping(self.min_periods) if isinstance(agg, Quantile) else skip_missing(agg, self.min_periods)
+        if isinstance(agg, Quantile | QuantileSketch):
+            return agg.skipping(self.min_periods)
+        return skip_missing(agg, self.min_periods)
 
     @property
     def window_of(self) -> list[int]:

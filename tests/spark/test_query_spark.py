@@ -179,11 +179,11 @@ def test_the_spark_query_bench_runs(tmp_path):
 
 
 def test_a_query_with_median_and_p99_equals_the_query_in_pandas(frames):
-    """Order statistics in a Spark query: the same sorted-window kernel per partition, the results of the
-    query over the same rows in pandas (to the bit)."""
+    """Order statistics in a Spark query (exact and sketched): the same kernels per partition, the results of
+    the query over the same rows in pandas (to the bit)."""
     df, local = frames
     q = pr.Query(by="plug", on="ts", windows=[pr.CountWindow(32, 4), pr.TimeWindow("2min", "30s")],
-                 aggs={"load": ["median", pr.quantile(0.99), "max"]})
+                 aggs={"load": ["median", pr.quantile(0.99), "max", pr.quantile(0.99, relative_error=0.01)]})
     out = si.aggregate(df, q)
     assert dict(out.dtypes)["load_median_32"] == "double" and dict(out.dtypes)["load_p99_2min"] == "double"
     got = _sorted(out.toPandas(), ["plug", "window_end"])

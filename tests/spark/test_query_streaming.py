@@ -105,15 +105,16 @@ def test_query_stream_restarted_from_its_checkpoint_gives_every_row_once(sspark,
 
 
 def test_a_streaming_median_and_p90_equal_the_batch_query(sspark, tmp_path):
-    """Order statistics over a stream: each key's rows wait in the state store, the sorted-window operator
-    answers the windows the watermark passed; the batch query's rows, to the bit (NaN skipped)."""
+    """Order statistics (exact and sketched) over a stream: each key's rows wait in the state store, the
+    sorted-window operator answers the windows the watermark passed; the batch query's rows, to the bit (NaN
+    skipped)."""
     rng = np.random.default_rng(12)
     frames = frames_time(rng)
     for f in frames:
         f.loc[rng.random(len(f)) < 0.2, "load"] = np.nan
     write_files(str(tmp_path / "in"), frames + [SENTINEL])
     q = pr.Query(by="plug", on="t", windows=[pr.TimeWindow("4s", "1500ms"), pr.TimeWindow("9s", "1500ms")],
-                 aggs={"load": ["median", pr.quantile(0.9), "max"]})
+                 aggs={"load": ["median", pr.quantile(0.9), "max", pr.quantile(0.9, relative_error=0.01)]})
     out = si.aggregate(stream_of(sspark, str(tmp_path / "in"), time=True, delay="3 seconds"), q, state_chunk_rows=4)
     run_memory(out, "query_median_stream", str(tmp_path / "ck"))
     got = [r for r in rows(sspark.table("query_median_stream")) if r[0] != "zz"]
