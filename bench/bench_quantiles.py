@@ -13,8 +13,16 @@
 Each is timed ``--reps`` times after a warm call: medians and spread, in M values/s; results checked equal
 (bottleneck, to the bit) or to 1e-12 (polars, pandas). Results go to ``bench/results/quantiles.json``.
 
-    python bench/bench_quantiles.py            # 2M values, 5 repetitions
-    python bench/bench_quantiles.py --quick    # 200k values, 2 repetitions, two windows
+**Sketched** (``--part sketch``): a DEBS'14-like stream (``Debs14Source``: 84 plugs, each about once a
+second; ``--rows``, default 10M), a query per plug of p50 and p99 over ``TimeWindow("1h", "1s")`` and
+``TimeWindow("24h", "1min")``: ``sketch`` (``pr.quantile(q, relative_error=0.01)``, the defaults) against
+``exact`` (``pr.quantile(q, "lower")``, the quantile the sketch approximates), side by side; the observed
+largest relative error over every window; and the state one plug's operator holds at the end of its stream,
+on the default route (``auto``: the window's values) and on PBA carrying the monoid (its slices' partials).
+
+    python bench/bench_quantiles.py                  # both parts: 2M values, 5 repetitions; 10M rows, 3
+    python bench/bench_quantiles.py --quick          # 200k values, 2 repetitions, two windows; 1M rows, 1
+    python bench/bench_quantiles.py --part sketch    # the sketched rows only
 """
 
 from __future__ import annotations
@@ -77,11 +85,13 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--n", type=int, default=None, help="values (default 2M; --quick 200k)")
     ap.add_argument("--reps", type=int, default=None, help="repetitions (default 5; --quick 2)")
     ap.add_argument("--windows", default=None, help="comma-separated ranges (default 64,1024,16384,131072)")
+    ap.add_argument("--rows", type=int, default=None, help="sketch part: stream rows (default 10M; --quick 1M)")
+    ap.add_argument("--part", choices=("exact", "sketch", "all"), default="all")
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--out", type=Path, default=None, help="the JSON file (default bench/results/quantiles.json)")
     args = ap.parse_args(argv)
-    quick = {"n": 200_000, "reps": 2, "windows": "64,1024"}
-    full = {"n": 2_000_000, "reps": 5, "windows": "64,1024,16384,131072"}
+    quick = {"n": 200_000, "reps": 2, "windows": "64,1024", "rows": 1_000_000}
+    full = {"n": 2_000_000, "reps": 5, "windows": "64,1024,16384,131072", "rows": 10_000_000}
     for k, d in (quick if args.quick else full).items():
         if getattr(args, k) is None:
             setattr(args, k, d)
@@ -91,7 +101,7 @@ def main(argv: list[str] | None = None) -> dict:
     start = code_state()
     v = np.random.default_rng(44).normal(size=args.n)
     report: dict = {"n": args.n, "reps": args.reps, "rows": {}}
-    for what in ("median", "quantile_0.99"):
+    for what in ("median", "quantile_0.99") if args.part != "sketch" else ():
         for w in windows:
             c = cases(v, w, what, slow_peers=w <= 1024)
             ref = c["ours"]()
@@ -116,13 +126,73 @@ def main(argv: list[str] | None = None) -> dict:
             report["rows"][f"{what} W[{w}]"] = {"Mvalues_per_s": row, "ratios": ratios}
             line = "  ".join(f"{k} {r['median']:.1f} [{r['min']:.1f}-{r['max']:.1f}]" for k, r in row.items())
             print(f"{what:14s} W[{w}]  {line}", flush=True)
+    if args.part != "exact":
+        report["sketch"] = sketch_rows(args.rows, 1 if args.quick else max(1, min(args.reps, 3)), load)
     load.mark("end")
     report["machine"] = machine(load, start)
-    out = args.out or RESULTS / ("quantiles_quick.json" if args.quick else "quantiles.json")
+    name = "quantiles" + ("" if args.part == "all" else "_" + args.part) + ("_quick" if args.quick else "")
+    out = args.out or RESULTS / (name + ".json")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=1))
     print(f"wrote {out}")
     return report
+
+
+def _debs(rows: int):
+    from pba_runtime.runtime import Debs14Source
+
+    k, v, t = Debs14Source(plugs=84, tuples=rows, seed=1).take(0, rows)
+    return {"plug": k, "ts": t.astype("datetime64[ms]"), "load": v}
+
+
+def _state_bytes(frame: dict, window, agg, algorithm: str, tail: int) -> int:
+    """The state of the busiest plug's operator after its last ``tail`` rows, fed one at a time to PBA."""
+    plug = np.bincount(frame["plug"]).argmax()
+    sel = frame["plug"] == plug
+    v, t = frame["load"][sel][-tail:], frame["ts"][sel][-tail:].astype(np.int64)
+    op = pr.create(algorithm, window.in_unit("ms"), agg)
+    op.insert_many(v, t) if algorithm == "auto" else [op.insert(float(x), int(ts)) for x, ts in zip(v, t)]
+    return int(op.state_bytes())
+
+
+def sketch_rows(rows: int, reps: int, load: LoadLog) -> dict:
+    """The sketched p50/p99 against the exact lower ones over the DEBS'14-like query (see the module doc)."""
+    frame = _debs(rows)
+    out: dict = {"rows": rows, "plugs": 84, "reps": reps, "relative_error": 0.01, "windows": {}}
+    for label, w in (("1h/1s", pr.TimeWindow("1h", "1s")), ("24h/1min", pr.TimeWindow("24h", "1min"))):
+        aggs = {"sketch": [pr.quantile(0.5, relative_error=0.01), pr.quantile(0.99, relative_error=0.01)],
+                "exact": [pr.quantile(0.5, "lower"), pr.quantile(0.99, "lower")]}
+        queries = {k: pr.Query(by="plug", on="ts", windows=w, aggs={"load": a}) for k, a in aggs.items()}
+        got = {k: q.run(frame) for k, q in queries.items()}  # warm, and the error on every window
+        err = {}
+        for qn, (sk, ex) in zip(("p50", "p99"), zip(*(list(got[k])[-2:] for k in ("sketch", "exact")))):
+            a, b = np.asarray(got["sketch"][sk], dtype=float), np.asarray(got["exact"][ex], dtype=float)
+            err[qn] = float(np.max(np.abs(a - b) / np.abs(b)))
+        windows = len(got["exact"]["window_end"])
+        del got
+
+        def timed(q):
+            def run():
+                t0 = time.perf_counter()
+                q.run(frame)
+                return time.perf_counter() - t0
+            return run
+
+        runs = interleave({k: timed(q) for k, q in queries.items()}, reps)
+        load.mark(f"sketch {label}")
+        row = {k: spread([rows / t / 1e6 for t in ts]) for k, ts in runs.items()}
+        sk = aggs["sketch"][1]
+        # past a full window of the plug's (once a second) tuples: the state a running job holds
+        tail = int(w.in_unit("ms").range // 1000) + 12_000
+        state = {"auto (window values)": _state_bytes(frame, w, sk, "auto", tail),
+                 "pba (slice partials)": _state_bytes(frame, w, sk, "pba", tail)}
+        out["windows"][label] = {"Mrows_per_s": row, "sketch / exact": row["sketch"]["median"] / row["exact"]["median"],
+                                 "max_relative_error": err, "windows": windows, "state_bytes_one_plug": state,
+                                 "partial_bytes": sk.partial_bytes}
+        line = "  ".join(f"{k} {r['median']:.2f} [{r['min']:.2f}-{r['max']:.2f}]" for k, r in row.items())
+        print(f"sketch {label:9s} M rows/s  {line}  ratio {out['windows'][label]['sketch / exact']:.2f}x  "
+              f"max rel err {err}  state {state}", flush=True)
+    return out
 
 
 if __name__ == "__main__":

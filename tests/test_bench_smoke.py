@@ -452,11 +452,15 @@ def test_query_bench_smoke(tmp_path):
 
 
 def test_quantiles_bench_smoke(tmp_path):
-    """bench/bench_quantiles.py (issue 44): the exact median and p99 beside the installed peers, checked equal."""
+    """bench/bench_quantiles.py (issue 44): the exact median and p99 beside the installed peers, checked equal;
+    the sketched p50/p99 beside the exact ones."""
     import bench_quantiles
 
     out = tmp_path / "q.json"
-    res = bench_quantiles.main(["--n", "20000", "--reps", "1", "--windows", "16,300", "--out", str(out)])
+    res = bench_quantiles.main(["--n", "20000", "--reps", "1", "--windows", "16,300", "--rows", "40000",
+                                "--out", str(out)])
     assert out.exists() and set(res["rows"]) == {"median W[16]", "median W[300]", "quantile_0.99 W[16]",
                                                  "quantile_0.99 W[300]"}
     assert res["rows"]["median W[16]"]["Mvalues_per_s"]["ours"]["median"] > 0
+    for w in res["sketch"]["windows"].values():  # the sketched rows: within 1% of the exact lower quantiles
+        assert max(w["max_relative_error"].values()) <= 0.01 and w["Mrows_per_s"]["sketch"]["median"] > 0
