@@ -30,7 +30,7 @@ import re
 import signal
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import pba_runtime as pr
@@ -42,6 +42,7 @@ from .runtime import Job, UserError
 from .runtime.errors import JobError
 from .runtime.malloc_tuning import keep_freed_memory
 from .runtime.metrics import REASON_TEXT
+from .runtime.redis_streams import RedisStreamSource, is_redis_url
 from .runtime.slot import STAGED_FORMATS
 from .runtime.sources import DEFAULT_BATCH_SIZE, CsvSource, Debs12Source, Debs14Source, JsonlSource, Source
 
@@ -164,9 +165,11 @@ def build_parser() -> argparse.ArgumentParser:
     g = p.add_argument_group("source")
     g.add_argument("--source", default="debs14", metavar="SPEC",
                    help="debs14 (smart plugs, default), debs12 (manufacturing sensors), csv:PATH or jsonl:PATH "
-                        "(PATH '-' reads stdin)")
+                        "(PATH '-' reads stdin), or a Redis stream redis://[USER[:PASSWORD]@]HOST[:PORT]/STREAM "
+                        "(rediss:// for TLS; the password may come from $REDIS_PASSWORD): endless, resumable")
     g.add_argument("--tuples", type=_count, default=None, metavar="N",
-                   help=f"length of a generated stream (default {DEFAULT_TUPLES:,}; 0 = endless)")
+                   help=f"length of a generated stream (default {DEFAULT_TUPLES:,}; 0 = endless); a Redis "
+                        "stream: end after N entries (default endless, until SIGTERM)")
     g.add_argument("--keys", type=_positive_int, default=None, metavar="N",
                    help="generated streams: plugs (debs14, default 84) or sensors (debs12, default 3)")
     g.add_argument("--seed", type=_count, default=1, help="generated streams: random seed (default 1)")
@@ -176,10 +179,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="generated streams: fraction of tuples delayed by --disorder (default 0.05)")
     g.add_argument("--rate", type=_positive_float, default=None, metavar="N",
                    help="read at most N tuples per second (default: as fast as possible)")
-    g.add_argument("--key-col", default="key", metavar="NAME", help="csv/jsonl: key column (default key)")
+    g.add_argument("--key-col", default="key", metavar="NAME", help="csv/jsonl/redis: key column (default key)")
     g.add_argument("--ts-col", default="ts", metavar="NAME",
-                   help="csv/jsonl: timestamp column, integer epoch ms (default ts; needed by time windows)")
-    g.add_argument("--value-col", default="value", metavar="NAME", help="csv/jsonl: value column (default value)")
+                   help="csv/jsonl/redis: timestamp column, integer epoch ms (default ts; needed by time windows)")
+    g.add_argument("--value-col", default="value", metavar="NAME", help="csv/jsonl/redis: value column (default value)")
     g = p.add_argument_group("window and aggregation")
     g.add_argument("--window", choices=("count", "time"), default="count",
                    help="count: per-key positions (default); time: event-time timestamps")
@@ -216,7 +219,8 @@ def build_parser() -> argparse.ArgumentParser:
     g = p.add_argument_group("output")
     g.add_argument("--sink", default="none", metavar="SPEC",
                    help="none (count only, default), csv:PATH or jsonl:PATH (PATH '-' writes stdout), parquet:DIR or "
-                        "arrow:DIR (part files, committed at each checkpoint)")
+                        "arrow:DIR (part files, committed at each checkpoint), or a Redis stream "
+                        "redis://HOST:PORT/STREAM (an entry a row, exactly once across a resume)")
     g.add_argument("--compression", default=None, metavar="CODEC",
                    help="parquet and arrow sinks: the parts' codec instead of the default (parquet: lz4, snappy, "
                         "zstd, gzip, brotli or none; default lz4; arrow: lz4, zstd or none; default none)")
@@ -327,6 +331,13 @@ def _window(args: argparse.Namespace, range_: str | None) -> pr.CountWindow | pr
 
 def _source(args: argparse.Namespace) -> Source:
     spec = args.source
+    ts_col = args.ts_col if args.window == "time" else None
+    if is_redis_url(spec):
+        for opt, val, default in (("--keys", args.keys, None), ("--disorder", args.disorder, 0)):
+            if val != default:
+                raise UserError(f"{opt} applies to generated sources (debs14, debs12), not redis")
+        return RedisStreamSource(spec, key_col=args.key_col, value_col=args.value_col, ts_col=ts_col,
+                                 tuples=args.tuples or None)
     kind, sep, path = spec.partition(":")
     generated = kind in ("debs14", "debs12")
     if generated and sep:
@@ -336,7 +347,6 @@ def _source(args: argparse.Namespace) -> Source:
                                   ("--disorder", args.disorder, 0)):
             if val != default:
                 raise UserError(f"{opt} applies to generated sources (debs14, debs12), not {kind}")
-    ts_col = args.ts_col if args.window == "time" else None
     if kind == "debs14":
         tuples = DEFAULT_TUPLES if args.tuples is None else (args.tuples or None)
         return Debs14Source(plugs=args.keys or 84, tuples=tuples, seed=args.seed, disorder=args.disorder,
@@ -348,7 +358,8 @@ def _source(args: argparse.Namespace) -> Source:
     if kind in ("csv", "jsonl") and sep and path:
         cls = CsvSource if kind == "csv" else JsonlSource
         return cls(path, key_col=args.key_col, value_col=args.value_col, ts_col=ts_col)
-    raise UserError(f"source must be debs14, debs12, csv:PATH or jsonl:PATH (PATH '-' for stdin), got {spec!r}")
+    raise UserError("source must be debs14, debs12, csv:PATH or jsonl:PATH (PATH '-' for stdin) or "
+                    f"redis://HOST:PORT/STREAM, got {spec!r}")
 
 
 def _describe(job: Job) -> str:
@@ -358,6 +369,8 @@ def _describe(job: Job) -> str:
         what = f"DEBS'14-like smart plugs ({d['plugs']} plugs, {_n(src.total)} tuples)"
     elif d["kind"] == "debs12":
         what = f"DEBS'12-like sensors ({d['sensors']} sensors at 100 records/s, {_n(src.total)} tuples)"
+    elif d["kind"] == "redis":
+        what = f"redis stream {d['url']} ({_n(src.total)} tuples)"
     else:
         what = f"{d['kind']} {d['path']}"
     w = job.window
@@ -381,6 +394,8 @@ def _describe(job: Job) -> str:
 
 
 def _sink_text(job: Job) -> str:
+    if job.log_sink is not None:
+        return f"redis stream {job.log_sink.safe_url()} (late: {job.late_path})"
     sink = "none" if job.sink_format is None else f"{job.sink_format}:{job.sink_path}"
     if job.compression is not None:
         sink += f" ({job.compression})"
@@ -420,6 +435,16 @@ class _Terminated(BaseException):
 
 def _on_sigterm(signum: int, frame: Any) -> None:
     raise _Terminated
+
+
+def _stop_on_sigterm(source: Source) -> Callable[[int, Any], None]:
+    """An endless source's SIGTERM: the first stops the reading (the job drains, checkpoints and exits 0), a
+    second ends the job at once."""
+    def handler(signum: int, frame: Any) -> None:
+        if source.halted is not None:
+            raise _Terminated
+        source.stop("SIGTERM")
+    return handler
 
 
 def _setup_logging(level: str) -> None:
@@ -471,7 +496,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if len(windows) == 1 and len(aggs) == 1:
             what: dict[str, Any] = {"window": windows[0], "agg": aggs[0]}
         else:  # a query: every aggregation over every window, one column each
-            column = args.value_col if args.source.partition(":")[0] in ("csv", "jsonl") else "value"
+            column = args.value_col if args.source.partition(":")[0] in ("csv", "jsonl", "redis", "rediss") else "value"
             try:
                 what = {"query": pr.Query(on=args.ts_col if args.window == "time" else None, windows=windows,
                                           aggs={column: aggs}, missing="propagate")}
@@ -488,7 +513,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         out = sys.stderr if job.sink_path == "-" else sys.stdout
         banner = None if args.quiet else (lambda: print(_describe(job), file=out, flush=True))
         if threading.current_thread() is threading.main_thread():
-            old_term = signal.signal(signal.SIGTERM, _on_sigterm)
+            old_term = signal.signal(signal.SIGTERM, _stop_on_sigterm(source) if source.stoppable else _on_sigterm)
         summary = job.run(resume=args.resume, on_start=banner)  # the banner once the source has started well
         if summary.get("already_finished"):
             t = summary["total"]
@@ -496,6 +521,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                   f"{t['windows']:,} windows, {t['late']:,} late); nothing to resume", file=out, flush=True)
         elif not args.quiet:
             print(job.metrics.text(), file=out, flush=True)
+        if summary.get("stopped"):
+            print(f"{PROG}: stopped ({summary['stopped']}) after {summary['total']['tuples']:,} tuples at checkpoint "
+                  f"{summary['checkpoint']} (continue with --resume)", file=sys.stderr, flush=True)
+        if not args.quiet and not summary.get("already_finished"):
             late = summary["late"]
             if late:
                 print(f"late tuples written to {job.late_path}", file=out, flush=True)

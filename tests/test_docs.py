@@ -31,7 +31,8 @@ Directives, in an HTML comment on the line(s) just before a block:
     removed once that fix is merged.
 
 Blocks that mention ``pyspark`` or ``spark_integration`` get the ``spark``
-marker and are skipped without Java. A block repeated verbatim (the README's
+marker and are skipped without Java; blocks that start ``redis-server`` are
+skipped without it (``.ci/run`` installs both). A block repeated verbatim (the README's
 Spark example, shown again in docs/spark.md) runs once: each Spark block
 starts a JVM, which costs 10-20 s.
 """
@@ -124,6 +125,8 @@ def _params(blocks: list[Block]) -> list:
             marks.append(pytest.mark.spark)
             if not _java_available():
                 marks.append(pytest.mark.skip(reason="Spark examples need Java (JDK 17)"))
+        if "redis-server" in b.code and shutil.which("redis-server") is None:
+            marks.append(pytest.mark.skip(reason="Redis examples need redis-server (Debian's package)"))
         if "slow" in b.directives:
             marks.append(pytest.mark.slow)
         if "xfail" in b.directives:

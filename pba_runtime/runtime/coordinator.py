@@ -44,6 +44,7 @@ from .errors import JobError, UserError
 from .metrics import JobMetrics, PhaseClock
 from .part_files import commit_parts, prepare_part_dir
 from .partitioning import Partitioner, compact_keys, key_array, slot_of, split_by_slot
+from .redis_streams import LogUnavailable, RedisStreamSink
 from .sinks import LATE_COLUMNS, PART_FORMATS, TEXT_FORMATS, FileSink
 from .slot import POLL, slot_main
 from .sources import Source
@@ -66,8 +67,9 @@ class JobRun:
         self.rings: list[ByteRing] = []  # a text sink's: one per slot, result bytes without the pipe
         self.in_rings: list[ByteRing] = []  # one per slot: its grouped input values without the pipe
         self.grouper: Any = None  # a SlotGrouper when the keys are small integers (key_grouping)
-        self.sink: FileSink | None = None
-        self.late_sink: FileSink | None = None
+        self.sink: FileSink | RedisStreamSink | None = None
+        self.late_sink: FileSink | RedisStreamSink | None = None
+        self.halted = threading.Event()  # the halt's checkpoint is written: the sink thread may end
         self.positions: dict[int, tuple[Any, int]] = {}
         self.final_parts: list[str] = []  # part files the slots closed at the end of the stream
         self.checkpoint_id = 0
@@ -115,10 +117,17 @@ class JobRun:
             if removed:
                 log.info("removed %d part files of an earlier run or past the checkpoint in %s", len(removed),
                          job.sink_path)
+        elif job.log_sink is not None:
+            columns = job.result_columns()
+            self.sink = RedisStreamSink(job.log_sink, columns, tuple(c for c in columns if c in ("key", "start", "end")))
+            self.sink.open(None if ckpt is None else ckpt["sink_offset"])
         elif job.sink_format is not None:
             self.sink = FileSink(job.sink_path, job.sink_format, job.result_columns())
             self.sink.open(None if ckpt is None else ckpt["sink_offset"])
-        self.late_sink = FileSink(job.late_path, job.late_format, LATE_COLUMNS, lazy=True)
+        if job.log_late is not None:
+            self.late_sink = RedisStreamSink(job.log_late, LATE_COLUMNS)
+        else:
+            self.late_sink = FileSink(job.late_path, job.late_format, LATE_COLUMNS, lazy=True)
         self.late_sink.open(None if ckpt is None else ckpt["late_offset"])
 
     def _start_slots(self, ckpt: dict[str, Any] | None) -> None:
@@ -188,7 +197,7 @@ class JobRun:
         aligner = BarrierAligner(self.job.parallelism, self._deliver, self._complete_checkpoint)
         P = self.job.parallelism
         try:
-            while len(self.done) < P:
+            while len(self.done) < P and not self.halted.is_set():
                 try:
                     msg = self.out_q.get(timeout=POLL)
                 except queue.Empty:
@@ -284,13 +293,16 @@ class JobRun:
             "late_offset": self.late_sink.sync(),
             "pending_parts": pending,  # committed (renamed) once this checkpoint is durable
             "counters": {"tuples": m.restored["tuples"] + tuples, "windows": m.restored["windows"] + m.windows,
-                         "late": m.restored["late"] + m.late},
+                         "late": m.restored["late"] + m.late,
+                         "malformed": m.restored.get("malformed", 0) + m.malformed},
             "parallelism": self.job.parallelism,
             "written_at": time.time(),
         }
         write_checkpoint(self.job.checkpoint_dir, data)
         if pending:
             commit_parts(self.job.sink_path, pending)
+        if cid == 0:  # the start's (see execute): not one the job took
+            return
         m.checkpoints += 1
         m.last_checkpoint = cid
         dt = time.perf_counter() - t0
@@ -370,6 +382,7 @@ class JobRun:
                     self._put(i, msg)
                 clock.lap("queue_put")
             m.tuples += n
+            m.malformed = getattr(src, "malformed", 0)
             self.end_position = batch.position
             if self.bar is not None:
                 p = src.progress(batch.position)
@@ -438,6 +451,11 @@ class JobRun:
         close_error = None
         try:
             self._open_sinks(ckpt)
+            if ckpt is None and job.checkpoint_dir is not None and job.log_sink is not None:
+                # A stream sink appends on a fresh start: checkpoint 0 holds where its entries begin, so a job
+                # killed before its first checkpoint resumes from the stream's start with none written twice.
+                self.positions[0] = (None, 0)
+                self._complete_checkpoint(0, {})
             if job.progress and job.source.total is not None:
                 from tqdm import tqdm
 
@@ -470,22 +488,37 @@ class JobRun:
                 self._source_loop(start, batches)
             finally:
                 self.metrics.coordinator = self.clock.report()
-            for i in range(job.parallelism):
-                self._put(i, ("end", time.monotonic()))
+            halt = job.source.halted if job.checkpoint_dir is not None else None
+            if halt is not None:  # a stop or a lost broker: a checkpoint where the reading stopped, no end
+                self._halt(sink_thread)
+            else:
+                for i in range(job.parallelism):
+                    self._put(i, ("end", time.monotonic()))
             while sink_thread.is_alive():
                 sink_thread.join(timeout=POLL)
             if profiler is not None:
                 profiler.disable()
             if self.failure is not None:
                 raise self.failure
+            if halt is not None:
+                self._abort()  # their state is in the checkpoint; the stream goes on after a resume
             for p in self.procs:
                 p.join(timeout=10)
             self.metrics.finish()
+            failure = getattr(job.source, "failure", None)
+            if halt is not None:
+                if failure is not None:
+                    raise LogUnavailable(f"{failure}; stopped at checkpoint {self.checkpoint_id} "
+                                         "(continue with --resume)")
+                return dict(self.metrics.summary(), output_stage=job.output_stage(), stopped=halt,
+                            checkpoint=self.checkpoint_id)
             if job.checkpoint_dir is not None:
                 self.positions[self.checkpoint_id + 1] = (self.end_position, self.metrics.tuples)
                 self._complete_checkpoint(self.checkpoint_id + 1, {}, finished=True)
             elif self.final_parts:
                 commit_parts(job.sink_path, self.final_parts)
+            if failure is not None:  # no checkpoints: every result of what was read is written, then the error
+                raise failure
         except BaseException as exc:
             if self.failure is None:
                 self.failure = exc
@@ -516,6 +549,25 @@ class JobRun:
         if close_error is not None:
             raise close_error
         return dict(self.metrics.summary(), output_stage=job.output_stage())
+
+    def _halt(self, sink_thread: threading.Thread) -> None:
+        """A checkpoint at the position the source stopped at, then the sink thread's end (not the stream's:
+        the slots flush no window)."""
+        m = self.metrics
+        while self.checkpoint_id in self.positions and sink_thread.is_alive():  # one under way: let it finish
+            time.sleep(POLL)
+        self.checkpoint_id += 1
+        cid = self.checkpoint_id
+        self.positions[cid] = (self.end_position, m.tuples)
+        for i in range(self.job.parallelism):
+            self._put(i, ("barrier", cid))
+        while m.last_checkpoint != cid:
+            if self.failure is not None:
+                raise self.failure
+            if not sink_thread.is_alive():
+                raise JobError("the sink thread ended before the last checkpoint")
+            time.sleep(POLL)
+        self.halted.set()
 
     def _abort(self) -> None:
         """Stop every slot now (after an error or an interrupt)."""

@@ -37,6 +37,7 @@ from .errors import UserError
 from .metrics import JobMetrics
 from .part_files import check_compression
 from .query_rows import QueryOutputs
+from .redis_streams import RedisStream, is_redis_url
 from .sinks import RESULT_COLUMNS, late_format_for, late_path_for, parse_sink_spec
 from .sources import DEFAULT_BATCH_SIZE, Source
 from .task_slot import STAGED_FORMATS, SlotSpec
@@ -84,15 +85,17 @@ class Job:
         Task slots (processes).
     sink : str
         ``"none"``, ``"csv:PATH"`` or ``"jsonl:PATH"`` (``PATH`` ``-`` is stdout),
-        ``"parquet:DIR"`` or ``"arrow:DIR"`` (part files, :mod:`~pba_runtime.runtime.part_files`).
+        ``"parquet:DIR"`` or ``"arrow:DIR"`` (part files, :mod:`~pba_runtime.runtime.part_files`), or a
+        Redis stream ``"redis://HOST:PORT/STREAM"`` (an entry a row, :mod:`~pba_runtime.runtime.redis_streams`).
     compression : str, optional
         A part-file sink's codec instead of its default: ``"lz4"``, ``"snappy"``, ``"zstd"``, ``"gzip"``,
         ``"brotli"`` or ``"none"`` for Parquet, ``"lz4"``, ``"zstd"`` or ``"none"`` for Arrow IPC
         (:data:`~pba_runtime.runtime.part_files.CODECS`). Default: LZ4 for Parquet (the value column left
         uncompressed where LZ4 would not pack it), uncompressed Arrow record batches.
     late_output : str, optional
-        File for late tuples (time windows); default beside the sink file
-        (``out.late.csv``; ``DIR.late.csv`` for a part-file sink), else ``late.csv``.
+        File (or Redis stream URL) for late tuples (time windows); default beside the sink file
+        (``out.late.csv``; ``DIR.late.csv`` for a part-file sink; the stream ``STREAM:late`` beside a
+        Redis sink), else ``late.csv``.
         Created at the first late tuple.
     allowed_lateness : int, optional
         Time windows only: a key's watermark is its largest timestamp minus this
@@ -182,12 +185,19 @@ class Job:
         self.allowed_lateness = allowed_lateness
         if self.is_time and not source.has_timestamps:
             raise UserError("time windows need timestamps: give the source a timestamp column")
-        self.sink_format, self.sink_path = parse_sink_spec(sink)
+        # a Redis stream sink: the slots format CSV lines, which the sink appends as entries (redis_streams)
+        self.log_sink = RedisStream.parse(sink, "sink") if is_redis_url(sink) else None
+        self.sink_format, self.sink_path = ("csv", None) if self.log_sink else parse_sink_spec(sink)
         self.compression = check_compression(self.sink_format, compression)
         self.late_format = late_format_for(self.sink_format)
-        self.late_path = late_output or late_path_for(self.sink_path, self.sink_format)
+        self.log_late = (RedisStream.parse(late_output, "late output") if is_redis_url(late_output) else
+                         self.log_sink.side("late") if self.log_sink and late_output is None else None)
+        self.late_path = (self.log_late.safe_url() if self.log_late else
+                          late_output or late_path_for(self.sink_path, self.sink_format))
         if self.sink_path not in (None, "-") and os.path.abspath(self.late_path) == os.path.abspath(self.sink_path):
             raise UserError("the late output must be another file than the sink")
+        if self.log_sink and self.log_late and self.log_late.safe_url() == self.log_sink.safe_url():
+            raise UserError("the late output must be another stream than the sink")
         self.checkpoint_dir = checkpoint_dir
         if checkpoint_dir is None and (checkpoint_every is not None or checkpoint_interval is not None):
             raise UserError("a checkpoint interval needs a checkpoint directory")
@@ -228,8 +238,10 @@ class Job:
             "aggregation": self.agg.name,
             "algorithm": self.algorithm,
             "allowed_lateness": self.allowed_lateness,
-            "sink": [self.sink_format, None if self.sink_path in (None, "-") else os.path.abspath(self.sink_path)],
-            "late_output": [self.late_format, os.path.abspath(self.late_path)],
+            "sink": (["redis", self.log_sink.safe_url()] if self.log_sink else
+                     [self.sink_format, None if self.sink_path in (None, "-") else os.path.abspath(self.sink_path)]),
+            "late_output": (["redis", self.late_path] if self.log_late else
+                            [self.late_format, os.path.abspath(self.late_path)]),
             **({} if self.query is None else {"query": self.query.describe()}),
         }
 

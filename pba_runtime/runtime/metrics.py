@@ -274,6 +274,7 @@ class JobMetrics:
         self.tuples = 0  # read from the source in this run
         self.windows = 0  # results handed to the sink in this run
         self.late = 0  # late tuples written to the side output in this run
+        self.malformed = 0  # source entries that could not be read, sent to the source's side stream
         self.restored = {"tuples": 0, "windows": 0, "late": 0}
         self.latency = LatencyHistogram()
         self.coordinator: dict[str, Any] = {}  # PhaseClock.report() of the source loop
@@ -372,6 +373,7 @@ class JobMetrics:
             "tuples_per_s": self.tuples / el if el > 0 else math.nan,
             "windows": self.windows,
             "late": self.late,
+            "malformed": self.malformed,
             "total": {k: self.restored[k] + getattr(self, k) for k in ("tuples", "windows", "late")},
             "latency_ms": self.latency.summary(),
             "keys": int(self._slot_sum("keys")),
@@ -418,7 +420,8 @@ class JobMetrics:
             f"(parallelism {self.parallelism}; {s['startup_s']:.2f} s start-up before: processes, kernels)",
             f"windows      {s['windows']:,} emitted" + (f" (rows of {len(s['outputs'])} outputs each)"
                                                         if s["outputs"] else ""),
-            f"late tuples  {s['late']:,}",
+            f"late tuples  {s['late']:,}" + (f"; {s['malformed']:,} malformed entries (to the source's side "
+                                             "stream)" if s["malformed"] else ""),
             (f"latency      p50 {lat['p50']:.2f} ms, p90 {lat['p90']:.2f} ms, p99 {lat['p99']:.2f} ms, "
              f"max {lat['max']:.2f} ms (arrival of the completing tuple -> result at the sink)"
              if self.latency.count else "latency      - (no windows)"),

@@ -127,6 +127,10 @@ class Source:
     progress_unit: str = "tuples"
     #: Whether the source gives timestamps.
     has_timestamps: bool = True
+    #: Why :meth:`batches` ended before the stream did (an endless source's :meth:`stop`), or ``None``.
+    halted: str | None = None
+    #: Whether :meth:`stop` ends the stream cleanly (a log source: ``pba-run`` calls it on SIGTERM).
+    stoppable: bool = False
 
     def describe(self) -> dict[str, Any]:
         """The parameters that define the stream (a resumed job must match them)."""
@@ -152,6 +156,10 @@ class Source:
 
     def close(self) -> None:
         """Release files."""
+
+    def stop(self, why: str = "stopped") -> None:
+        """Ask :meth:`batches` to end after the batch it is reading (:attr:`stoppable` sources)."""
+        raise NotImplementedError(f"the {self.kind} source cannot be stopped")
 
     def warm(self) -> None:
         """Load what the source compiles (a job calls it on a thread while its task slots start; the source
