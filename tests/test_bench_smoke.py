@@ -464,3 +464,18 @@ def test_quantiles_bench_smoke(tmp_path):
     assert res["rows"]["median W[16]"]["Mvalues_per_s"]["ours"]["median"] > 0
     for w in res["sketch"]["windows"].values():  # the sketched rows: within 1% of the exact lower quantiles
         assert max(w["max_relative_error"].values()) <= 0.01 and w["Mrows_per_s"]["sketch"]["median"] > 0
+
+
+@pytest.mark.slow  # a redis-server, fresh pba-run processes and throttled runs to kill (~1 min)
+def test_redis_bench_smoke(tmp_path):
+    """bench/bench_redis.py (issue 45): the floor, the backlog and live reads, the latency, the kills."""
+    if shutil.which("redis-server") is None:
+        pytest.skip("redis-server is not installed (.ci/run installs Debian's package)")
+    import bench_redis
+
+    res = bench_redis.main(["--quick", "--tuples", "100000", "--seconds", "1", "--kills", "2", "--out",
+                            str(tmp_path / "r.json")])
+    assert res["backlog"]["redis"]["median"] > 0 and res["live"]["job"]["median"] > 0
+    assert res["latency"]["windows"] > 0 and res["latency"]["latency_ms"]["p50"] >= 0
+    k = res["kills"]
+    assert k["equal"] and k["missing"] == k["duplicated"] == k["processes_left"] == 0
