@@ -24,11 +24,19 @@ class RedisServer:
     ``appendonly``: the server's data survive a restart (:meth:`start` again on the same port).
     """
 
-    def __init__(self, directory: Any, password: str | None = None, appendonly: bool = False):
+    def __init__(self, directory: Any, password: str | None = None, appendonly: bool = False, tls: bool = False):
         if shutil.which("redis-server") is None:
             pytest.skip("redis-server is not installed (.ci/run installs Debian's package)")
         self.directory, self.password, self.appendonly = str(directory), password, appendonly
         os.makedirs(self.directory, exist_ok=True)
+        self.cert = os.path.join(self.directory, "cert.pem") if tls else None
+        if tls:  # a self-signed certificate for 127.0.0.1
+            if shutil.which("openssl") is None:
+                pytest.skip("openssl is not installed (it makes the TLS test's certificate)")
+            subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj",
+                            "/CN=localhost", "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost", "-keyout",
+                            os.path.join(self.directory, "key.pem"), "-out", self.cert], check=True,
+                           capture_output=True)
         self.port = free_port()
         self.proc: subprocess.Popen | None = None
         self.start()
@@ -36,12 +44,16 @@ class RedisServer:
     def start(self) -> None:
         import redis
 
-        cmd = ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--dir", self.directory,
+        listen = ["--port", str(self.port)]
+        if self.cert:
+            listen = ["--port", "0", "--tls-port", str(self.port), "--tls-cert-file", self.cert, "--tls-key-file",
+                      os.path.join(self.directory, "key.pem"), "--tls-auth-clients", "no"]
+        cmd = ["redis-server", *listen, "--bind", "127.0.0.1", "--dir", self.directory,
                "--save", "", "--appendonly", "yes" if self.appendonly else "no", "--appendfsync", "always"]
         if self.password:
             cmd += ["--requirepass", self.password]
         self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        client = redis.Redis(port=self.port, password=self.password)
+        client = self.client()
         deadline = time.monotonic() + 10
         while True:
             try:
@@ -54,13 +66,17 @@ class RedisServer:
         client.close()
 
     def url(self, stream: str, **opts: str) -> str:
+        if self.cert:
+            opts = {"ssl_ca_certs": self.cert, **opts}
         query = "&".join(f"{k}={v}" for k, v in opts.items())
-        return f"redis://127.0.0.1:{self.port}/{stream}" + (f"?{query}" if query else "")
+        scheme = "rediss" if self.cert else "redis"
+        return f"{scheme}://127.0.0.1:{self.port}/{stream}" + (f"?{query}" if query else "")
 
     def client(self) -> Any:
         import redis
 
-        return redis.Redis(port=self.port, password=self.password)
+        tls = {"ssl": True, "ssl_ca_certs": self.cert} if self.cert else {}
+        return redis.Redis(port=self.port, password=self.password, **tls)
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:

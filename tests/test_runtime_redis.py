@@ -202,6 +202,22 @@ def test_credentials_are_used_and_never_printed(tmp_path):
         s.stop()
 
 
+def test_tls_with_the_servers_certificate_and_a_clear_refusal_without_it(tmp_path):
+    """``rediss://``: source and sink over TLS with ``ssl_ca_certs``; without it, the unverifiable
+    certificate is one line and exit code 2 at once (not a lost connection retried)."""
+    s = RedisServer(tmp_path / "tls", tls=True)
+    try:
+        feed(s.client(), "t1", ["a", "b"] * 50, None, np.arange(100.0))
+        run(["--source", s.url("t1"), "--tuples", "100", "--range", "5", "--slide", "5", "--agg", "sum", "--sink",
+             s.url("t1-out")])
+        got = as_csv_rows(entries(s.client(), "t1-out"), COLUMNS)
+        assert len(got) == 20 and got[0] == ["a", "0", "5", repr(float(sum(range(0, 10, 2))))]
+        bad = run(["--source", f"rediss://127.0.0.1:{s.port}/t1", "--tuples", "100"], code=2)
+        assert b"certificate verify failed" in bad.stderr and b"ssl_ca_certs" in bad.stderr
+    finally:
+        s.stop()
+
+
 def test_a_lost_broker_is_retried_then_the_job_stops_at_a_checkpoint(tmp_path):
     """The server goes away mid-stream: the job retries for ``retry``, then says so in one line and exits 1 with
     a checkpoint; the server back (its data kept on disk), ``--resume`` finishes with every row once."""

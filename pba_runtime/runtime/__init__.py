@@ -36,6 +36,7 @@ from .checkpoint import BarrierAligner, CheckpointPolicy, load_checkpoint, write
 from .errors import JobError, UserError
 from .job import Job
 from .metrics import JobMetrics, LatencyHistogram
+from .redis_streams import RedisStreamSource
 from .sources import Batch, CsvSource, Debs12Source, Debs14Source, JsonlSource, Source
 
 __all__ = [
@@ -50,6 +51,7 @@ __all__ = [
     "JobMetrics",
     "JsonlSource",
     "LatencyHistogram",
+    "RedisStreamSource",
     "Source",
     "UserError",
     "load_checkpoint",

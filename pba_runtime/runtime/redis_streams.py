@@ -3,7 +3,7 @@
 A stream is named by a URL, as Redis users write one, with the stream's name as its path::
 
     redis://[USER[:PASSWORD]@]HOST[:PORT]/STREAM[?db=N&block=100ms&retry=30s]
-    rediss://...          (TLS)
+    rediss://...[?ssl_ca_certs=PATH&ssl_cert_reqs=required]          (TLS, options as redis-py's URLs)
 
 Without a password in the URL, ``$REDIS_PASSWORD`` is used when it is set. A password is never written
 out: :meth:`RedisStream.safe_url` (what banners, logs, metrics and checkpoints hold) drops it.
@@ -88,6 +88,8 @@ class RedisStream:
     db: int = 0
     block: float = 0.1  # seconds an XREAD waits for new entries before the source looks at its stop flag
     retry: float = 30.0  # seconds a lost connection is retried before the job stops
+    ca_certs: str | None = None  # TLS: the certificates that sign the server's (default: the system's)
+    cert_reqs: str = "required"  # TLS: whether the server's certificate is checked
 
     @classmethod
     def parse(cls, url: str, what: str = "stream") -> RedisStream:
@@ -116,8 +118,17 @@ class RedisStream:
                 if ms <= 0:
                     raise UserError(f"{what}: {name} must be a duration such as 100ms or 30s, got {value!r}")
                 opts[name] = ms / 1000.0
+            elif name == "ssl_ca_certs":
+                if not os.path.isfile(value):
+                    raise UserError(f"{what}: ssl_ca_certs: no such file: {value}")
+                opts["ca_certs"] = value
+            elif name == "ssl_cert_reqs":
+                if value not in ("none", "optional", "required"):
+                    raise UserError(f"{what}: ssl_cert_reqs must be none, optional or required, got {value!r}")
+                opts["cert_reqs"] = value
             else:
-                raise UserError(f"{what}: unknown option {name!r} in the URL (db, block, retry)")
+                raise UserError(f"{what}: unknown option {name!r} in the URL (db, block, retry, ssl_ca_certs, "
+                                "ssl_cert_reqs)")
         password = urllib.parse.unquote(u.password) if u.password is not None else os.environ.get(PASSWORD_ENV)
         username = urllib.parse.unquote(u.username) if u.username else None
         return cls(host=u.hostname, port=port, stream=stream, username=username, password=password or None,
@@ -147,8 +158,9 @@ class RedisStream:
             import redis
         except ImportError:  # pragma: no cover - a dependency of the package
             raise UserError("Redis streams need the redis package: pip install redis") from None
+        tls = {"ssl_ca_certs": self.ca_certs, "ssl_cert_reqs": self.cert_reqs} if self.tls else {}
         return redis.Redis(host=self.host, port=self.port, db=self.db, username=self.username,
-                           password=self.password, ssl=self.tls, decode_responses=decode,
+                           password=self.password, ssl=self.tls, decode_responses=decode, **tls,
                            socket_connect_timeout=5, socket_timeout=max(5.0, 4 * self.block),
                            health_check_interval=0)
 
@@ -171,6 +183,9 @@ class RedisStream:
                     raise UserError(f"{self.safe_url()}: the server refused the credentials ({exc})") from None
                 raise JobError(f"{self.safe_url()}: {doing}: {exc}") from None
             except (redis.ConnectionError, redis.TimeoutError, OSError) as exc:
+                if self.tls and ("certificate" in str(exc) or "SSL" in str(exc)):  # not a lost connection
+                    raise UserError(f"{self.safe_url()}: TLS: {exc} (the server's certificate: ssl_ca_certs=PATH "
+                                    "in the URL names the certificates that sign it)") from None
                 attempts += 1
                 if time.monotonic() + delay > deadline:
                     raise LogUnavailable(f"lost the connection to {self.safe_url()} while {doing}: {exc} "
