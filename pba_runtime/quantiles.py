@@ -81,9 +81,8 @@ class Quantile:
         without backticks), then the interpolation when not linear: ``p25_lower``."""
         if self.median:
             return "median"
-        pct = f"{self.q * 100:.10g}".replace(".", "_")
         tail = "" if self.interpolation == "linear" else f"_{self.interpolation}"
-        return f"p{pct}{tail}"
+        return f"p{_percent(self.q)}{tail}"
 
     @property
     def method(self) -> int:
@@ -96,6 +95,11 @@ class Quantile:
 
 
 MEDIAN = Quantile(0.5, "linear", median=True)
+
+
+def _percent(q: float) -> str:
+    """``q`` in percent as an output name spells it: ``99``, ``99_9``."""
+    return f"{q * 100:.10g}".replace(".", "_")
 
 
 @dataclass(frozen=True)
@@ -118,7 +122,7 @@ class QuantileSketch:
     @property
     def name(self) -> str:
         """``p`` and the percent, then ``_sketch``: ``p99_sketch``, ``p50_sketch``."""
-        return "p" + f"{self.q * 100:.10g}".replace(".", "_") + "_sketch"
+        return f"p{_percent(self.q)}_sketch"
 
     @property
     def partial_bytes(self) -> int:
