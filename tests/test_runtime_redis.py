@@ -256,6 +256,26 @@ def test_a_lost_broker_is_retried_then_the_job_stops_at_a_checkpoint(tmp_path):
         s.stop()
 
 
+def test_a_checkpoint_during_a_replay_keeps_the_rows_still_ahead_of_it(server):
+    """Killed again before a replay has produced every row the first killed run wrote ahead: the second
+    checkpoint must not vouch for those rows, or the next resume writes them twice."""
+    target, cols = RedisStream.parse(server.url("r1")), ("key", "start", "end", "value")
+    row = {x: f"k,0,{x},1.5\n".encode() for x in "ABCD"}
+    first = RedisStreamSink(target, cols, ("key", "start", "end"))
+    first.open(None)
+    first.write(row["A"])
+    at_checkpoint_1 = first.sync()
+    first.write(row["B"] + row["C"])  # ahead of checkpoint 1, then killed
+    second = RedisStreamSink(target, cols, ("key", "start", "end"))
+    second.open(at_checkpoint_1)
+    second.write(row["B"])  # the replay produces B again: skipped
+    at_checkpoint_2 = second.sync()  # C is still ahead of the replay; killed again
+    third = RedisStreamSink(target, cols, ("key", "start", "end"))
+    third.open(at_checkpoint_2)
+    third.write(row["C"] + row["D"])
+    assert [e["end"] for e in entries(server.client(), "r1")] == ["A", "B", "C", "D"]
+
+
 def test_the_packed_xadds_write_what_a_pipeline_of_xadd_calls_writes(server):
     """``_xadd_all`` (one write of the protocol's bytes) beside its reference, redis-py's pipeline."""
     rng = random.Random(3)

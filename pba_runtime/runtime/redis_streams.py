@@ -435,6 +435,7 @@ class RedisStreamSink:
         self._client: Any = None
         self._last = "0-0"
         self._skip: Counter = Counter()
+        self._resumed_at = "0-0"  # the checkpoint's ID this sink resumed after
         self.bytes_written = 0
         self.entries_written = 0
 
@@ -447,6 +448,7 @@ class RedisStreamSink:
         self._last = _id_str(top[0][0]) if top else "0-0"
         if resume_offset is None or not isinstance(resume_offset, str):
             return
+        self._resumed_at = resume_offset
         after = t.call(lambda: r.xrange(t.stream, min=f"({resume_offset}", max="+"), f"reading {t.stream}")
         self._skip = Counter(self._key([f.get(n, b"") for n in self._names]) for _, f in after)
         if self._skip:
@@ -503,8 +505,10 @@ class RedisStreamSink:
         self.entries_written += len(rows)
 
     def sync(self) -> str:
-        """The ID of the last entry in the stream this sink answers for (every write is acknowledged)."""
-        return self._last
+        """The ID after which a resume must look for rows written ahead of its checkpoint (every write is
+        acknowledged): the last entry's, once every row a killed run wrote ahead has been produced again;
+        until then the ID this sink resumed after, as those rows are still ahead of the replay."""
+        return self._resumed_at if self._skip else self._last
 
     @property
     def offset(self) -> str:
