@@ -752,10 +752,13 @@ def test_fused_time_windows_check_timestamps_as_the_reference(data):
             assert repr(after) == repr(before)
 
 
+# NaN is fmax's and fmin's identity (each ignores a NaN beside a number): with -inf, a window of NaN alone
+# gave -inf where the identity seeded the fold and NaN where it did not; an identity that is not one is
+# outside the monoid laws every algorithm may assume.
 _UFUNC_AGGS = {
-    "fmax": pr.Aggregation(lift=float, combine=lambda a, b: float(np.fmax(a, b)), lower=float, identity=-np.inf,
+    "fmax": pr.Aggregation(lift=float, combine=lambda a, b: float(np.fmax(a, b)), lower=float, identity=np.nan,
                            ufunc=np.fmax, name="fmax_ufunc"),
-    "fmin": pr.Aggregation(lift=float, combine=lambda a, b: float(np.fmin(a, b)), lower=float, identity=np.inf,
+    "fmin": pr.Aggregation(lift=float, combine=lambda a, b: float(np.fmin(a, b)), lower=float, identity=np.nan,
                            ufunc=np.fmin, name="fmin_ufunc"),
     "prod": pr.Aggregation(lift=float, combine=lambda a, b: a * b, lower=float, identity=1.0,
                            ufunc=np.multiply, name="prod_ufunc"),
