@@ -184,6 +184,13 @@ def _merge(dicts: list[dict[str, float]]) -> dict[str, float]:
     return out
 
 
+def _malformed(n: int) -> str:
+    """The summary's note of malformed source entries (a log source's), or nothing."""
+    if not n:
+        return ""
+    return f"; {n:,} malformed {'entry' if n == 1 else 'entries'} (to the source's side stream)"
+
+
 def _shares(cpu: dict[str, float], total: float) -> str:
     items = sorted(cpu.items(), key=lambda kv: -kv[1])
     return ", ".join(f"{k} {v / total:.0%}" for k, v in items if total > 0 and v / total >= 0.005)
@@ -406,6 +413,7 @@ class JobMetrics:
         lat = self.latency
         return (f"[{el:6.1f}s] {format_count(self.tuples)} tuples ({format_count(self.tuples / max(el, 1e-9))}/s), "
                 f"{format_count(self.windows)} windows, {self.late} late, "
+                + (f"{self.malformed} malformed, " if self.malformed else "")
                 + (f"latency p50 {lat.percentile(50) * 1000:.1f} ms p99 {lat.percentile(99) * 1000:.1f} ms, "
                    if lat.count else "latency - (no windows yet), ")
                 + f"lcs stalls {int(self._slot_sum('stalls'))}, checkpoints {self.checkpoints}")
@@ -420,8 +428,7 @@ class JobMetrics:
             f"(parallelism {self.parallelism}; {s['startup_s']:.2f} s start-up before: processes, kernels)",
             f"windows      {s['windows']:,} emitted" + (f" (rows of {len(s['outputs'])} outputs each)"
                                                         if s["outputs"] else ""),
-            f"late tuples  {s['late']:,}" + (f"; {s['malformed']:,} malformed entries (to the source's side "
-                                             "stream)" if s["malformed"] else ""),
+            f"late tuples  {s['late']:,}" + _malformed(s["malformed"]),
             (f"latency      p50 {lat['p50']:.2f} ms, p90 {lat['p90']:.2f} ms, p99 {lat['p99']:.2f} ms, "
              f"max {lat['max']:.2f} ms (arrival of the completing tuple -> result at the sink)"
              if self.latency.count else "latency      - (no windows)"),

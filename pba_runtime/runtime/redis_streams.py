@@ -352,7 +352,8 @@ class RedisStreamSource(Source):
         for res in side.call(append, f"writing {side.stream}") or []:
             if isinstance(res, Exception) and "equal or smaller" not in str(res):
                 raise JobError(f"{side.safe_url()}: cannot write a malformed entry: {res}")
-        log.warning("%d malformed entries of %s copied to %s", len(bad), self.target.stream, side.stream)
+        log.warning("%d malformed %s of %s copied to %s", len(bad), "entry" if len(bad) == 1 else "entries",
+                    self.target.stream, side.stream)
 
     def close(self) -> None:
         for c in (self._client, self._side):
