@@ -51,7 +51,7 @@ import numpy as np  # noqa: E402
 import redis  # noqa: E402
 from exp_common import LoadLog, code_state, machine, spread, write_json  # noqa: E402
 
-from pba_runtime.runtime.redis_streams import RedisStream, RedisStreamSink, _xadd_all  # noqa: E402
+from pba_runtime.runtime.redis_streams import xadd_rows  # noqa: E402
 from pba_runtime.runtime.sources import Debs14Source  # noqa: E402
 
 RESULTS = HERE / "results"
@@ -101,12 +101,11 @@ def produce_pipeline(client: Any, stream: str, cols: tuple, lo: int, hi: int, ba
 
 def produce_packed(client: Any, stream: str, cols: tuple, lo: int, hi: int, batch: int = 10_000) -> list[bytes]:
     """The same entries in one write of the protocol's bytes a batch; their IDs."""
-    sink = RedisStreamSink(RedisStream.parse(f"redis://h/{stream}"), ("key", "ts", "value"))
     k, t, v = cols
     ids: list[bytes] = []
     for a in range(lo, hi, batch):
         b = min(hi, a + batch)
-        ids += _xadd_all(client, sink._head, sink._fields, [[k[j], t[j], v[j]] for j in range(a, b)])
+        ids += xadd_rows(client, stream.encode(), [b"key", b"ts", b"value"], [[k[j], t[j], v[j]] for j in range(a, b)])
     return ids
 
 

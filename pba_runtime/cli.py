@@ -332,21 +332,18 @@ def _window(args: argparse.Namespace, range_: str | None) -> pr.CountWindow | pr
 def _source(args: argparse.Namespace) -> Source:
     spec = args.source
     ts_col = args.ts_col if args.window == "time" else None
-    if is_redis_url(spec):
-        for opt, val, default in (("--keys", args.keys, None), ("--disorder", args.disorder, 0)):
-            if val != default:
-                raise UserError(f"{opt} applies to generated sources (debs14, debs12), not redis")
-        return RedisStreamSource(spec, key_col=args.key_col, value_col=args.value_col, ts_col=ts_col,
-                                 tuples=args.tuples or None)
-    kind, sep, path = spec.partition(":")
+    kind, sep, path = ("redis", "", "") if is_redis_url(spec) else spec.partition(":")
     generated = kind in ("debs14", "debs12")
     if generated and sep:
         raise UserError(f"source {kind} takes no path; got {spec!r}")
     if not generated:
         for opt, val, default in (("--tuples", args.tuples, None), ("--keys", args.keys, None),
                                   ("--disorder", args.disorder, 0)):
-            if val != default:
+            if val != default and not (opt == "--tuples" and kind == "redis"):  # a stream's end: N entries
                 raise UserError(f"{opt} applies to generated sources (debs14, debs12), not {kind}")
+    if kind == "redis":
+        return RedisStreamSource(spec, key_col=args.key_col, value_col=args.value_col, ts_col=ts_col,
+                                 tuples=args.tuples or None)
     if kind == "debs14":
         tuples = DEFAULT_TUPLES if args.tuples is None else (args.tuples or None)
         return Debs14Source(plugs=args.keys or 84, tuples=tuples, seed=args.seed, disorder=args.disorder,
@@ -496,7 +493,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if len(windows) == 1 and len(aggs) == 1:
             what: dict[str, Any] = {"window": windows[0], "agg": aggs[0]}
         else:  # a query: every aggregation over every window, one column each
-            column = args.value_col if args.source.partition(":")[0] in ("csv", "jsonl", "redis", "rediss") else "value"
+            column = args.value_col if source.kind in ("csv", "jsonl", "redis") else "value"
             try:
                 what = {"query": pr.Query(on=args.ts_col if args.window == "time" else None, windows=windows,
                                           aggs={column: aggs}, missing="propagate")}

@@ -18,7 +18,7 @@ from redis_server import RedisServer, as_csv_rows, by_key, entries, feed
 from test_runtime_resume import CLI, kill_after_checkpoint, wait_gone
 
 from pba_runtime.runtime.errors import UserError
-from pba_runtime.runtime.redis_streams import RedisStream, RedisStreamSink, _xadd_all
+from pba_runtime.runtime.redis_streams import RedisStream, RedisStreamSink, xadd_rows
 from pba_runtime.runtime.sources import Debs12Source, Debs14Source
 
 COLUMNS = ["key", "start", "end", "value"]
@@ -277,14 +277,13 @@ def test_a_checkpoint_during_a_replay_keeps_the_rows_still_ahead_of_it(server):
 
 
 def test_the_packed_xadds_write_what_a_pipeline_of_xadd_calls_writes(server):
-    """``_xadd_all`` (one write of the protocol's bytes) beside its reference, redis-py's pipeline."""
+    """``xadd_rows`` (one write of the protocol's bytes) beside its reference, redis-py's pipeline."""
     rng = random.Random(3)
     rows = [[rng.choice([b"a", b"k,1", "\u00e9".encode(), b""]), str(rng.randint(-9, 9)).encode(),
              repr(rng.random()).encode(), b"\r\n x"] for _ in range(500)]
     names = [b"key", b"start", b"end", b"value"]
     c = server.client()
-    sink = RedisStreamSink(RedisStream.parse(server.url("x-fast")), ("key", "start", "end", "value"))
-    ids = _xadd_all(c, sink._head, sink._fields, rows)
+    ids = xadd_rows(c, b"x-fast", names, rows)
     pipe = c.pipeline(transaction=False)
     for row in rows:
         pipe.xadd("x-slow", dict(zip(names, row)))

@@ -382,7 +382,7 @@ class JobRun:
                     self._put(i, msg)
                 clock.lap("queue_put")
             m.tuples += n
-            m.malformed = getattr(src, "malformed", 0)
+            m.malformed = src.malformed
             self.end_position = batch.position
             if self.bar is not None:
                 p = src.progress(batch.position)
@@ -451,9 +451,10 @@ class JobRun:
         close_error = None
         try:
             self._open_sinks(ckpt)
-            if ckpt is None and job.checkpoint_dir is not None and job.log_sink is not None:
-                # A stream sink appends on a fresh start: checkpoint 0 holds where its entries begin, so a job
-                # killed before its first checkpoint resumes from the stream's start with none written twice.
+            if ckpt is None and job.checkpoint_dir is not None and any(
+                    getattr(sk, "appends", False) for sk in (self.sink, self.late_sink)):
+                # A sink that appends on a fresh start (a stream): checkpoint 0 holds where its entries begin,
+                # so a job killed before its first checkpoint resumes from the start with none written twice.
                 self.positions[0] = (None, 0)
                 self._complete_checkpoint(0, {})
             if job.progress and job.source.total is not None:
@@ -505,7 +506,7 @@ class JobRun:
             for p in self.procs:
                 p.join(timeout=10)
             self.metrics.finish()
-            failure = getattr(job.source, "failure", None)
+            failure = job.source.failure
             if halt is not None:
                 if failure is not None:
                     raise LogUnavailable(f"{failure}; stopped at checkpoint {self.checkpoint_id} "

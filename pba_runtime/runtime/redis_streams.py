@@ -53,9 +53,9 @@ import numpy as np
 
 from ..durations import parse_duration
 from .errors import JobError, UserError
-from .sources import DEFAULT_BATCH_SIZE, Batch, Source
+from .sources import DEFAULT_BATCH_SIZE, Batch, Source, key_column
 
-__all__ = ["RedisStream", "RedisStreamSource", "RedisStreamSink", "LogUnavailable", "is_redis_url",
+__all__ = ["RedisStream", "RedisStreamSource", "RedisStreamSink", "LogUnavailable", "is_redis_url", "xadd_rows",
            "PASSWORD_ENV"]
 
 log = logging.getLogger("pba_runtime.runtime")
@@ -294,11 +294,9 @@ class RedisStreamSource(Source):
             names = entries[0][1][0::2]
             if flat.ndim == 2 and all((flat[:, 2 * i] == name).all() for i, name in enumerate(names)):
                 at = {name: 2 * i + 1 for i, name in enumerate(names)}
-                keys = flat[:, at[kc]].astype(str)
                 values = flat[:, at[vc]].astype(np.float64)
                 ts = None if tc is None else flat[:, at[tc]].astype(np.int64)
-                if "\x00" not in "".join(keys.tolist()):
-                    return keys, values, ts
+                return key_column(flat[:, at[kc]].tolist()), values, ts
         except (KeyError, ValueError, TypeError, OverflowError):
             pass
         entries = [(eid, dict(zip(f[0::2], f[1::2]))) for eid, f in entries]
@@ -327,11 +325,7 @@ class RedisStreamSource(Source):
                 bad.append((_id_str(eid), f, why))
         if bad:
             self._divert(bad)
-        keys = np.empty(len(good), dtype=object) if any("\x00" in g[0] for g in good) else None
-        if keys is not None:
-            keys[:] = [g[0] for g in good]
-        else:
-            keys = np.array([g[0] for g in good], dtype=str) if good else np.array([], dtype=str)
+        keys = key_column([g[0] for g in good])
         values = np.array([g[1] for g in good], dtype=np.float64)
         ts = None if tc is None else np.array([g[2] for g in good], dtype=np.int64)
         return keys, values, ts
@@ -366,8 +360,8 @@ def _bulk(b: bytes) -> bytes:
     return b"$%d\r\n%s\r\n" % (len(b), b)
 
 
-def _xadd_all(client: Any, head: bytes, fields: list[bytes], rows: list[list[bytes]]) -> list[bytes]:
-    """``XADD STREAM * FIELD CELL ...`` for each row, in one write of the protocol's bytes; their entry IDs.
+def xadd_rows(client: Any, stream: bytes, names: list[bytes], rows: list[list[bytes]]) -> list[bytes]:
+    """``XADD stream * name cell ...`` for each row, in one write of the protocol's bytes; their entry IDs.
 
     The same commands as a ``client.pipeline()`` of ``xadd`` calls (its reference, which the tests compare),
     packed here in one ``join``: the pipeline builds each command through several Python calls a field, which
@@ -375,6 +369,8 @@ def _xadd_all(client: Any, head: bytes, fields: list[bytes], rows: list[list[byt
     """
     if not rows:
         return []
+    head = b"*%d\r\n$4\r\nXADD\r\n%s$1\r\n*\r\n" % (3 + 2 * len(names), _bulk(stream))
+    fields = [_bulk(n) for n in names]
     data = b"".join([head + b"".join([f + _bulk(c) for f, c in zip(fields, row)]) for row in rows])
     pool = client.connection_pool
     conn = pool.get_connection()
@@ -423,6 +419,8 @@ class RedisStreamSink:
     """
 
     rewindable = True
+    #: A fresh start appends to what the stream holds (a file sink rewrites its file).
+    appends = True
 
     def __init__(self, target: RedisStream, columns: tuple[str, ...], identity: tuple[str, ...] | None = None):
         self.target = target
@@ -430,9 +428,6 @@ class RedisStreamSink:
         self.columns = tuple(columns)
         self._names = [c.encode() for c in self.columns]
         self._ident = [self.columns.index(c) for c in (identity or self.columns)]
-        name = target.stream.encode()
-        self._head = b"*%d\r\n$4\r\nXADD\r\n$%d\r\n%s\r\n$1\r\n*\r\n" % (3 + 2 * len(self._names), len(name), name)
-        self._fields = [_bulk(n) for n in self._names]
         self._client: Any = None
         self._last = "0-0"
         self._skip: Counter = Counter()
@@ -497,7 +492,7 @@ class RedisStreamSink:
                     todo = _take_out(rows, Counter(self._key([f.get(n, b"") for n in names]) for _, f in after),
                                      self._key)
             tries += 1
-            ids = _xadd_all(r, self._head, self._fields, todo)
+            ids = xadd_rows(r, t.stream.encode(), names, todo)
             return _id_str(ids[-1]) if ids else last
 
         last = t.call(append, f"writing {t.stream}")

@@ -73,6 +73,7 @@ __all__ = [
     "CsvSource",
     "JsonlSource",
     "DEFAULT_BATCH_SIZE",
+    "key_column",
 ]
 
 #: Tuples per batch read from a source (the unit shipped to task slots).
@@ -131,6 +132,10 @@ class Source:
     halted: str | None = None
     #: Whether :meth:`stop` ends the stream cleanly (a log source: ``pba-run`` calls it on SIGTERM).
     stoppable: bool = False
+    #: What made :meth:`batches` halt, when it was not a stop (a lost broker), or ``None``.
+    failure: BaseException | None = None
+    #: Entries read but not readable as tuples (sent to a side output), so far.
+    malformed: int = 0
 
     def describe(self) -> dict[str, Any]:
         """The parameters that define the stream (a resumed job must match them)."""
@@ -505,11 +510,7 @@ class _TextSource(Source):
 
     def _columns(self, keys: list, values: list, ts: list | None, position: Any, arrival: float,
                  first_line: int) -> Batch:
-        if "\x00" in "".join(keys):  # str_ would strip trailing NULs and merge "a\x00" into "a"
-            k = np.empty(len(keys), dtype=object)
-            k[:] = keys
-        else:  # str_: several times faster to hash, partition and group than object
-            k = np.array(keys, dtype=str) if keys else np.array([], dtype=str)
+        k = key_column(keys)
         try:
             v = np.array(values, dtype=np.float64)
         except (ValueError, TypeError, OverflowError):
@@ -530,6 +531,17 @@ class _TextSource(Source):
         if self._file is not None:
             self._file.close()
             self._file = None
+
+
+def key_column(keys: list[str]) -> np.ndarray:
+    """String keys as a ``str_`` array, or an ``object`` array when a key holds a NUL character (``str_``
+    would strip trailing NULs and merge ``"a\x00"`` into ``"a"``); ``str_`` is several times faster to hash,
+    partition and group than ``object``."""
+    if "\x00" in "".join(keys):
+        k = np.empty(len(keys), dtype=object)
+        k[:] = keys
+        return k
+    return np.array(keys, dtype=str) if keys else np.array([], dtype=str)
 
 
 def _is_float(x: Any) -> bool:
